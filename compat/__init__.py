@@ -1,0 +1,1 @@
+"""Classic NSQ fallback and pynsq-style API (shipped as ``smartnsq.compat``)."""

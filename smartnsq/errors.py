@@ -1,0 +1,260 @@
+"""Every error smartnsq raises, and what each server error code means.
+
+Hierarchy::
+
+    NSQError
+    ├── InvalidArgument (also ValueError)  bad input caught before any byte is sent
+    ├── ProtocolError                       bytes that do not follow the wire protocol
+    ├── ConnectionError_                    the socket failed or closed under a call
+    │   └── ConnectionClosed
+    ├── Timeout                             a call ran past its deadline
+    ├── LookupFailed                        no lookupd could answer
+    │   └── TopicNotFound                   lookupd says the topic does not exist
+    └── ServerError                         the server answered with an error frame
+        ├── RefreshLookupError              the cluster moved: refresh lookup, then retry
+        ├── RetriableServerError            transient: retry as is
+        └── NonRetriableServerError         the request itself is wrong: give up
+
+A server error's *meaning* is fixed by its code (``ERROR_TABLE``); whether it is *fatal*
+(the server closes the connection after sending it) depends on the code and, for a few codes,
+on the command that caused it (protocol.md section 5 and the captures): ``E_FAILED_ON_NOT_LEADER``
+is fatal after SUB or FIN but not after PUB. Callers branch on ``action`` and ``fatal``,
+never on the text.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "ERROR_TABLE",
+    "Action",
+    "ConnectionClosed",
+    "ConnectionError_",
+    "ErrorSpec",
+    "InvalidArgument",
+    "LookupFailed",
+    "NSQError",
+    "NonRetriableServerError",
+    "ProtocolError",
+    "RefreshLookupError",
+    "RetriableServerError",
+    "ServerError",
+    "Timeout",
+    "TopicNotFound",
+    "error_from_payload",
+    "parse_error_payload",
+]
+
+
+class NSQError(Exception):
+    """Base of every smartnsq error."""
+
+
+class InvalidArgument(NSQError, ValueError):
+    """A value broke a protocol rule; raised before anything is sent.
+
+    ``field`` names the argument and ``rule`` says what it must satisfy.
+    """
+
+    def __init__(self, field: str, rule: str, value: object = None) -> None:
+        self.field = field
+        self.rule = rule
+        self.value = value
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"invalid {field} {shown}: {rule}")
+
+
+class ProtocolError(NSQError):
+    """The peer sent bytes that cannot be a valid NSQ stream (or exceeded a limit)."""
+
+
+class ConnectionError_(NSQError):
+    """The connection failed; the request may or may not have reached the server."""
+
+    retriable = True
+
+
+class ConnectionClosed(ConnectionError_):
+    """The connection closed while calls were pending."""
+
+
+class Timeout(NSQError, TimeoutError):
+    """A call did not complete before its deadline."""
+
+
+class LookupFailed(NSQError):
+    """No nsqlookupd answered usefully."""
+
+
+class TopicNotFound(LookupFailed):
+    """The lookupds agree the topic does not exist (it must be created first on youzan NSQ)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic!r} not found in lookup")
+
+
+class Action(enum.Enum):
+    """What a client does about a server error."""
+
+    REFRESH_AND_RETRY = "refresh lookup, then retry"
+    RETRY = "retry as is"
+    GIVE_UP = "give up: the request or configuration is wrong"
+
+
+@dataclass(frozen=True)
+class ErrorSpec:
+    """One row of the error table.
+
+    ``fatal_on`` lists the commands after which the server closes the connection;
+    ``None`` means after every command.
+    """
+
+    code: str
+    action: Action
+    fatal_on: frozenset[str] | None
+    meaning: str
+
+    def is_fatal(self, command: str | None) -> bool:
+        if self.fatal_on is None:
+            return True
+        return command is not None and command in self.fatal_on
+
+
+_SUB_CMDS = frozenset({"SUB", "SUB_ORDERED", "SUB_ADVANCED"})
+_PUB_CMDS = frozenset({"PUB", "MPUB", "DPUB", "PUB_TRACE", "MPUB_TRACE", "PUB_EXT", "MPUB_EXT"})
+_NEVER: frozenset[str] = frozenset()
+_ALWAYS = None
+
+
+def _row(code: str, action: Action, fatal_on: frozenset[str] | None, meaning: str) -> ErrorSpec:
+    return ErrorSpec(code, action, fatal_on, meaning)
+
+
+_R, _T, _G = Action.REFRESH_AND_RETRY, Action.RETRY, Action.GIVE_UP
+
+ERROR_TABLE: dict[str, ErrorSpec] = {
+    s.code: s
+    for s in (
+        _row("E_FAILED_ON_NOT_LEADER", _R, _SUB_CMDS | {"FIN"},
+             "this node no longer leads the partition"),
+        _row("E_FAILED_ON_NOT_WRITABLE", _R, _SUB_CMDS | {"FIN"},
+             "the partition cannot take writes now (election, ISR, write disabled)"),
+        _row("E_TOPIC_NOT_EXIST", _R, _ALWAYS,
+             "the topic or partition is not on this node"),
+        _row("E_PUB_FAILED", _T, _NEVER, "the write failed locally; transient"),
+        _row("E_MPUB_FAILED", _T, _NEVER, "the batch write failed locally; transient"),
+        _row("E_PUB_TOO_MUCH_WAITING", _T, _ALWAYS,
+             "publish back-pressure; back off and reconnect"),
+        _row("too much client connections", _T, _ALWAYS,
+             "the node is at its connection limit; back off and reconnect"),
+        _row("E_BAD_PARTITION", _G, _ALWAYS,
+             "partition missing or invalid (ordered topics need an explicit partition)"),
+        _row("E_SUB_ORDER_IS_MUST", _G, _ALWAYS, "ordered topics must use SUB_ORDERED"),
+        _row("E_SUB_EXTEND_NEED", _G, _ALWAYS,
+             "ext topic: IDENTIFY with extend_support true"),
+        _row("E_SUB_EXTEND_FORBIDDON", _G, _ALWAYS,
+             "non-ext topic: IDENTIFY with extend_support false"),
+        _row("E_SUB_CHANNEL_NOT_REGISTERED", _G, _ALWAYS,
+             "the channel must be registered by an operator first"),
+        _row("E_EXT_NOT_SUPPORT", _G, _NEVER, "headers sent to a topic without ext support"),
+        _row("E_INVALID_JSON_HEADER", _G, _NEVER, "the ext header is not a JSON object"),
+        _row("INVALID_TRACE_ID", _G, _NEVER, "##trace_id is not a decimal uint64 string"),
+        _row("E_INVALID", _G, _ALWAYS,
+             "protocol misuse: bad state, out-of-range value or unknown command"),
+        _row("E_BAD_TOPIC", _G, _ALWAYS, "invalid topic name"),
+        _row("E_BAD_CHANNEL", _G, _ALWAYS, "invalid channel name"),
+        _row("E_BAD_MESSAGE", _G, _ALWAYS, "message empty or larger than max_msg_size"),
+        _row("E_BAD_BODY", _G, _ALWAYS, "malformed or oversized command body"),
+        _row("E_BAD_PROTOCOL", _G, _ALWAYS, "the magic was not '  V2'"),
+        _row("E_IDENTIFY_FAILED", _G, _ALWAYS, "IDENTIFY asked for incompatible features"),
+        _row("E_AUTH_FIRST", _G, _ALWAYS, "the server requires AUTH before this command"),
+        _row("E_AUTH_FAILED", _G, _ALWAYS, "the auth server refused the secret"),
+        _row("E_UNAUTHORIZED", _G, _ALWAYS, "the secret does not allow this topic/channel"),
+        _row("E_AUTH_DISABLED", _G, _ALWAYS, "AUTH sent to a server without auth"),
+        _row("E_AUTH_ERROR", _G, _ALWAYS, "the auth server could not be asked"),
+        _row("E_FIN_FAILED", _G, _NEVER,
+             "the message is not in flight here (timed out or already answered)"),
+        _row("E_REQ_FAILED", _G, _NEVER,
+             "the message is not in flight here, or requeued too often"),
+        _row("E_TOUCH_FAILED", _G, _NEVER, "the message is not in flight here"),
+        _row("E_CREATE_TOPIC_FAILED", _G, _NEVER, "INTERNAL_CREATE_TOPIC refused (cluster mode)"),
+        _row("E_BAD_EXT", _G, _ALWAYS, "INTERNAL_CREATE_TOPIC ext flag invalid"),
+        _row("E_TAG_NOT_SUPPORT", _G, _ALWAYS, "tag dispatch not supported (old servers)"),
+        _row("E_BAD_TAG", _G, _ALWAYS, "invalid dispatch tag (old servers)"),
+    )
+}
+
+_UNKNOWN = ErrorSpec("", Action.GIVE_UP, _ALWAYS, "unknown error code")
+
+
+def parse_error_payload(payload: bytes) -> tuple[str, str]:
+    """Split an error frame into (code, text).
+
+    The code is everything before the first space; the description may be empty
+    (``b"E_TOPIC_NOT_EXIST "``). The connection-limit error has no code at all and is
+    returned whole as its own code.
+    """
+    text = bytes(payload).decode("utf-8", "replace")
+    if text.startswith("too much client connections"):
+        return "too much client connections", ""
+    code, _, rest = text.partition(" ")
+    return code, rest
+
+
+class ServerError(NSQError):
+    """An error frame from nsqd.
+
+    ``code`` is the server's code, ``text`` its description, ``command`` the command that
+    caused it (when known), ``fatal`` whether the server closes the connection after it.
+    """
+
+    action: Action = Action.GIVE_UP
+
+    def __init__(self, code: str, text: str = "", command: str | None = None,
+                 *, fatal: bool | None = None) -> None:
+        self.code = code
+        self.text = text
+        self.command = command
+        self.spec = ERROR_TABLE.get(code, _UNKNOWN)
+        self.fatal = self.spec.is_fatal(command) if fatal is None else fatal
+        where = f" (after {command})" if command else ""
+        super().__init__(f"{code} {text}".rstrip() + where)
+
+    @property
+    def refresh_lookup(self) -> bool:
+        return self.action is Action.REFRESH_AND_RETRY
+
+    @property
+    def retriable(self) -> bool:
+        return self.action is not Action.GIVE_UP
+
+
+class RefreshLookupError(ServerError):
+    action = Action.REFRESH_AND_RETRY
+
+
+class RetriableServerError(ServerError):
+    action = Action.RETRY
+
+
+class NonRetriableServerError(ServerError):
+    action = Action.GIVE_UP
+
+
+_CLASS_FOR_ACTION: dict[Action, type[ServerError]] = {
+    Action.REFRESH_AND_RETRY: RefreshLookupError,
+    Action.RETRY: RetriableServerError,
+    Action.GIVE_UP: NonRetriableServerError,
+}
+
+
+def error_from_payload(payload: bytes, command: str | None = None) -> ServerError:
+    """Build the typed error for an error frame's payload."""
+    code, text = parse_error_payload(payload)
+    spec = ERROR_TABLE.get(code, _UNKNOWN)
+    return _CLASS_FOR_ACTION[spec.action](code, text, command)

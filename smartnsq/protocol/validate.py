@@ -1,0 +1,107 @@
+"""Checks applied before any byte is built, so a bad value never reaches the server.
+
+The rules are the server's own (protocol.md sections 3.3, 3.5, 3.7): the server would close
+the connection on most of these, taking every other in-flight call with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from ..errors import InvalidArgument
+
+MAX_NAME_LENGTH = 64
+MAX_PARTITION = 1023  # ids carry the partition in 10 bits: (internal_id >> 50) & 0x3FF
+MAX_UINT64 = (1 << 64) - 1
+MAX_EXT_LENGTH = 0xFFFF  # the ext block's length is a uint16
+DEFAULT_MAX_MSG_SIZE = 1024 * 1024
+DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
+MAX_DESIRED_TAG_LENGTH = 100
+
+_NAME_RE = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?$")
+_HEADER_NAME_RE = re.compile(r"^[!-~]+$")  # printable ASCII, no spaces
+
+
+def check_name(kind: str, name: str) -> str:
+    """Validate a topic or channel name: ``^[.a-zA-Z0-9_-]+(#ephemeral)?$``, 1..64 chars."""
+    if not isinstance(name, str):
+        raise InvalidArgument(kind, "must be a str", name)
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise InvalidArgument(kind, f"length must be 1..{MAX_NAME_LENGTH}", name)
+    if _NAME_RE.match(name) is None:
+        raise InvalidArgument(kind, "must match ^[.a-zA-Z0-9_-]+(#ephemeral)?$", name)
+    return name
+
+
+def check_topic(name: str) -> str:
+    return check_name("topic", name)
+
+
+def check_channel(name: str) -> str:
+    return check_name("channel", name)
+
+
+def check_partition(partition: int) -> int:
+    """A partition id is 0..1023 (-1, "the node's default", is expressed by omitting it)."""
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise InvalidArgument("partition", "must be an int", partition)
+    if not 0 <= partition <= MAX_PARTITION:
+        raise InvalidArgument("partition", f"must be 0..{MAX_PARTITION}", partition)
+    return partition
+
+
+def check_uint64(field: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, "must be an int", value)
+    if not 0 <= value <= MAX_UINT64:
+        raise InvalidArgument(field, "must be an unsigned 64-bit integer", value)
+    return value
+
+
+def check_trace_id(trace_id: int) -> int:
+    return check_uint64("trace_id", trace_id)
+
+
+def check_message_id(msg_id: bytes) -> bytes:
+    if not isinstance(msg_id, bytes | bytearray | memoryview) or len(msg_id) != 16:
+        raise InvalidArgument("message id", "must be the 16 raw bytes received", msg_id)
+    return bytes(msg_id)
+
+
+def check_body(body: bytes, max_size: int = DEFAULT_MAX_MSG_SIZE, field: str = "body") -> bytes:
+    """A message body is non-empty and at most ``max_size`` bytes (the negotiated limit)."""
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise InvalidArgument(field, "must be bytes", type(body).__name__)
+    n = len(body)
+    if n == 0:
+        raise InvalidArgument(field, "must not be empty", body)
+    if n > max_size:
+        raise InvalidArgument(field, f"size {n} exceeds max_msg_size {max_size}", f"<{n} bytes>")
+    return bytes(body)
+
+
+def check_count(field: str, value: int, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, "must be an int", value)
+    if not low <= value <= high:
+        raise InvalidArgument(field, f"must be {low}..{high}", value)
+    return value
+
+
+def check_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """Ext header names are non-empty printable ASCII without spaces; values are strings.
+
+    ``##trace_id`` must hold a decimal uint64 string, as the server checks it.
+    """
+    if not isinstance(headers, Mapping):
+        raise InvalidArgument("headers", "must be a mapping of str to str", headers)
+    for name, value in headers.items():
+        if not isinstance(name, str) or _HEADER_NAME_RE.match(name) is None:
+            raise InvalidArgument("header name", "must be non-empty printable ASCII, no spaces",
+                                  name)
+        if not isinstance(value, str):
+            raise InvalidArgument(f"header {name!r}", "value must be a str", value)
+        if name == "##trace_id" and (not value.isdigit() or int(value) > MAX_UINT64):
+            raise InvalidArgument("header '##trace_id'", "must be a decimal uint64 string", value)
+    return headers
