@@ -1,0 +1,1 @@
+"""An embedded NSQ cluster (youzan or classic) for tests, demos and local development."""

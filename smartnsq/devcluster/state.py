@@ -1,0 +1,233 @@
+"""The shared truth of a dev cluster: what etcd and the replicated partition logs hold in a real one.
+
+Real youzan NSQ keeps topic metadata and partition leadership in etcd and replicates each
+partition's log to its replicas. In the dev cluster one in-process ``ClusterState`` plays both
+parts: nsqd nodes serve the partitions they lead from it, nsqlookupds answer lookups from it,
+and fault injection changes it. Because a partition's log and channel cursors live here, not in
+a node, moving a leader or restarting a node keeps every committed message, as replication
+does in the real cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+YOUZAN_VERSION = "0.3.7-HA.1.13.0"
+CLASSIC_VERSION = "1.3.0"
+
+# internal ids are (partition << 50) | sequence; a new partition's first id was seq 2 on the real server
+FIRST_SEQUENCE = 2
+# bytes a message occupies in youzan's disk queue beyond its body (tcp_14: 9-byte body -> 39)
+RAW_OVERHEAD = 30
+
+
+@dataclass
+class NodeInfo:
+    """One nsqd process as lookupd knows it."""
+
+    node_id: str  # youzan distributed_id form: ip:rpcport:tcpport:<opaque>
+    broadcast_address: str
+    tcp_port: int
+    http_port: int
+    hostname: str
+    classic: bool = False
+    alive: bool = True
+    tombstoned: bool = False
+
+    @property
+    def version(self) -> str:
+        return CLASSIC_VERSION if self.classic else YOUZAN_VERSION
+
+    @property
+    def tcp_address(self) -> str:
+        return f"{self.broadcast_address}:{self.tcp_port}"
+
+
+@dataclass
+class LookupdInfo:
+    node_id: str  # ip:rpcport:tcpport:nsqlookup
+    address: str
+    http_port: int
+    tcp_port: int
+    rpc_port: int
+    classic: bool = False
+    alive: bool = True
+
+
+@dataclass
+class StoredMessage:
+    """A committed message in a partition log."""
+
+    internal_id: int
+    trace_id: int
+    timestamp: int  # ns since epoch
+    body: bytes
+    ext: bytes | None  # JSON header text for ext topics, None otherwise
+    queue_offset: int
+    raw_size: int
+
+
+@dataclass
+class PartitionLog:
+    """Append-only log of one partition: ids, queue offsets and raw sizes as youzan assigns them."""
+
+    partition: int
+    messages: list[StoredMessage] = field(default_factory=list)
+    next_sequence: int = FIRST_SEQUENCE
+    end_offset: int = 0
+
+    def append(self, body: bytes, trace_id: int = 0, ext: bytes | None = None,
+               timestamp: int | None = None) -> StoredMessage:
+        raw_size = RAW_OVERHEAD + len(body) + (len(ext) + 3 if ext else 0)
+        msg = StoredMessage(
+            internal_id=(self.partition << 50) | self.next_sequence,
+            trace_id=trace_id,
+            timestamp=time.time_ns() if timestamp is None else timestamp,
+            body=body,
+            ext=ext,
+            queue_offset=self.end_offset,
+            raw_size=raw_size,
+        )
+        self.next_sequence += 1
+        self.end_offset += raw_size
+        self.messages.append(msg)
+        return msg
+
+
+@dataclass
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: str | None  # node_id, None while no leader is elected
+    replicas: list[str]
+    writable: bool = True
+    log: PartitionLog = field(init=False)
+    # channel name -> channel state; the nsqd implementation owns the value type
+    channels: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.log = PartitionLog(self.partition)
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    partition_num: int
+    replica: int
+    ordered: bool = False
+    ext: bool = False
+    multipart: bool = False
+    disable_channel_auto_create: bool = False
+    classic: bool = False  # created on first use by a classic node; no partitions, no meta
+    partitions: list[PartitionInfo] = field(default_factory=list)
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "partition_num": self.partition_num,
+            "replica": self.replica,
+            "extend_support": self.ext,
+            "ordered": self.ordered,
+            "multi_part": self.multipart,
+            "disable_channel_auto_create": self.disable_channel_auto_create,
+        }
+
+
+Listener = Callable[[str, dict[str, Any]], None]
+
+
+class ClusterState:
+    """Topics, partitions, nodes and lookupds of one dev cluster.
+
+    ``listeners`` are called as ``listener(event, details)`` after each change (events:
+    ``topic_created``, ``topic_deleted``, ``leader_moved``, ``writable_changed``, ``node_up``,
+    ``node_down``), so servers can react, e.g. by dropping subscribers of a partition that moved.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.lookupds: dict[str, LookupdInfo] = {}
+        self.lookupd_leader: str | None = None
+        self.topics: dict[str, TopicInfo] = {}
+        self.listeners: list[Listener] = []
+
+    def emit(self, event: str, **details: Any) -> None:
+        for listener in list(self.listeners):
+            listener(event, details)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def youzan_nodes(self, alive_only: bool = True) -> list[NodeInfo]:
+        return [n for n in self.nodes.values() if not n.classic and (n.alive or not alive_only)]
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        info = self.topics.get(topic)
+        if info is None or not 0 <= partition < len(info.partitions):
+            return None
+        return info.partitions[partition]
+
+    def led_by(self, node_id: str, topic: str) -> list[PartitionInfo]:
+        info = self.topics.get(topic)
+        if info is None:
+            return []
+        return [p for p in info.partitions if p.leader == node_id]
+
+    # -- changes ---------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partition_num: int = 1, replica: int = 1, *,
+                     ordered: bool = False, ext: bool = False, multipart: bool = False,
+                     disable_channel_auto_create: bool = False) -> TopicInfo:
+        """Create a youzan topic, spreading partition leaders over the live youzan nodes.
+
+        Raises ``ValueError`` with the real lookupd's message when it would refuse.
+        """
+        if name in self.topics:
+            return self.topics[name]
+        nodes = self.youzan_nodes()
+        if not nodes:
+            raise ValueError("No node is available for topic")
+        spread = ordered or multipart
+        if not spread and partition_num * replica > len(nodes):
+            raise ValueError("No node is available for topic")
+        if replica > len(nodes):
+            raise ValueError("No node is available for topic")
+        info = TopicInfo(name, partition_num, replica, ordered=ordered, ext=ext,
+                         multipart=multipart or ordered,
+                         disable_channel_auto_create=disable_channel_auto_create)
+        for pid in range(partition_num):
+            owners = [nodes[(pid * (1 if spread else replica) + r) % len(nodes)].node_id
+                      for r in range(replica)]
+            info.partitions.append(PartitionInfo(name, pid, owners[0], owners))
+        self.topics[name] = info
+        self.emit("topic_created", topic=name)
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        if self.topics.pop(name, None) is not None:
+            self.emit("topic_deleted", topic=name)
+
+    def move_leader(self, topic: str, partition: int, node_id: str | None = None) -> str | None:
+        """Make ``node_id`` (default: the next replica) lead the partition; returns the new leader."""
+        p = self.partition(topic, partition)
+        if p is None:
+            raise KeyError(f"{topic}/{partition}")
+        if node_id is None:
+            candidates = [r for r in p.replicas if r != p.leader and self.nodes[r].alive]
+            if not candidates:
+                candidates = [n.node_id for n in self.youzan_nodes() if n.node_id != p.leader]
+            node_id = candidates[0] if candidates else None
+        old = p.leader
+        p.leader = node_id
+        if node_id is not None and node_id not in p.replicas:
+            p.replicas.append(node_id)
+        self.emit("leader_moved", topic=topic, partition=partition, old=old, new=node_id)
+        return node_id
+
+    def set_writable(self, topic: str, partition: int, writable: bool) -> None:
+        p = self.partition(topic, partition)
+        if p is None:
+            raise KeyError(f"{topic}/{partition}")
+        p.writable = writable
+        self.emit("writable_changed", topic=topic, partition=partition, writable=writable)
