@@ -1,0 +1,509 @@
+"""``DevCluster``: lookupds, nsqd nodes and fault injection, started and stopped together.
+
+Everything is in-process and on loopback. All servers share one :class:`ClusterState` (what
+etcd and the replicated partition logs hold in a real cluster), so a fault is a change of that
+state or of a server's sockets, and every client-visible effect follows from the servers'
+behaviour, as on a real cluster:
+
+=============================  ======================================================
+fault                          what a client sees
+=============================  ======================================================
+``stop_node``                  its TCP/HTTP ports refuse; open connections get EOF/RST;
+                               its partitions vanish from lookups (no leader) until
+                               ``start_node`` or a failover (``failover=True``)
+``move_leader``                the old leader answers PUB ``E_FAILED_ON_NOT_LEADER``,
+                               lookups name the new leader
+``set_writable(..., False)``   PUB ``E_FAILED_ON_NOT_WRITABLE``; ``access=w`` lookups
+                               hide the partition, ``access=r`` still list it
+``stop_lookupd``               that lookupd refuses connections; if it led, another
+                               lookupd becomes leader (``/listlookup``)
+``cut_connections``            (proxied) every open client connection closes at once
+``stall``                      (proxied) connections stay open, nothing arrives
+``slow``                       (proxied) every response arrives ``seconds`` late
+=============================  ======================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from .lookupd import Lookupd
+from .proxy import TCPProxy
+from .state import ClusterState, NodeInfo, TopicInfo
+
+__all__ = ["DevCluster", "NodeProxies"]
+
+log = logging.getLogger("smartnsq.devcluster.cluster")
+
+V1_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
+MODES = ("youzan", "classic", "mixed")
+
+NodeRef = Any  # an index into ``cluster.nodes``, a node_id, a NodeInfo or a node object
+
+
+@dataclass
+class NodeProxies:
+    """The two proxies standing in front of one nsqd when the cluster is ``proxied``."""
+
+    tcp: TCPProxy
+    http: TCPProxy
+
+    def all(self) -> tuple[TCPProxy, TCPProxy]:
+        return self.tcp, self.http
+
+
+def _default_node_factory() -> Callable[..., Any]:
+    nsqd = importlib.import_module(".nsqd", __package__)  # the nsqd implementation
+
+    for name in ("NsqdNode", "Nsqd", "NSQD", "NsqdServer"):
+        factory = getattr(nsqd, name, None)
+        if factory is not None:
+            return factory  # type: ignore[no-any-return]
+    raise ImportError("smartnsq.devcluster.nsqd has no node class")
+
+
+def _call_with_supported(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Pass only the keyword arguments the factory accepts (None values are left out)."""
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return factory(*args, **kwargs)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return factory(*args, **kwargs)
+    return factory(*args, **{k: v for k, v in kwargs.items() if k in params})
+
+
+class DevCluster:
+    """An embedded NSQ cluster; use as ``async with DevCluster(...) as cluster:``.
+
+    ``mode``: ``"youzan"`` (``nodes`` youzan nsqd + ``lookupds`` youzan lookupds forming one
+    cluster), ``"classic"`` (``nodes`` classic nsqd 1.3 + classic lookupds) or ``"mixed"``
+    (youzan cluster with ``classic_nodes`` classic nsqd registered beside the youzan ones;
+    ``classic_nodes > 0`` with ``mode="youzan"`` means the same). ``tls`` and ``auth`` are
+    handed to every nsqd (see the nsqd module for their form). ``proxied=True`` puts a
+    :class:`TCPProxy` in front of each nsqd's TCP and HTTP port and makes the lookupds
+    advertise the proxies, enabling ``cut_connections``/``stall``/``slow``.
+    """
+
+    def __init__(self, nodes: int = 3, lookupds: int = 2, classic_nodes: int = 0,
+                 mode: str = "youzan", tls: Any = None, auth: Any = None, *,
+                 proxied: bool = False, host: str = "127.0.0.1",
+                 lookupd_http_ports: Sequence[int] = (),
+                 nsqd_tcp_ports: Sequence[int] = (), nsqd_http_ports: Sequence[int] = (),
+                 node_factory: Callable[..., Any] | None = None,
+                 state: ClusterState | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if nodes < 0 or lookupds < 0 or classic_nodes < 0:
+            raise ValueError("node and lookupd counts must be >= 0")
+        if mode == "youzan" and classic_nodes:
+            mode = "mixed"
+        if mode == "mixed" and not classic_nodes:
+            classic_nodes = 1
+        if mode == "classic":
+            classic_nodes, nodes = nodes + classic_nodes, 0
+        self.mode = mode
+        self.host = host
+        self.tls = tls
+        self.auth = auth
+        self.proxied = proxied
+        self.state = state if state is not None else ClusterState()
+        self._youzan_count = nodes
+        self._classic_count = classic_nodes
+        self._lookupd_count = lookupds
+        self._lookupd_ports = list(lookupd_http_ports)
+        self._tcp_ports = list(nsqd_tcp_ports)
+        self._http_ports = list(nsqd_http_ports)
+        self._node_factory = node_factory
+        self.lookupds: list[Lookupd] = []
+        self.nodes: list[Any] = []
+        self.proxies: dict[str, NodeProxies] = {}
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> DevCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        try:
+            await self._start_lookupds()
+            await self._start_nodes()
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("dev cluster up: lookupds %s, nsqd %s", self.lookupd_http_addresses,
+                 self.nsqd_tcp_addresses)
+
+    async def _start_lookupds(self) -> None:
+        classic = self.mode == "classic"
+        for i in range(self._lookupd_count):
+            port = self._lookupd_ports[i] if i < len(self._lookupd_ports) else 0
+            lookupd = Lookupd(self.state, host=self.host, http_port=port, classic=classic,
+                              name=f"nsqlookupd-{i + 1}", advertise=self._advertise)
+            self.lookupds.append(lookupd)
+            await lookupd.start()
+        if not classic and self.lookupds:
+            self.state.lookupd_leader = self.lookupds[0].node_id
+
+    async def _start_nodes(self) -> None:
+        factory = self._node_factory or _default_node_factory()
+        total = self._youzan_count + self._classic_count
+        for i in range(total):
+            classic = i >= self._youzan_count
+            node = _call_with_supported(
+                factory, self.state, host=self.host,
+                tcp_port=self._tcp_ports[i] if i < len(self._tcp_ports) else 0,
+                http_port=self._http_ports[i] if i < len(self._http_ports) else 0,
+                classic=classic, tls=self.tls, auth=self.auth, name=f"nsqd-{i + 1}")
+            self.nodes.append(node)
+            await node.start()
+            if self.proxied:
+                info = self.node_info(node)
+                proxies = NodeProxies(
+                    TCPProxy(self.host, info.tcp_port, host=self.host,
+                             name=f"nsqd-{i + 1}-tcp-proxy"),
+                    TCPProxy(self.host, info.http_port, host=self.host,
+                             name=f"nsqd-{i + 1}-http-proxy"))
+                for proxy in proxies.all():
+                    await proxy.start()
+                self.proxies[info.node_id] = proxies
+
+    async def stop(self) -> None:
+        """Stop everything: nodes, proxies, lookupds (in that order). Safe to call twice."""
+        for proxies in self.proxies.values():
+            for proxy in proxies.all():
+                with contextlib.suppress(Exception):
+                    await proxy.stop()
+        for node in reversed(self.nodes):
+            try:
+                await node.stop()
+            except Exception:
+                log.exception("stopping %r failed", node)
+        for lookupd in self.lookupds:
+            await lookupd.stop()
+        self._started = False
+
+    # -- addresses ------------------------------------------------------------------------------
+
+    def _advertise(self, info: NodeInfo) -> tuple[str, int, int]:
+        proxies = self.proxies.get(info.node_id)
+        if proxies is None:
+            return info.broadcast_address, info.tcp_port, info.http_port
+        return self.host, proxies.tcp.port, proxies.http.port
+
+    @property
+    def lookupd_http_addresses(self) -> list[str]:
+        """``host:port`` of every lookupd's HTTP API (stopped ones included)."""
+        return [lookupd.http_address for lookupd in self.lookupds]
+
+    @property
+    def nsqd_tcp_addresses(self) -> list[str]:
+        """``host:port`` clients connect to (the proxies when ``proxied``), in node order."""
+        out = []
+        for node in self.nodes:
+            address, tcp_port, _ = self._advertise(self.node_info(node))
+            out.append(f"{address}:{tcp_port}")
+        return out
+
+    @property
+    def nsqd_http_addresses(self) -> list[str]:
+        out = []
+        for node in self.nodes:
+            address, _, http_port = self._advertise(self.node_info(node))
+            out.append(f"{address}:{http_port}")
+        return out
+
+    @property
+    def youzan_nodes(self) -> list[Any]:
+        return [n for n in self.nodes if not self.node_info(n).classic]
+
+    @property
+    def classic_nodes(self) -> list[Any]:
+        return [n for n in self.nodes if self.node_info(n).classic]
+
+    @property
+    def leader_lookupd(self) -> Lookupd | None:
+        for lookupd in self.lookupds:
+            if lookupd.running and lookupd.is_leader:
+                return lookupd
+        return None
+
+    # -- node references ------------------------------------------------------------------------
+
+    def node_info(self, node: NodeRef) -> NodeInfo:
+        """The NodeInfo of a node given as index, node_id, NodeInfo or node object."""
+        if isinstance(node, NodeInfo):
+            return node
+        if isinstance(node, int):
+            node = self.nodes[node]
+        if isinstance(node, str):
+            return self.state.nodes[node]
+        info = getattr(node, "info", None)
+        if isinstance(info, NodeInfo):
+            return info
+        node_id = getattr(node, "node_id", None)
+        if isinstance(node_id, str) and node_id in self.state.nodes:
+            return self.state.nodes[node_id]
+        raise LookupError(f"not a node of this cluster: {node!r}")
+
+    def node(self, ref: NodeRef) -> Any:
+        """The node object for an index, node_id, NodeInfo or node object."""
+        if isinstance(ref, int):
+            return self.nodes[ref]
+        node_id = self.node_info(ref).node_id
+        for node in self.nodes:
+            if self.node_info(node).node_id == node_id:
+                return node
+        raise LookupError(f"not a node of this cluster: {ref!r}")
+
+    def leader_of(self, topic: str, partition: int = 0) -> Any | None:
+        """The node object leading a partition (None while it has no leader)."""
+        p = self.state.partition(topic, partition)
+        if p is None:
+            raise KeyError(f"{topic}/{partition}")
+        return None if p.leader is None else self.node(p.leader)
+
+    def _lookupd(self, ref: int | Lookupd) -> Lookupd:
+        return self.lookupds[ref] if isinstance(ref, int) else ref
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int = 1, replicas: int = 1, *,
+                           ordered: bool = False, ext: bool = False,
+                           multipart: bool | None = None,
+                           disable_channel_auto_create: bool = False,
+                           channels: Sequence[str] | None = ("default",),
+                           timeout: float = 10.0) -> TopicInfo:
+        """Create a topic the way an operator does, and return once it is writable.
+
+        Youzan/mixed: ``POST /topic/create`` on the leader lookupd, then ``/channel/create`` on
+        each partition's leader nsqd for every channel (``access=w`` lookups hide partitions
+        without a channel), then wait until an ``access=w`` lookup lists every partition.
+        ``multipart`` defaults to what the cluster needs (partitions x replicas > nodes).
+        Classic: ``/topic/create`` and ``/channel/create`` on every classic nsqd.
+        Raises ``RuntimeError`` with the server's message if a server refuses.
+        """
+        channels = list(channels or ())
+        async with httpx.AsyncClient(headers=V1_ACCEPT, timeout=timeout) as client:
+            if self.mode == "classic":
+                await self._create_classic_topic(client, name, channels)
+                return self.state.topics[name]
+            await asyncio.wait_for(
+                self._create_youzan_topic(client, name, partitions, replicas, ordered, ext,
+                                          multipart, disable_channel_auto_create, channels),
+                timeout)
+            return self.state.topics[name]
+
+    async def _create_youzan_topic(self, client: httpx.AsyncClient, name: str,
+                                   partitions: int, replicas: int, ordered: bool, ext: bool,
+                                   multipart: bool | None, disable_auto: bool,
+                                   channels: list[str]) -> None:
+        leader = self.leader_lookupd
+        if leader is None:
+            raise RuntimeError("no lookupd is leading: start one with start_lookupd()")
+        if multipart is None:
+            alive = len(self.state.youzan_nodes())
+            multipart = not ordered and partitions * replicas > alive
+        params = {"topic": name, "partition_num": str(partitions), "replicator": str(replicas)}
+        for key, flag in (("orderedmulti", ordered), ("extend", ext), ("multipart", multipart),
+                          ("disable_channel_auto_create", disable_auto)):
+            if flag:
+                params[key] = "true"
+        resp = await client.post(f"http://{leader.http_address}/topic/create", params=params)
+        if resp.status_code != 200:
+            raise RuntimeError(f"topic/create {name}: {resp.status_code} {resp.text}")
+        info = self.state.topics[name]
+        for channel in channels:
+            if disable_auto:
+                resp = await client.post(f"http://{leader.http_address}/channel/create",
+                                         params={"topic": name, "channel": channel})
+                if resp.status_code != 200 and "already registered" not in resp.text:
+                    raise RuntimeError(f"lookupd channel/create {channel}: {resp.text}")
+            for p in info.partitions:
+                await self._create_channel(client, name, p.partition, channel)
+        if channels:
+            await self._wait_writable(client, name, partitions)
+
+    async def _create_channel(self, client: httpx.AsyncClient, topic: str, partition: int,
+                              channel: str) -> None:
+        """``/channel/create`` on the partition's current leader, retried while it moves."""
+        while True:
+            p = self.state.partition(topic, partition)
+            leader = None if p is None or p.leader is None else self.state.nodes.get(p.leader)
+            if leader is not None and leader.alive:
+                resp = await client.post(
+                    f"http://{leader.broadcast_address}:{leader.http_port}/channel/create",
+                    params={"topic": topic, "partition": str(partition), "channel": channel})
+                if resp.status_code == 200:
+                    return
+                if "E_FAILED_ON_NOT_LEADER" not in resp.text:
+                    raise RuntimeError(
+                        f"channel/create {topic}/{partition}/{channel}: {resp.text}")
+            await asyncio.sleep(0.01)
+
+    async def _wait_writable(self, client: httpx.AsyncClient, topic: str,
+                             partitions: int) -> None:
+        while True:
+            for lookupd in self.lookupds:
+                if not lookupd.running:
+                    continue
+                resp = await client.get(f"http://{lookupd.http_address}/lookup",
+                                        params={"topic": topic, "access": "w"})
+                if resp.status_code == 200 and len(resp.json()["partitions"]) == partitions:
+                    return
+                break
+            await asyncio.sleep(0.01)
+
+    async def _create_classic_topic(self, client: httpx.AsyncClient, name: str,
+                                    channels: list[str]) -> None:
+        for node in self.classic_nodes:
+            info = self.node_info(node)
+            base = f"http://{info.broadcast_address}:{info.http_port}"
+            resp = await client.post(f"{base}/topic/create", params={"topic": name})
+            if resp.status_code != 200:
+                raise RuntimeError(f"topic/create {name} on {info.node_id}: {resp.text}")
+            for channel in channels:
+                resp = await client.post(f"{base}/channel/create",
+                                         params={"topic": name, "channel": channel})
+                if resp.status_code != 200:
+                    raise RuntimeError(f"channel/create {name}/{channel}: {resp.text}")
+
+    async def delete_topic(self, name: str) -> None:
+        self.state.delete_topic(name)
+
+    # -- faults: nodes and partitions -----------------------------------------------------------
+
+    async def stop_node(self, ref: NodeRef, *, failover: bool = False) -> None:
+        """Stop an nsqd as a crash would (sockets close, data kept in the state).
+
+        Its partitions keep it as leader, so lookups list no leader for them, as a real
+        cluster does until etcd's session expires; ``failover=True`` moves each one to an
+        alive replica at once instead.
+        """
+        node = self.node(ref)
+        info = self.node_info(node)
+        proxies = self.proxies.get(info.node_id)
+        if proxies is not None:
+            for proxy in proxies.all():
+                await proxy.refuse()
+                proxy.cut()
+        await node.stop()
+        info.alive = False
+        if failover:
+            for topic in list(self.state.topics.values()):
+                for p in topic.partitions:
+                    if p.leader == info.node_id:
+                        self.state.move_leader(topic.name, p.partition)
+
+    async def start_node(self, ref: NodeRef) -> None:
+        """Restart a stopped nsqd on the same ports; it serves what it still leads."""
+        node = self.node(ref)
+        await node.start()
+        info = self.node_info(node)
+        info.alive = True
+        proxies = self.proxies.get(info.node_id)
+        if proxies is not None:
+            for proxy in proxies.all():
+                await proxy.accept()
+
+    def move_leader(self, topic: str, partition: int, to: NodeRef | None = None) -> Any:
+        """Hand a partition's leadership to ``to`` (default: the next alive replica).
+
+        Returns the new leader node. The old leader then answers ``E_FAILED_ON_NOT_LEADER``.
+        """
+        target = None if to is None else self.node_info(to).node_id
+        new = self.state.move_leader(topic, partition, target)
+        return None if new is None else self.node(new)
+
+    def set_writable(self, topic: str, partition: int, writable: bool) -> None:
+        """Disable (or re-enable) writes on a partition, as during an ISR shortage."""
+        self.state.set_writable(topic, partition, writable)
+
+    def tombstone(self, ref: NodeRef, tombstoned: bool = True) -> None:
+        """Hide a node from ``access=w`` lookups (``/topic/tombstone``), or restore it."""
+        self.node_info(ref).tombstoned = tombstoned
+
+    # -- faults: lookupds -----------------------------------------------------------------------
+
+    async def stop_lookupd(self, ref: int | Lookupd) -> None:
+        """Stop a lookupd (its port refuses); if it led, the next alive one takes over."""
+        lookupd = self._lookupd(ref)
+        await lookupd.stop()
+        if self.mode != "classic" and self.state.lookupd_leader == lookupd.node_id:
+            alive = [lk for lk in self.lookupds if lk.running]
+            self.state.lookupd_leader = alive[0].node_id if alive else None
+
+    async def start_lookupd(self, ref: int | Lookupd) -> None:
+        """Restart a lookupd on its old port; it follows (or leads, if none does)."""
+        await self._lookupd(ref).start()
+
+    # -- faults: connections (proxied clusters) -------------------------------------------------
+
+    def _proxies(self, ref: NodeRef | None, which: str) -> list[TCPProxy]:
+        if not self.proxied:
+            raise RuntimeError("connection faults need DevCluster(proxied=True)")
+        if which not in ("tcp", "http", "both"):
+            raise ValueError("which must be 'tcp', 'http' or 'both'")
+        selected = (list(self.proxies.values()) if ref is None
+                    else [self.proxies[self.node_info(ref).node_id]])
+        out: list[TCPProxy] = []
+        for proxies in selected:
+            if which in ("tcp", "both"):
+                out.append(proxies.tcp)
+            if which in ("http", "both"):
+                out.append(proxies.http)
+        return out
+
+    def cut_connections(self, node: NodeRef | None = None, which: str = "tcp") -> int:
+        """Close every open client connection to a node (all nodes if None); returns the count."""
+        return sum(proxy.cut() for proxy in self._proxies(node, which))
+
+    def stall(self, node: NodeRef | None = None, which: str = "tcp") -> None:
+        """Stop forwarding to/from a node (all if None); connections stay open and silent."""
+        for proxy in self._proxies(node, which):
+            proxy.stall()
+
+    def resume(self, node: NodeRef | None = None, which: str = "both") -> None:
+        """Undo ``stall``; held bytes are delivered in order."""
+        for proxy in self._proxies(node, which):
+            proxy.resume()
+
+    def slow(self, node: NodeRef | None = None, seconds: float = 0.5,
+             which: str = "tcp") -> None:
+        """Deliver every response from a node (all if None) ``seconds`` late (0 undoes it)."""
+        for proxy in self._proxies(node, which):
+            proxy.set_delay(response=seconds, request=proxy.request_delay)
+
+    # -- presentation ---------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """A human summary of the addresses (what ``python -m smartnsq.devcluster`` prints)."""
+        lines = [f"smartnsq dev cluster ({self.mode})"]
+        for lookupd in self.lookupds:
+            role = " (leader)" if lookupd.is_leader else ""
+            lines.append(f"  nsqlookupd http://{lookupd.http_address}{role}")
+        for node, tcp, http in zip(self.nodes, self.nsqd_tcp_addresses,
+                                   self.nsqd_http_addresses, strict=True):
+            kind = "classic nsqd" if self.node_info(node).classic else "nsqd"
+            lines.append(f"  {kind} tcp {tcp} http http://{http}")
+        return "\n".join(lines)
