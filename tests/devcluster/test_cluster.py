@@ -1,0 +1,332 @@
+"""DevCluster lifecycle, topic creation and fault injection, observed with raw clients.
+
+HTTP is observed with httpx, TCP with asyncio streams. Until ``smartnsq.devcluster.nsqd``
+exists these tests run the cluster with ``LineNode`` (a real-socket stand-in that registers
+itself and answers ``/channel/create``); the nsqd-specific observations (errors after a move)
+live in test_cluster_nsqd.py and run against the real nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from smartnsq.devcluster import DevCluster
+from smartnsq.devcluster.httpserver import V1 as V1_STYLE
+from smartnsq.devcluster.httpserver import HTTPError, HTTPServer, Request
+from smartnsq.devcluster.state import ClusterState, NodeInfo
+
+V1 = {"Accept": "application/vnd.nsq; version=1.0"}
+TIMEOUT = 5.0
+HAVE_NSQD = importlib.util.find_spec("smartnsq.devcluster.nsqd") is not None
+
+
+class LineNode:
+    """A node that registers like nsqd, serves ``/channel/create`` and echoes TCP lines."""
+
+    def __init__(self, state: ClusterState, *, host: str = "127.0.0.1", tcp_port: int = 0,
+                 http_port: int = 0, classic: bool = False, name: str = "node") -> None:
+        self.state = state
+        self.host = host
+        self.classic = classic
+        self.name = name
+        self._tcp_port = tcp_port
+        self.http = HTTPServer(host, http_port, classic=classic, name=name)
+        self.http.route("POST", "/channel/create", self._channel_create, V1_STYLE)
+        self.http.route("POST", "/topic/create", self._topic_create, V1_STYLE)
+        self.tcp: asyncio.Server | None = None
+        self.info: NodeInfo | None = None
+
+    async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                writer.write(line)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _channel_create(self, req: Request) -> None:
+        assert self.info is not None
+        p = self.state.partition(req.arg("topic"), int(req.arg("partition") or 0))
+        if p is None:
+            raise HTTPError(404, "E_TOPIC_NOT_EXIST")
+        if p.leader != self.info.node_id:
+            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER")
+        p.channels[req.arg("channel")] = object()
+
+    async def _topic_create(self, req: Request) -> None:
+        from smartnsq.devcluster.state import PartitionInfo, TopicInfo
+
+        assert self.info is not None
+        name = req.arg("topic")
+        info = self.state.topics.setdefault(name, TopicInfo(name, 0, 0, classic=True))
+        info.partitions.append(PartitionInfo(name, 0, self.info.node_id, [self.info.node_id]))
+
+    async def start(self) -> None:
+        self.tcp = await asyncio.start_server(self._echo, self.host, self._tcp_port,
+                                              reuse_address=True)
+        self._tcp_port = self.tcp.sockets[0].getsockname()[1]
+        await self.http.start()
+        if self.info is None:
+            port = self._tcp_port
+            node_id = f"{self.host}:{port}" if self.classic else f"{self.host}:0:{port}:x"
+            self.info = NodeInfo(node_id, self.host, port, self.http.port, self.name,
+                                 classic=self.classic)
+            self.state.nodes[node_id] = self.info
+        self.info.alive = True
+
+    async def stop(self) -> None:
+        if self.tcp is not None:
+            self.tcp.close()
+            self.tcp = None
+        await self.http.stop()
+        if self.info is not None:
+            self.info.alive = False
+
+
+def make_cluster(**kwargs: Any) -> DevCluster:
+    if not HAVE_NSQD:
+        kwargs.setdefault("node_factory", LineNode)
+    return DevCluster(**kwargs)
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[DevCluster]:
+    async with make_cluster(nodes=3, lookupds=2) as c:
+        yield c
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(headers=V1, timeout=TIMEOUT) as c:
+        yield c
+
+
+async def lookup(client: httpx.AsyncClient, cluster: DevCluster, topic: str,
+                 access: str = "r", lookupd: int = 0) -> dict[str, Any]:
+    resp = await client.get(f"http://{cluster.lookupd_http_addresses[lookupd]}/lookup",
+                            params={"topic": topic, "access": access})
+    assert resp.status_code == 200, resp.text
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+def tcp_of(data: dict[str, Any]) -> dict[str, str]:
+    return {pid: f"{p['broadcast_address']}:{p['tcp_port']}"
+            for pid, p in data["partitions"].items()}
+
+
+async def test_lifecycle_addresses_and_refusal_after_stop(client: httpx.AsyncClient) -> None:
+    cluster = make_cluster(nodes=2, lookupds=2)
+    async with cluster:
+        assert len(cluster.nodes) == 2 and len(cluster.lookupds) == 2
+        assert len(cluster.nsqd_tcp_addresses) == 2
+        for address in cluster.lookupd_http_addresses:
+            resp = await client.get(f"http://{address}/ping")
+            assert resp.text == "OK"
+        listed = (await client.get(f"http://{cluster.lookupd_http_addresses[1]}/listlookup"))
+        assert listed.json()["lookupdleader"]["ID"] == cluster.lookupds[0].node_id
+        nodes = (await client.get(f"http://{cluster.lookupd_http_addresses[0]}/nodes")).json()
+        assert sorted(f"{n['broadcast_address']}:{n['tcp_port']}" for n in nodes["producers"]
+                      ) == sorted(cluster.nsqd_tcp_addresses)
+        assert "smartnsq dev cluster (youzan)" in cluster.describe()
+    for address in [*cluster.lookupd_http_addresses, *cluster.nsqd_http_addresses]:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(f"http://{address}/ping")
+    host, port = cluster.nsqd_tcp_addresses[0].split(":")
+    with pytest.raises(OSError):
+        await asyncio.open_connection(host, int(port))
+
+
+async def test_create_topic_returns_when_writable(cluster: DevCluster,
+                                                  client: httpx.AsyncClient) -> None:
+    info = await cluster.create_topic("orders", partitions=3, replicas=2, channels=["a", "b"])
+    assert info.partition_num == 3 and info.replica == 2 and info.multipart
+    data = await lookup(client, cluster, "orders", "w")
+    assert set(data["partitions"]) == {"0", "1", "2"}
+    assert sorted(data["channels"]) == ["a", "b"]
+    assert set(tcp_of(data).values()) <= set(cluster.nsqd_tcp_addresses)
+    ordered = await cluster.create_topic("seq", partitions=2, replicas=1, ordered=True)
+    assert ordered.ordered
+    resp = await client.get(f"http://{cluster.lookupd_http_addresses[1]}/lookup",
+                            params={"topic": "seq", "access": "w", "metainfo": "true"})
+    assert resp.json()["meta"]["ordered"] is True
+    bare = await cluster.create_topic("bare", channels=[])
+    assert bare.partition_num == 1
+    resp = await client.get(f"http://{cluster.lookupd_http_addresses[0]}/lookup",
+                            params={"topic": "bare", "access": "w"})
+    assert resp.status_code == 404  # no channel yet: hidden from writers, as on a real cluster
+
+
+async def test_create_topic_reports_refusals(cluster: DevCluster) -> None:
+    with pytest.raises(RuntimeError, match="INVALID_ARG_TOPIC"):
+        await cluster.create_topic("bad*name")
+    with pytest.raises(RuntimeError, match="No node is available"):
+        await cluster.create_topic("big", partitions=2, replicas=4)
+
+
+async def test_stop_node_hides_its_partitions_until_restart(cluster: DevCluster,
+                                                            client: httpx.AsyncClient) -> None:
+    await cluster.create_topic("t", partitions=3, replicas=1)
+    victim = cluster.leader_of("t", 0)
+    address = f"{cluster.node_info(victim).broadcast_address}:" \
+              f"{cluster.node_info(victim).tcp_port}"
+    await cluster.stop_node(victim)
+    host, port = address.split(":")
+    with pytest.raises(OSError):
+        await asyncio.open_connection(host, int(port))
+    for access in ("r", "w"):
+        assert "0" not in (await lookup(client, cluster, "t", access))["partitions"]
+    await cluster.start_node(victim)
+    _reader, writer = await asyncio.open_connection(host, int(port))  # same port again
+    writer.close()
+    assert tcp_of(await lookup(client, cluster, "t", "w"))["0"] == address
+
+
+async def test_stop_node_with_failover_moves_leadership(cluster: DevCluster,
+                                                        client: httpx.AsyncClient) -> None:
+    await cluster.create_topic("t", partitions=1, replicas=2)
+    old = cluster.leader_of("t", 0)
+    await cluster.stop_node(old, failover=True)
+    new = cluster.leader_of("t", 0)
+    assert new is not old
+    data = await lookup(client, cluster, "t", "r")
+    assert tcp_of(data)["0"] == cluster.node_info(new).tcp_address
+
+
+async def test_move_leader_changes_lookups(cluster: DevCluster,
+                                           client: httpx.AsyncClient) -> None:
+    await cluster.create_topic("t", partitions=1, replicas=2)
+    old = cluster.leader_of("t", 0)
+    new = cluster.move_leader("t", 0)
+    assert new is not old and cluster.leader_of("t", 0) is new
+    data = await lookup(client, cluster, "t", "r")
+    assert tcp_of(data)["0"] == cluster.node_info(new).tcp_address
+    third = next(n for n in cluster.nodes if n is not old and n is not new)
+    assert cluster.move_leader("t", 0, to=third) is third
+    assert cluster.move_leader("t", 0, to=cluster.nodes.index(old)) is old
+
+
+async def test_set_writable_hides_partition_from_writers(cluster: DevCluster,
+                                                         client: httpx.AsyncClient) -> None:
+    await cluster.create_topic("t", partitions=2, replicas=1)
+    cluster.set_writable("t", 1, False)
+    assert set((await lookup(client, cluster, "t", "w"))["partitions"]) == {"0"}
+    assert set((await lookup(client, cluster, "t", "r"))["partitions"]) == {"0", "1"}
+    cluster.set_writable("t", 1, True)
+    assert set((await lookup(client, cluster, "t", "w"))["partitions"]) == {"0", "1"}
+
+
+async def test_stop_lookupd_refuses_and_leadership_passes(cluster: DevCluster,
+                                                          client: httpx.AsyncClient) -> None:
+    first, second = cluster.lookupd_http_addresses
+    await cluster.stop_lookupd(0)
+    with pytest.raises(httpx.ConnectError):
+        await client.get(f"http://{first}/ping")
+    listed = (await client.get(f"http://{second}/listlookup")).json()
+    assert listed["lookupdleader"]["HttpPort"] == second.split(":")[1]
+    assert len(listed["lookupdnodes"]) == 1
+    await cluster.create_topic("after", partitions=1)  # goes to the new leader
+    await cluster.start_lookupd(0)
+    assert cluster.lookupd_http_addresses[0] == first
+    assert (await client.get(f"http://{first}/ping")).text == "OK"
+    resp = await client.post(f"http://{first}/topic/create",
+                             params={"topic": "x", "partition_num": "1", "replicator": "1"})
+    assert resp.json() == {"message": "E_FAILED_ON_NOT_LEADER"}  # it came back as follower
+
+
+async def test_proxied_cluster_advertises_proxies_and_injects_faults(
+        client: httpx.AsyncClient) -> None:
+    async with make_cluster(nodes=2, lookupds=1, proxied=True) as cluster:
+        await cluster.create_topic("t", partitions=2, replicas=1)
+        data = await lookup(client, cluster, "t", "w")
+        advertised = set(tcp_of(data).values())
+        assert advertised == set(cluster.nsqd_tcp_addresses)
+        direct = {cluster.node_info(n).tcp_address for n in cluster.nodes}
+        assert not advertised & direct
+        if HAVE_NSQD:
+            return  # the nsqd-specific fault observations are in test_cluster_nsqd.py
+        host, port = cluster.nsqd_tcp_addresses[0].split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"hello\n")
+        assert await asyncio.wait_for(reader.readline(), TIMEOUT) == b"hello\n"
+        cluster.stall(0)
+        writer.write(b"held\n")
+        pending = asyncio.ensure_future(reader.readline())
+        done, _ = await asyncio.wait([pending], timeout=0.2)
+        assert not done
+        cluster.resume(0)
+        assert await asyncio.wait_for(pending, TIMEOUT) == b"held\n"
+        cluster.slow(0, 0.05)
+        writer.write(b"late\n")
+        assert await asyncio.wait_for(reader.readline(), TIMEOUT) == b"late\n"
+        cluster.slow(0, 0)
+        assert cluster.cut_connections(0) == 1
+        try:
+            eof = await asyncio.wait_for(reader.read(10), TIMEOUT)
+        except ConnectionResetError:
+            eof = b""
+        assert eof == b""
+
+
+async def test_connection_faults_need_proxied(cluster: DevCluster) -> None:
+    with pytest.raises(RuntimeError, match="proxied=True"):
+        cluster.cut_connections()
+
+
+async def test_classic_cluster(client: httpx.AsyncClient) -> None:
+    async with make_cluster(nodes=2, lookupds=1, mode="classic") as cluster:
+        assert all(cluster.node_info(n).classic for n in cluster.nodes)
+        address = cluster.lookupd_http_addresses[0]
+        assert (await client.get(f"http://{address}/listlookup")).status_code == 404
+        assert (await client.get(f"http://{address}/info")).json() == {"version": "1.3.0"}
+        resp = await client.get(f"http://{address}/lookup", params={"topic": "nope"})
+        assert resp.status_code == 404
+        await cluster.create_topic("legacy", channels=[])
+        data = (await client.get(f"http://{address}/lookup", params={"topic": "legacy"})).json()
+        assert "partitions" not in data
+        assert sorted(f"{p['broadcast_address']}:{p['tcp_port']}" for p in data["producers"]
+                      ) == sorted(cluster.nsqd_tcp_addresses)
+
+
+async def test_mixed_cluster_has_both_kinds(client: httpx.AsyncClient) -> None:
+    async with make_cluster(nodes=2, lookupds=1, classic_nodes=1) as cluster:
+        assert cluster.mode == "mixed"
+        assert len(cluster.youzan_nodes) == 2 and len(cluster.classic_nodes) == 1
+        nodes = (await client.get(f"http://{cluster.lookupd_http_addresses[0]}/nodes")).json()
+        versions = sorted(n["version"] for n in nodes["producers"])
+        assert versions == ["0.3.7-HA.1.13.0", "0.3.7-HA.1.13.0", "1.3.0"]
+
+
+@pytest.mark.skipif(not HAVE_NSQD, reason="the fixtures use the real nsqd nodes")
+async def test_pytest_fixture_gives_a_started_cluster(nsq_cluster: DevCluster,
+                                                      client: httpx.AsyncClient) -> None:
+    assert len(nsq_cluster.nodes) == 3 and len(nsq_cluster.lookupds) == 2
+    for address in nsq_cluster.lookupd_http_addresses:
+        assert (await client.get(f"http://{address}/ping")).text == "OK"
+
+
+@pytest.mark.skipif(not HAVE_NSQD, reason="the fixtures use the real nsqd nodes")
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_pytest_marker_shapes_the_fixture(nsq_cluster: DevCluster) -> None:
+    assert len(nsq_cluster.nodes) == 1 and len(nsq_cluster.lookupds) == 1
+
+
+@pytest.mark.skipif(not HAVE_NSQD, reason="the fixtures use the real nsqd nodes")
+async def test_pytest_factory_fixture(nsq_cluster_factory: Any) -> None:
+    cluster = await nsq_cluster_factory(nodes=1, lookupds=1, mode="classic")
+    assert cluster.mode == "classic" and len(cluster.nodes) == 1
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        DevCluster(mode="nope")
+    with pytest.raises(ValueError):
+        DevCluster(nodes=-1)
