@@ -62,6 +62,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from email.utils import formatdate
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -384,7 +385,12 @@ class HTTPServer:
             headers.append(("Transfer-Encoding", "chunked"))
         else:
             headers.append(("Content-Length", str(len(response.body))))
-        out = conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
+        try:
+            reason = HTTPStatus(response.status).phrase.encode()
+        except ValueError:
+            reason = b""
+        out = conn.send(h11.Response(status_code=response.status, headers=headers,
+                                     reason=reason)) or b""
         if response.body:
             out += conn.send(h11.Data(data=response.body)) or b""
         out += conn.send(h11.EndOfMessage()) or b""
