@@ -12,7 +12,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .cluster import MODES, DevCluster
 
@@ -54,14 +54,15 @@ def _topic_spec(spec: str) -> tuple[str, int, int]:
     return name, partitions, replicas
 
 
-async def run(args: argparse.Namespace, stop: asyncio.Event | None = None) -> None:
+async def run(args: argparse.Namespace, stop: asyncio.Event | None = None, *,
+              make_cluster: Callable[..., DevCluster] = DevCluster) -> None:
     """Start the cluster, print it, and serve until ``stop`` is set (or SIGINT/SIGTERM)."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
-    cluster = DevCluster(
+    cluster = make_cluster(
         nodes=args.nodes, lookupds=args.lookupds, classic_nodes=args.classic_nodes,
         mode=args.mode, proxied=args.proxied, host=args.host,
         lookupd_http_ports=args.lookupd_port, nsqd_tcp_ports=args.nsqd_tcp_port,

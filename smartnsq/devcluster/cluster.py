@@ -146,13 +146,28 @@ class DevCluster:
             return
         self._started = True
         try:
-            await self._start_lookupds()
-            await self._start_nodes()
+            if self.lookupds or self.nodes:  # started before: bring the same servers back
+                await self._restart()
+            else:
+                await self._start_lookupds()
+                await self._start_nodes()
         except BaseException:
             await self.stop()
             raise
         log.info("dev cluster up: lookupds %s, nsqd %s", self.lookupd_http_addresses,
                  self.nsqd_tcp_addresses)
+
+    async def _restart(self) -> None:
+        for lookupd in self.lookupds:
+            await lookupd.start()
+        if self.mode != "classic" and self.leader_lookupd is None and self.lookupds:
+            self.state.lookupd_leader = self.lookupds[0].node_id
+        for node in self.nodes:
+            await node.start()
+            self.node_info(node).alive = True
+        for proxies in self.proxies.values():
+            for proxy in proxies.all():
+                await proxy.start()
 
     async def _start_lookupds(self) -> None:
         classic = self.mode == "classic"

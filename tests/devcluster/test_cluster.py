@@ -330,3 +330,49 @@ def test_bad_arguments() -> None:
         DevCluster(mode="nope")
     with pytest.raises(ValueError):
         DevCluster(nodes=-1)
+
+
+async def test_a_stopped_cluster_restarts_on_the_same_addresses(
+        client: httpx.AsyncClient) -> None:
+    cluster = make_cluster(nodes=1, lookupds=1, proxied=True)
+    async with cluster:
+        await cluster.create_topic("t")
+        addresses = (cluster.lookupd_http_addresses, cluster.nsqd_tcp_addresses)
+    async with cluster:
+        assert (cluster.lookupd_http_addresses, cluster.nsqd_tcp_addresses) == addresses
+        assert len(cluster.nodes) == 1
+        assert set((await lookup(client, cluster, "t", "w"))["partitions"]) == {"0"}
+
+
+async def test_command_line_run_prints_addresses(capsys: pytest.CaptureFixture[str],
+                                                 client: httpx.AsyncClient) -> None:
+    from smartnsq.devcluster.__main__ import build_parser, run
+
+    args = build_parser().parse_args(["--nodes", "2", "--lookupds", "1", "--topic", "demo:2",
+                                      "--channel", "c1"])
+    stop = asyncio.Event()
+
+    def factory(**kwargs: Any) -> DevCluster:
+        return make_cluster(**kwargs)
+
+    task = asyncio.create_task(run(args, stop, make_cluster=factory))
+    out = ""
+    while "running" not in out:
+        await asyncio.sleep(0.01)  # polling the printed output: run() has no other signal
+        assert not task.done()
+        out += capsys.readouterr().out
+    values = dict(line.split("=", 1) for line in out.splitlines() if line.startswith("NS"))
+    assert len(values["NSQD_TCP"].split(",")) == 2
+    resp = await client.get(f"http://{values['NSQLOOKUPD_HTTP']}/lookup",
+                            params={"topic": "demo", "access": "w"})
+    assert set(resp.json()["partitions"]) == {"0", "1"} and resp.json()["channels"] == ["c1"]
+    stop.set()
+    await asyncio.wait_for(task, TIMEOUT)
+
+
+def test_command_line_rejects_bad_topic_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    from smartnsq.devcluster import main
+
+    with pytest.raises(SystemExit):
+        main(["--topic", "a:b:c:d"])
+    assert "NAME[:PARTITIONS[:REPLICAS]]" in capsys.readouterr().err
