@@ -1,4 +1,4 @@
-"""The shared truth of a dev cluster: what etcd and the replicated partition logs hold in a real one.
+"""The shared truth of a dev cluster: what etcd and the replicated partition logs hold in reality.
 
 Real youzan NSQ keeps topic metadata and partition leadership in etcd and replicates each
 partition's log to its replicas. In the dev cluster one in-process ``ClusterState`` plays both
@@ -10,15 +10,17 @@ does in the real cluster.
 
 from __future__ import annotations
 
+import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 YOUZAN_VERSION = "0.3.7-HA.1.13.0"
 CLASSIC_VERSION = "1.3.0"
 
-# internal ids are (partition << 50) | sequence; a new partition's first id was seq 2 on the real server
+# internal ids are (partition << 50) | sequence; a new partition's first id was seq 2 on the
+# real server
 FIRST_SEQUENCE = 2
 # bytes a message occupies in youzan's disk queue beyond its body (tcp_14: 9-byte body -> 39)
 RAW_OVERHEAD = 30
@@ -57,7 +59,7 @@ class LookupdInfo:
     alive: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class StoredMessage:
     """A committed message in a partition log."""
 
@@ -68,20 +70,40 @@ class StoredMessage:
     ext: bytes | None  # JSON header text for ext topics, None otherwise
     queue_offset: int
     raw_size: int
+    tag: str = ""  # the ext header's ##client_dispatch_tag (desired_tag dispatch)
+    deliver_after: float = 0.0  # classic DPUB: time.monotonic() before which it is deferred
+
+
+# one message of a batch append: (body, trace_id, ext JSON or None, dispatch tag)
+BatchItem = tuple[bytes, int, "bytes | None", str]
 
 
 @dataclass
 class PartitionLog:
-    """Append-only log of one partition: ids, queue offsets and raw sizes as youzan assigns them."""
+    """Append-only log of one partition: ids, queue offsets and raw sizes as youzan assigns them.
+
+    ``watchers`` are called after every append (channels wake their consumers from it).
+    ``claimed`` serves classic topics: messages below it were handed to channels; a topic
+    without channels keeps the rest for its first channel, as classic nsqd's topic queue does.
+    """
 
     partition: int
     messages: list[StoredMessage] = field(default_factory=list)
     next_sequence: int = FIRST_SEQUENCE
     end_offset: int = 0
+    claimed: int = 0
+    watchers: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
-    def append(self, body: bytes, trace_id: int = 0, ext: bytes | None = None,
-               timestamp: int | None = None) -> StoredMessage:
-        raw_size = RAW_OVERHEAD + len(body) + (len(ext) + 3 if ext else 0)
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def _new(self, body: bytes, trace_id: int, ext: bytes | None, timestamp: int | None,
+             ext_topic: bool, tag: str, deliver_after: float) -> StoredMessage:
+        # youzan's disk format: 4-byte size + 26-byte header + [ext version [+ length + JSON]]
+        if ext is not None:
+            raw_size = RAW_OVERHEAD + len(body) + len(ext) + 3
+        else:
+            raw_size = RAW_OVERHEAD + len(body) + (1 if ext_topic else 0)
         msg = StoredMessage(
             internal_id=(self.partition << 50) | self.next_sequence,
             trace_id=trace_id,
@@ -90,11 +112,61 @@ class PartitionLog:
             ext=ext,
             queue_offset=self.end_offset,
             raw_size=raw_size,
+            tag=tag,
+            deliver_after=deliver_after,
         )
         self.next_sequence += 1
         self.end_offset += raw_size
         self.messages.append(msg)
         return msg
+
+    def append(self, body: bytes, trace_id: int = 0, ext: bytes | None = None,
+               timestamp: int | None = None, *, ext_topic: bool = False, tag: str = "",
+               deliver_after: float = 0.0) -> StoredMessage:
+        """Commit one message. ``ext_topic``: the topic is ext (its messages carry an ext byte)."""
+        msg = self._new(body, trace_id, ext, timestamp, ext_topic, tag, deliver_after)
+        self.notify()
+        return msg
+
+    def append_batch(self, items: Iterable[BatchItem], *,
+                     ext_topic: bool = False) -> list[StoredMessage]:
+        """Commit several messages at once (MPUB): consecutive ids and offsets, one wake-up."""
+        now = time.time_ns()
+        out = [self._new(body, trace_id, ext, now, ext_topic, tag, 0.0)
+               for body, trace_id, ext, tag in items]
+        self.notify()
+        return out
+
+    def notify(self) -> None:
+        for watcher in list(self.watchers):
+            watcher()
+
+    # -- searches (SUB_ADVANCED start positions, /channel/setoffset) -------------------------
+
+    def index_at_offset(self, offset: int) -> int | None:
+        """Index of the message holding queue ``offset`` (the end index at the end offset)."""
+        if offset == self.end_offset:
+            return len(self.messages)
+        if not 0 <= offset < self.end_offset or not self.messages:
+            return None
+        i = bisect.bisect_right(self.messages, offset, key=lambda m: m.queue_offset) - 1
+        return max(i, 0)
+
+    def index_at_time(self, timestamp_ns: int) -> int:
+        """Index of the first message stamped at or after ``timestamp_ns`` (else the end)."""
+        for i, msg in enumerate(self.messages):
+            if msg.timestamp >= timestamp_ns:
+                return i
+        return len(self.messages)
+
+    def find(self, internal_id: int) -> StoredMessage | None:
+        """The message with this internal id (ids are consecutive within a partition)."""
+        if not self.messages:
+            return None
+        i = (internal_id & ((1 << 50) - 1)) - (self.messages[0].internal_id & ((1 << 50) - 1))
+        if 0 <= i < len(self.messages) and self.messages[i].internal_id == internal_id:
+            return self.messages[i]
+        return None
 
 
 @dataclass
@@ -152,6 +224,9 @@ class ClusterState:
         self.lookupd_leader: str | None = None
         self.topics: dict[str, TopicInfo] = {}
         self.listeners: list[Listener] = []
+        # classic data whose topic name is taken by a youzan topic (mixed clusters):
+        # kept for the classic node, invisible to lookupd
+        self._classic_shadow: dict[tuple[str, str], PartitionInfo] = {}
 
     def emit(self, event: str, **details: Any) -> None:
         for listener in list(self.listeners):
@@ -173,6 +248,68 @@ class ClusterState:
         if info is None:
             return []
         return [p for p in info.partitions if p.leader == node_id]
+
+    def held_by(self, node_id: str, topic: str) -> list[PartitionInfo]:
+        """Partitions of a youzan topic this node has a copy of (leader or replica)."""
+        info = self.topics.get(topic)
+        if info is None or info.classic:
+            return []
+        return [p for p in info.partitions if node_id in p.replicas or p.leader == node_id]
+
+    def next_node_number(self) -> int:
+        """The sequence number a new youzan nsqd gets in its distributed id."""
+        return len(self.youzan_nodes(alive_only=False)) + 1
+
+    # -- classic topics ----------------------------------------------------------------------
+    # A classic nsqd keeps its own topics; here each (topic, node) is one pseudo partition of
+    # a TopicInfo(classic=True) led by that node, which is how lookupd lists classic producers.
+
+    def classic_partition(self, topic: str, node_id: str, *,
+                          create: bool = True) -> PartitionInfo | None:
+        """The classic node's copy of ``topic``; created (topic too) on first use if asked."""
+        info = self.topics.get(topic)
+        if info is not None and not info.classic:
+            shadow = self._classic_shadow.get((topic, node_id))
+            if shadow is None and create:
+                shadow = self._classic_shadow[(topic, node_id)] = PartitionInfo(
+                    topic, 0, node_id, [node_id])
+            return shadow
+        if info is None:
+            if not create:
+                return None
+            info = self.topics[topic] = TopicInfo(topic, 0, 0, classic=True)
+            self.emit("topic_created", topic=topic)
+        for p in info.partitions:
+            if p.leader == node_id:
+                return p
+        if not create:
+            return None
+        number = max((p.partition for p in info.partitions), default=-1) + 1
+        p = PartitionInfo(topic, number, node_id, [node_id])
+        info.partitions.append(p)
+        return p
+
+    def classic_partitions(self, node_id: str) -> list[PartitionInfo]:
+        """Every classic topic copy this node holds, in topic-name order."""
+        out = [p for info in self.topics.values() if info.classic
+               for p in info.partitions if p.leader == node_id]
+        out.extend(p for (_, node), p in self._classic_shadow.items() if node == node_id)
+        return sorted(out, key=lambda p: p.topic)
+
+    def drop_classic_partition(self, topic: str, node_id: str) -> bool:
+        """Delete a classic node's copy of a topic (the topic goes with its last copy)."""
+        if self._classic_shadow.pop((topic, node_id), None) is not None:
+            return True
+        info = self.topics.get(topic)
+        if info is None or not info.classic:
+            return False
+        kept = [p for p in info.partitions if p.leader != node_id]
+        if len(kept) == len(info.partitions):
+            return False
+        info.partitions[:] = kept
+        if not kept:
+            self.delete_topic(topic)
+        return True
 
     # -- changes ---------------------------------------------------------------------------
 
@@ -209,7 +346,7 @@ class ClusterState:
             self.emit("topic_deleted", topic=name)
 
     def move_leader(self, topic: str, partition: int, node_id: str | None = None) -> str | None:
-        """Make ``node_id`` (default: the next replica) lead the partition; returns the new leader."""
+        """Make ``node_id`` (default: the next replica) lead the partition; return it."""
         p = self.partition(topic, partition)
         if p is None:
             raise KeyError(f"{topic}/{partition}")
