@@ -30,7 +30,7 @@ import contextlib
 import importlib
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -91,7 +91,9 @@ class DevCluster:
     cluster), ``"classic"`` (``nodes`` classic nsqd 1.3 + classic lookupds) or ``"mixed"``
     (youzan cluster with ``classic_nodes`` classic nsqd registered beside the youzan ones;
     ``classic_nodes > 0`` with ``mode="youzan"`` means the same). ``tls`` and ``auth`` are
-    handed to every nsqd (see the nsqd module for their form). ``proxied=True`` puts a
+    handed to every nsqd (``tls``: an ``ssl.SSLContext`` enabling IDENTIFY ``tls_v1``;
+    ``auth``: the secrets table of ``smartnsq.devcluster.nsqd_auth``), and so are
+    ``nsqd_options`` (``NsqdOptions`` fields such as ``msg_timeout=5000``). ``proxied=True`` puts a
     :class:`TCPProxy` in front of each nsqd's TCP and HTTP port and makes the lookupds
     advertise the proxies, enabling ``cut_connections``/``stall``/``slow``.
     """
@@ -101,6 +103,7 @@ class DevCluster:
                  proxied: bool = False, host: str = "127.0.0.1",
                  lookupd_http_ports: Sequence[int] = (),
                  nsqd_tcp_ports: Sequence[int] = (), nsqd_http_ports: Sequence[int] = (),
+                 nsqd_options: Mapping[str, Any] | None = None,
                  node_factory: Callable[..., Any] | None = None,
                  state: ClusterState | None = None) -> None:
         if mode not in MODES:
@@ -126,6 +129,7 @@ class DevCluster:
         self._tcp_ports = list(nsqd_tcp_ports)
         self._http_ports = list(nsqd_http_ports)
         self._node_factory = node_factory
+        self._nsqd_options = dict(nsqd_options or {})
         self.lookupds: list[Lookupd] = []
         self.nodes: list[Any] = []
         self.proxies: dict[str, NodeProxies] = {}
@@ -189,7 +193,8 @@ class DevCluster:
                 factory, self.state, host=self.host,
                 tcp_port=self._tcp_ports[i] if i < len(self._tcp_ports) else 0,
                 http_port=self._http_ports[i] if i < len(self._http_ports) else 0,
-                classic=classic, tls=self.tls, auth=self.auth, name=f"nsqd-{i + 1}")
+                classic=classic, tls=self.tls, auth=self.auth, name=f"nsqd-{i + 1}",
+                **self._nsqd_options)
             self.nodes.append(node)
             await node.start()
             if self.proxied:

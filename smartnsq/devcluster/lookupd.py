@@ -64,6 +64,11 @@ class _Reg:
     partition: PartitionInfo | None
 
 
+def _live_channels(p: PartitionInfo) -> list[str]:
+    """Channel names nsqd has registered (a deleted channel may linger, marked closed)."""
+    return [name for name, ch in p.channels.items() if not getattr(ch, "closed", False)]
+
+
 def _reserve_port(host: str, port: int) -> socket.socket:
     """Bind (without listening) so the advertised port is ours and connecting to it is refused."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -178,7 +183,8 @@ class Lookupd:
         return info.classic
 
     def _classic_regs(self, info: TopicInfo) -> list[_Reg]:
-        """Where a classic topic lives: the nodes holding it (its pseudo partitions' leaders)."""
+        """Where a classic topic lives: each alive node holding a copy (one pseudo partition
+        per (topic, node), led by that node: ``ClusterState.classic_partition``)."""
         regs: list[_Reg] = []
         seen: set[str] = set()
         for p in info.partitions:
@@ -186,10 +192,6 @@ class Lookupd:
             if node is not None and node.node_id not in seen:
                 seen.add(node.node_id)
                 regs.append(_Reg(OLD_VERSION_PID, node, p))
-        if not info.partitions:
-            for node in self.state.nodes.values():
-                if node.classic and node.alive:
-                    regs.append(_Reg(OLD_VERSION_PID, node, None))
         return regs
 
     def _registrations(self, topic: str, pid: str = "*") -> list[_Reg]:
@@ -245,13 +247,13 @@ class Lookupd:
             if pid in ("*", str(OLD_VERSION_PID)):
                 for reg in self._classic_regs(info):
                     if reg.partition is not None:
-                        out.update(dict.fromkeys(reg.partition.channels))
+                        out.update(dict.fromkeys(_live_channels(reg.partition)))
             return list(out)
         for p in info.partitions:
             if pid != "*" and str(p.partition) != pid:
                 continue
             if self._alive(p.leader) is not None:
-                out.update(dict.fromkeys(p.channels))
+                out.update(dict.fromkeys(_live_channels(p)))
         return list(out)
 
     def _is_tombstoned(self, node: NodeInfo) -> bool:

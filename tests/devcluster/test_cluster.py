@@ -1,15 +1,12 @@
-"""DevCluster lifecycle, topic creation and fault injection, observed with raw clients.
+"""DevCluster lifecycle, topic creation and cluster-level faults, observed with raw clients.
 
-HTTP is observed with httpx, TCP with asyncio streams. Until ``smartnsq.devcluster.nsqd``
-exists these tests run the cluster with ``LineNode`` (a real-socket stand-in that registers
-itself and answers ``/channel/create``); the nsqd-specific observations (errors after a move)
-live in test_cluster_nsqd.py and run against the real nodes.
+HTTP is observed with httpx, TCP with asyncio streams; what a client sees on the nsqd nodes
+after each fault is in test_cluster_nsqd.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,83 +14,12 @@ import httpx
 import pytest
 
 from smartnsq.devcluster import DevCluster
-from smartnsq.devcluster.httpserver import V1 as V1_STYLE
-from smartnsq.devcluster.httpserver import HTTPError, HTTPServer, Request
-from smartnsq.devcluster.state import ClusterState, NodeInfo
 
 V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 TIMEOUT = 5.0
-HAVE_NSQD = importlib.util.find_spec("smartnsq.devcluster.nsqd") is not None
-
-
-class LineNode:
-    """A node that registers like nsqd, serves ``/channel/create`` and echoes TCP lines."""
-
-    def __init__(self, state: ClusterState, *, host: str = "127.0.0.1", tcp_port: int = 0,
-                 http_port: int = 0, classic: bool = False, name: str = "node") -> None:
-        self.state = state
-        self.host = host
-        self.classic = classic
-        self.name = name
-        self._tcp_port = tcp_port
-        self.http = HTTPServer(host, http_port, classic=classic, name=name)
-        self.http.route("POST", "/channel/create", self._channel_create, V1_STYLE)
-        self.http.route("POST", "/topic/create", self._topic_create, V1_STYLE)
-        self.tcp: asyncio.Server | None = None
-        self.info: NodeInfo | None = None
-
-    async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while line := await reader.readline():
-                writer.write(line)
-                await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-
-    async def _channel_create(self, req: Request) -> None:
-        assert self.info is not None
-        p = self.state.partition(req.arg("topic"), int(req.arg("partition") or 0))
-        if p is None:
-            raise HTTPError(404, "E_TOPIC_NOT_EXIST")
-        if p.leader != self.info.node_id:
-            raise HTTPError(400, "E_FAILED_ON_NOT_LEADER")
-        p.channels[req.arg("channel")] = object()
-
-    async def _topic_create(self, req: Request) -> None:
-        from smartnsq.devcluster.state import PartitionInfo, TopicInfo
-
-        assert self.info is not None
-        name = req.arg("topic")
-        info = self.state.topics.setdefault(name, TopicInfo(name, 0, 0, classic=True))
-        info.partitions.append(PartitionInfo(name, 0, self.info.node_id, [self.info.node_id]))
-
-    async def start(self) -> None:
-        self.tcp = await asyncio.start_server(self._echo, self.host, self._tcp_port,
-                                              reuse_address=True)
-        self._tcp_port = self.tcp.sockets[0].getsockname()[1]
-        await self.http.start()
-        if self.info is None:
-            port = self._tcp_port
-            node_id = f"{self.host}:{port}" if self.classic else f"{self.host}:0:{port}:x"
-            self.info = NodeInfo(node_id, self.host, port, self.http.port, self.name,
-                                 classic=self.classic)
-            self.state.nodes[node_id] = self.info
-        self.info.alive = True
-
-    async def stop(self) -> None:
-        if self.tcp is not None:
-            self.tcp.close()
-            self.tcp = None
-        await self.http.stop()
-        if self.info is not None:
-            self.info.alive = False
 
 
 def make_cluster(**kwargs: Any) -> DevCluster:
-    if not HAVE_NSQD:
-        kwargs.setdefault("node_factory", LineNode)
     return DevCluster(**kwargs)
 
 
@@ -251,29 +177,7 @@ async def test_proxied_cluster_advertises_proxies_and_injects_faults(
         assert advertised == set(cluster.nsqd_tcp_addresses)
         direct = {cluster.node_info(n).tcp_address for n in cluster.nodes}
         assert not advertised & direct
-        if HAVE_NSQD:
-            return  # the nsqd-specific fault observations are in test_cluster_nsqd.py
-        host, port = cluster.nsqd_tcp_addresses[0].split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"hello\n")
-        assert await asyncio.wait_for(reader.readline(), TIMEOUT) == b"hello\n"
-        cluster.stall(0)
-        writer.write(b"held\n")
-        pending = asyncio.ensure_future(reader.readline())
-        done, _ = await asyncio.wait([pending], timeout=0.2)
-        assert not done
-        cluster.resume(0)
-        assert await asyncio.wait_for(pending, TIMEOUT) == b"held\n"
-        cluster.slow(0, 0.05)
-        writer.write(b"late\n")
-        assert await asyncio.wait_for(reader.readline(), TIMEOUT) == b"late\n"
-        cluster.slow(0, 0)
-        assert cluster.cut_connections(0) == 1
-        try:
-            eof = await asyncio.wait_for(reader.read(10), TIMEOUT)
-        except ConnectionResetError:
-            eof = b""
-        assert eof == b""
+        # the faults themselves, seen by a raw client: test_cluster_nsqd.py
 
 
 async def test_connection_faults_need_proxied(cluster: DevCluster) -> None:
@@ -305,7 +209,6 @@ async def test_mixed_cluster_has_both_kinds(client: httpx.AsyncClient) -> None:
         assert versions == ["0.3.7-HA.1.13.0", "0.3.7-HA.1.13.0", "1.3.0"]
 
 
-@pytest.mark.skipif(not HAVE_NSQD, reason="the fixtures use the real nsqd nodes")
 async def test_pytest_fixture_gives_a_started_cluster(nsq_cluster: DevCluster,
                                                       client: httpx.AsyncClient) -> None:
     assert len(nsq_cluster.nodes) == 3 and len(nsq_cluster.lookupds) == 2
@@ -313,13 +216,11 @@ async def test_pytest_fixture_gives_a_started_cluster(nsq_cluster: DevCluster,
         assert (await client.get(f"http://{address}/ping")).text == "OK"
 
 
-@pytest.mark.skipif(not HAVE_NSQD, reason="the fixtures use the real nsqd nodes")
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_pytest_marker_shapes_the_fixture(nsq_cluster: DevCluster) -> None:
     assert len(nsq_cluster.nodes) == 1 and len(nsq_cluster.lookupds) == 1
 
 
-@pytest.mark.skipif(not HAVE_NSQD, reason="the fixtures use the real nsqd nodes")
 async def test_pytest_factory_fixture(nsq_cluster_factory: Any) -> None:
     cluster = await nsq_cluster_factory(nodes=1, lookupds=1, mode="classic")
     assert cluster.mode == "classic" and len(cluster.nodes) == 1

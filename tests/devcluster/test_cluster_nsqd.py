@@ -7,7 +7,6 @@ stack is involved, so these observations hold for any NSQ client.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import signal
 import subprocess
@@ -20,10 +19,6 @@ import pytest
 
 from smartnsq.devcluster import DevCluster
 from smartnsq.protocol import MAGIC_V2, ErrorFrame, FrameReader, Message, Response, commands
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("smartnsq.devcluster.nsqd") is None,
-    reason="smartnsq.devcluster.nsqd not available yet")
 
 V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 TIMEOUT = 5.0
