@@ -202,3 +202,76 @@ def test_command_line_runs_and_prints_addresses() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def identify_answer(address: str, **extra: Any) -> dict[str, Any]:
+    import json
+
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(MAGIC_V2 + commands.identify({"feature_negotiation": True, **extra}))
+    decoder = FrameReader()
+    frames: list[Any] = []
+    while not frames:
+        frames = decoder.feed(await asyncio.wait_for(reader.read(65536), TIMEOUT))
+    writer.close()
+    assert isinstance(frames[0], Response)
+    answer: dict[str, Any] = json.loads(frames[0].data)
+    return answer
+
+
+async def test_tls_and_auth_reach_every_node() -> None:
+    import ssl
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    auth = {"s3cret": {"identity": "me", "authorizations": [
+        {"topic": ".*", "channels": [".*"], "permissions": ["publish", "subscribe"]}]}}
+    async with DevCluster(nodes=2, lookupds=1, tls=context, auth=auth) as cluster:
+        for address in cluster.nsqd_tcp_addresses:
+            answer = await identify_answer(address, tls_v1=True)
+            assert answer["auth_required"] is True and answer["tls_v1"] is True
+    async with DevCluster(nodes=1, lookupds=1) as cluster:
+        answer = await identify_answer(cluster.nsqd_tcp_addresses[0], tls_v1=True)
+        assert answer["auth_required"] is False and answer["tls_v1"] is False
+
+
+async def test_classic_node_in_mixed_cluster_is_a_read_only_producer() -> None:
+    async with DevCluster(nodes=2, lookupds=1, classic_nodes=1) as cluster:
+        classic = cluster.classic_nodes[0]
+        producer = await Raw.open(cluster.node_info(classic).tcp_address)
+        assert await producer.call(commands.pub("legacy", b"x")) == Response(b"OK")
+        producer.close()
+        async with httpx.AsyncClient(headers=V1) as client:
+            url = f"http://{cluster.lookupd_http_addresses[0]}/lookup"
+            data = (await client.get(url, params={"topic": "legacy"})).json()
+            assert data["partitions"] == {}
+            assert [p["version"] for p in data["producers"]] == ["1.3.0"]
+            data = (await client.get(url, params={"topic": "legacy", "access": "w"})).json()
+            assert data["producers"] == []  # youzan lookupds hide classic peers from writers
+
+
+async def test_classic_cluster_topic_on_first_use() -> None:
+    async with DevCluster(nodes=2, lookupds=1, mode="classic") as cluster:
+        producer = await Raw.open(cluster.nsqd_tcp_addresses[1])
+        assert await producer.call(commands.pub("fresh", b"x")) == Response(b"OK")
+        producer.close()
+        async with httpx.AsyncClient() as client:
+            url = f"http://{cluster.lookupd_http_addresses[0]}/lookup"
+            data = (await client.get(url, params={"topic": "fresh"})).json()
+        assert [f"{p['broadcast_address']}:{p['tcp_port']}" for p in data["producers"]] == [
+            cluster.nsqd_tcp_addresses[1]]
+        assert "partitions" not in data
+
+
+async def test_tombstoned_node_disappears_for_writers(cluster: DevCluster) -> None:
+    await cluster.create_topic("t", partitions=1, replicas=1)
+    cluster.tombstone(cluster.leader_of("t", 0))
+    async with httpx.AsyncClient(headers=V1) as client:
+        url = f"http://{cluster.lookupd_http_addresses[0]}/lookup"
+        assert (await client.get(url, params={"topic": "t", "access": "w"})).json()[
+            "partitions"] == {}
+        assert set((await client.get(url, params={"topic": "t"})).json()["partitions"]) == {
+            "0"}
