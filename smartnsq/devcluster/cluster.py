@@ -429,6 +429,7 @@ class DevCluster:
                 proxy.cut()
         await node.stop()
         info.alive = False
+        self.state.emit("node_down", node=info.node_id)
         if failover:
             for topic in list(self.state.topics.values()):
                 for p in topic.partitions:
@@ -441,6 +442,7 @@ class DevCluster:
         await node.start()
         info = self.node_info(node)
         info.alive = True
+        self.state.emit("node_up", node=info.node_id)
         proxies = self.proxies.get(info.node_id)
         if proxies is not None:
             for proxy in proxies.all():
