@@ -117,6 +117,14 @@ class RawClient:
             self.frames.extend(self.decoder.feed(data))
         return self.frames.pop(0)
 
+    async def exact_frame(self, timeout: float = TIMEOUT) -> Any:
+        """One frame read to its last byte and no further (what follows may be compressed)."""
+        head = await asyncio.wait_for(self.reader.readexactly(4), timeout)
+        size = int.from_bytes(head, "big")
+        rest = await asyncio.wait_for(self.reader.readexactly(size), timeout)
+        (frame,) = self.decoder.feed(head + rest)
+        return frame
+
     async def call(self, data: bytes, timeout: float = TIMEOUT) -> Any:
         self.send(data)
         return await self.frame(timeout)
