@@ -80,6 +80,7 @@ class NsqdOptions:
     tls_required: bool = False
     allow_ext_compatible: bool = False
     allow_sub_ext_compatible: bool = False
+    max_connections: int = 0  # youzan's max_conn_for_client; 0 = no limit
 
     def resolved(self, classic: bool) -> Settings:
         """Every option with a value: the flavour's defaults fill the ``None`` ones."""
@@ -121,6 +122,7 @@ class Settings:
     tls_required: bool
     allow_ext_compatible: bool
     allow_sub_ext_compatible: bool
+    max_connections: int
 
 
 class NsqdNode:

@@ -179,6 +179,10 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
                 if not event.ok:
                     self._write(encode_error(b"E_BAD_PROTOCOL"))
                     self.close()
+                elif 0 < self.opts.max_connections < len(self.node.connections):
+                    # youzan's connection limit: a bare text, no error code
+                    self._write(encode_error(b"too much client connections"))
+                    self.close()
             else:  # LineTooLong: bufio gave up on the line
                 self.close()
 

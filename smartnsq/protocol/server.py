@@ -43,6 +43,7 @@ MAGIC_V2: Final = b"  V2"
 DEFAULT_MAX_LINE: Final = 16 * 1024
 
 _SEP: Final = b" "
+_SPECIAL_FIRST: Final = frozenset(b"FRT")  # FIN, REQ, TOUCH
 _COMPACT_AT: Final = 64 * 1024
 
 _MODE_MAGIC: Final = 0
@@ -236,7 +237,7 @@ class CommandReader:
         if nl - pos >= self._max_line:
             self._broken = True
             return LineTooLong(nl - pos + 1)
-        if self._binary_ids and nl - pos >= 2:
+        if self._binary_ids and nl - pos >= 2 and buf[pos] in _SPECIAL_FIRST:
             handled, special = self._special(buf, pos, nl)
             if handled:
                 return special

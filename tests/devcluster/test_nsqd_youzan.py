@@ -539,3 +539,11 @@ async def test_bad_magic(yz: Nodes) -> None:
     client = await yz.raw(yz.nodes[0], magic=b"  V1")
     assert await client.frame() == ErrorFrame(b"E_BAD_PROTOCOL")
     assert await client.closed()
+
+
+async def test_connection_limit() -> None:
+    async with running(1, max_connections=1) as yz:
+        await yz.client(yz.nodes[0])
+        second = await yz.raw(yz.nodes[0])
+        assert await second.frame() == ErrorFrame(b"too much client connections")
+        assert await second.closed()
