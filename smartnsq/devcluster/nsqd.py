@@ -24,6 +24,11 @@ everything it held. ::
 Options: ``tls`` (an ``ssl.SSLContext``; IDENTIFY ``tls_v1`` then upgrades), ``tls_required``,
 ``auth`` (a secrets table, see :mod:`smartnsq.devcluster.nsqd_auth`) and any
 :class:`NsqdOptions` field as a keyword (``msg_timeout=5000``, ``max_rdy_count=100``...).
+
+Where a new channel starts: a youzan channel at the end of its partition (create channels
+before publishing, as ``DevCluster.create_topic(channels=...)`` does, or rewind with
+``SUB_ADVANCED``/``/channel/setoffset``); a classic topic's first channel gets what the topic
+kept while it had none, later channels start at the end.
 """
 
 from __future__ import annotations
