@@ -1,0 +1,227 @@
+"""Configuration value objects: immutable, validated when built, documented field by field.
+
+Every field carries :func:`doc` metadata (a one-line description, a unit, the accepted range)
+next to its default; :func:`describe` returns those records, so the configuration reference in
+``docs/`` is generated from the code rather than kept by hand. Other config classes can use
+the same two helpers.
+Durations are seconds (``float``) throughout; they are converted to the server's
+milliseconds only on the wire. Build a variant with ``dataclasses.replace(config, ...)``,
+which validates again.
+
+A bad value raises :class:`~smartnsq.errors.InvalidArgument` at construction, so a
+misconfiguration is reported where it is written, not at the first connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidArgument
+from .protocol.compression import COMPRESSIONS, Compression
+from .protocol.frames import DEFAULT_MAX_FRAME_SIZE
+from .protocol.identify import USER_AGENT, IdentifyOptions
+
+__all__ = ["ConnectionConfig", "SettingDoc", "describe", "doc"]
+
+
+def doc(text: str, *, unit: str = "", range: str = "") -> dict[str, str]:
+    """Field metadata for the generated reference: one line of text, a unit, the range."""
+    return {"doc": text, "unit": unit, "range": range}
+
+
+@dataclass(frozen=True)
+class SettingDoc:
+    """One row of a generated configuration reference."""
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+    unit: str
+    range: str
+
+
+def describe(cls: type) -> list[SettingDoc]:
+    """The documentation rows of a config class, in declaration order."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        rows.append(SettingDoc(f.name, str(f.type), f.default, meta.get("doc", ""),
+                               meta.get("unit", ""), meta.get("range", "")))
+    return rows
+
+
+def _seconds(name: str, value: float | None, low: float, high: float,
+             *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise InvalidArgument(name, "must be a number of seconds", value)
+    if not low <= value <= high:
+        raise InvalidArgument(name, f"must be {low:g}..{high:g} s", value)
+
+
+def _positive_seconds(name: str, value: float | None, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or math.isinf(value):
+        raise InvalidArgument(name, "must be a positive, finite number of seconds", value)
+
+
+def _int(name: str, value: int | None, low: int, high: int, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(name, f"must be an int in {low}..{high}", value)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    """How one connection to an nsqd is opened and run (timeouts, features, TLS, auth)."""
+
+    connect_timeout: float = field(default=5.0, metadata=doc(
+        "Deadline for the TCP connect plus the whole handshake (IDENTIFY, TLS, AUTH).",
+        unit="s", range="> 0"))
+    request_timeout: float | None = field(default=10.0, metadata=doc(
+        "Default deadline of a request that gets an answer (PUB, SUB, ...); a request past "
+        "it closes the connection; None waits for ever.", unit="s", range="> 0 or None"))
+    close_timeout: float = field(default=5.0, metadata=doc(
+        "How long close() waits for the socket to shut down before aborting it.",
+        unit="s", range="> 0"))
+    heartbeat_interval: float | None = field(default=30.0, metadata=doc(
+        "Heartbeat interval asked of the server; silence for twice this closes the connection "
+        "as stalled; None disables heartbeats (the server then refuses SUB).",
+        unit="s", range="1..60 or None"))
+    msg_timeout: float | None = field(default=None, metadata=doc(
+        "How long the server waits for FIN before redelivering; None keeps the server's "
+        "default (60 s).", unit="s", range="1..900 or None"))
+    output_buffer_size: int | None = field(default=None, metadata=doc(
+        "Server-side output buffer for this client; None keeps the server default, -1 "
+        "disables buffering.", unit="bytes", range="-1, 64..65536 or None"))
+    output_buffer_timeout: float | None = field(default=None, metadata=doc(
+        "Longest time the server holds buffered output; None keeps the server default.",
+        unit="s", range="0.01..1 or None"))
+    sample_rate: int = field(default=0, metadata=doc(
+        "Percentage of messages the server delivers (0 = all); must be 0 for ordered "
+        "subscriptions.", unit="%", range="0..99"))
+    compression: Compression = field(default="none", metadata=doc(
+        "Stream compression to negotiate; the server may decline it.",
+        range="'none', 'snappy', 'deflate'"))
+    deflate_level: int = field(default=6, metadata=doc(
+        "Deflate level asked of the server (it caps it at its max_deflate_level).",
+        range="1..9"))
+    tls: bool | ssl.SSLContext = field(default=False, metadata=doc(
+        "Negotiate TLS (tls_v1): an ssl.SSLContext is used as is; True builds a verifying "
+        "context from the tls_* options.", range="bool or SSLContext"))
+    tls_verify: bool = field(default=True, metadata=doc(
+        "Verify the server's certificate and host name (when tls is True)."))
+    tls_ca_file: str | None = field(default=None, metadata=doc(
+        "CA bundle (PEM) to verify the server with; None uses the system store.",
+        range="path or None"))
+    tls_cert_file: str | None = field(default=None, metadata=doc(
+        "Client certificate (PEM) for servers that ask for one.", range="path or None"))
+    tls_key_file: str | None = field(default=None, metadata=doc(
+        "Private key of tls_cert_file when it is a separate file.", range="path or None"))
+    tls_server_hostname: str | None = field(default=None, metadata=doc(
+        "Name the certificate must match; None uses the host connected to."))
+    tls_required: bool = field(default=True, metadata=doc(
+        "With tls on, refuse a server that answers tls_v1:false rather than go on in "
+        "plaintext."))
+    auth_secret: str | None = field(default=None, repr=False, metadata=doc(
+        "Secret sent with AUTH when the server answers auth_required; never logged."))
+    max_frame_size: int = field(default=DEFAULT_MAX_FRAME_SIZE, metadata=doc(
+        "Largest frame accepted from the server; a larger size prefix means a corrupt "
+        "stream.", unit="bytes", range="1024..2**31-1"))
+    flush_threshold: int = field(default=64 * 1024, metadata=doc(
+        "Queued command bytes that trigger a write before the end of the event-loop "
+        "iteration.", unit="bytes", range="1..2**31-1"))
+    client_id: str | None = field(default=None, metadata=doc(
+        "client_id sent in IDENTIFY; None uses the short host name."))
+    hostname: str | None = field(default=None, metadata=doc(
+        "hostname sent in IDENTIFY; None uses the machine's host name."))
+    user_agent: str = field(default=USER_AGENT, metadata=doc(
+        "user_agent sent in IDENTIFY."))
+
+    def __post_init__(self) -> None:
+        _positive_seconds("connect_timeout", self.connect_timeout)
+        _positive_seconds("request_timeout", self.request_timeout, optional=True)
+        _positive_seconds("close_timeout", self.close_timeout)
+        _seconds("heartbeat_interval", self.heartbeat_interval, 1, 60, optional=True)
+        _seconds("msg_timeout", self.msg_timeout, 1, 900, optional=True)
+        if self.output_buffer_size not in (None, -1):
+            _int("output_buffer_size", self.output_buffer_size, 64, 64 * 1024)
+        _seconds("output_buffer_timeout", self.output_buffer_timeout, 0.01, 1, optional=True)
+        _int("sample_rate", self.sample_rate, 0, 99)
+        if self.compression not in COMPRESSIONS:
+            raise InvalidArgument("compression", "must be 'none', 'snappy' or 'deflate'",
+                                  self.compression)
+        _int("deflate_level", self.deflate_level, 1, 9)
+        if not isinstance(self.tls, (bool, ssl.SSLContext)):
+            raise InvalidArgument("tls", "must be a bool or an ssl.SSLContext", self.tls)
+        if self.tls_key_file is not None and self.tls_cert_file is None:
+            raise InvalidArgument("tls_key_file", "needs tls_cert_file", self.tls_key_file)
+        if self.auth_secret is not None and (not isinstance(self.auth_secret, str)
+                                             or not self.auth_secret):
+            raise InvalidArgument("auth_secret", "must be a non-empty str")  # value not shown
+        _int("max_frame_size", self.max_frame_size, 1024, 2**31 - 1)
+        _int("flush_threshold", self.flush_threshold, 1, 2**31 - 1)
+
+    # -- derived values ---------------------------------------------------------------------
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls is not False
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client-side context to upgrade with (``None`` when TLS is off).
+
+        Built fresh on each call from the ``tls_*`` options: verifying by default, because a
+        message bus carries credentials and business data.
+        """
+        if isinstance(self.tls, ssl.SSLContext):
+            return self.tls
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.tls_ca_file)
+        if not self.tls_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.tls_cert_file is not None:
+            context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        return context
+
+    def identify_options(self, *, extend_support: bool = False, desired_tag: str = "",
+                         ext_filter: dict[str, Any] | None = None) -> IdentifyOptions:
+        """The IDENTIFY body for this configuration plus the per-subscription extras."""
+        extra: dict[str, Any] = {}
+        if self.client_id is not None:
+            extra["client_id"] = self.client_id
+        if self.hostname is not None:
+            extra["hostname"] = self.hostname
+        return IdentifyOptions(
+            user_agent=self.user_agent,
+            heartbeat_interval=(-1 if self.heartbeat_interval is None
+                                else _ms(self.heartbeat_interval)),
+            output_buffer_size=self.output_buffer_size,
+            output_buffer_timeout=(None if self.output_buffer_timeout is None
+                                   else _ms(self.output_buffer_timeout)),
+            msg_timeout=0 if self.msg_timeout is None else _ms(self.msg_timeout),
+            sample_rate=self.sample_rate,
+            tls_v1=self.tls_enabled,
+            snappy=self.compression == "snappy",
+            deflate=self.compression == "deflate",
+            deflate_level=self.deflate_level,
+            extend_support=extend_support,
+            desired_tag=desired_tag,
+            ext_filter=ext_filter,
+            **extra,
+        )
