@@ -1,0 +1,719 @@
+"""One asyncio connection to an nsqd: handshake, upgrades, calls in flight, heartbeats.
+
+``Connection`` is an ``asyncio.Protocol`` over the sans-I/O codec: ``data_received`` runs the
+bytes through the negotiated decompressor and hands whole chunks to ``FrameReader``; nothing
+on that path is per byte, and a delivered message costs one ``Message`` object and one call of
+the consumer's ``on_message``, with no task per message.
+
+Calls. nsqd answers the commands that have an answer (IDENTIFY, AUTH, SUB*, PUB*, MPUB*, CLS)
+strictly in the order it received them, so ``request()`` needs no ids: each call appends a
+future to a FIFO and the next response or error frame settles the oldest one. Commands without
+an answer (RDY, FIN, REQ, TOUCH, NOP) go through ``send()``. Every command queued during one
+event-loop iteration leaves in a single ``transport.write`` (or earlier, once
+``flush_threshold`` bytes wait), so a thousand concurrent publishes or a burst of FINs cost a
+handful of syscalls.
+
+Errors. A non-fatal error frame settles the oldest pending call (or, for ``E_FIN_FAILED``,
+``E_REQ_FAILED`` and ``E_TOUCH_FAILED``, which only fire-and-forget commands cause, goes to
+``on_error``). A fatal one (per ``smartnsq.errors.ERROR_TABLE`` and the command it answers),
+EOF, a stall or a corrupt stream closes the connection: the oldest call gets the typed error
+and every other pending call fails at once with ``ConnectionClosed`` (its ``__cause__`` is the
+reason). A call that times out raises ``smartnsq.errors.Timeout`` and *also closes the
+connection*: the server owes that call an answer which may still come, or never, and answers
+are matched by position only; rather than guess which later answer is whose, the connection
+is dropped and the owner opens a fresh one. (A call merely cancelled by its caller keeps its
+place in the FIFO and its answer is discarded, so ordering stays intact.)
+
+Upgrades. After IDENTIFY the JSON answer says which upgrades really happen (a server without a
+certificate answers ``tls_v1:false``, classic ``tcp_29``); each one that does is acknowledged by
+one extra ``OK`` that is already encrypted/compressed. Bytes right behind an acknowledging frame
+may share its read while being in the new encoding, so during the handshake frames are taken
+one at a time and the rest is held raw until the new decoder is in place.
+
+Stalls. nsqd sends a heartbeat every ``heartbeat_interval`` (answered with NOP automatically);
+when nothing at all arrives for twice that, the link is considered dead and the connection is
+closed, failing what is pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+from .config import ConnectionConfig
+from .errors import (
+    ConnectionClosed,
+    ConnectionError_,
+    InvalidArgument,
+    NSQError,
+    ProtocolError,
+    ServerError,
+    Timeout,
+    error_from_payload,
+    parse_error_payload,
+)
+from .protocol import commands
+from .protocol.compression import StreamTransform, split_first_frame, stream_for
+from .protocol.frames import (
+    CLASSIC_LAYOUT,
+    ErrorFrame,
+    FrameReader,
+    Heartbeat,
+    Message,
+    MessageLayout,
+    Response,
+)
+from .protocol.identify import IdentifyOptions
+from .protocol.responses import (
+    AuthResponse,
+    IdentifyResponse,
+    parse_auth_response,
+    parse_identify_response,
+)
+
+__all__ = ["Connection", "ErrorCallback", "MessageCallback"]
+
+log = logging.getLogger("smartnsq.connection")
+
+MessageCallback = Callable[[Message], None]
+ErrorCallback = Callable[[ServerError], None]
+
+# Errors only fire-and-forget commands cause: never the answer to a pending request.
+_FIRE_AND_FORGET_ERRORS: Final = {"E_FIN_FAILED": "FIN", "E_REQ_FAILED": "REQ",
+                                  "E_TOUCH_FAILED": "TOUCH"}
+_NOP: Final = commands.NOP
+_USE_CONFIG: Final[Any] = object()
+
+_Pending = tuple["asyncio.Future[bytes]", str, "asyncio.TimerHandle | None"]
+
+
+class Connection(asyncio.Protocol):
+    """A connection to one nsqd. Open it with ``await Connection.connect(host, port, config)``.
+
+    ``on_message(msg)`` receives every delivered message, synchronously inside
+    ``data_received``: it must not block (hand work to a queue or schedule it). ``on_error(err)``
+    receives error frames that answer no request (``E_FIN_FAILED`` and friends, or a fatal error
+    after RDY/FIN); both may be set or replaced at any time.
+    """
+
+    def __init__(self, host: str, port: int, config: ConnectionConfig | None = None, *,
+                 on_message: MessageCallback | None = None,
+                 on_error: ErrorCallback | None = None,
+                 message_class: type[Message] = Message,
+                 extend_support: bool = False, desired_tag: str = "",
+                 ext_filter: dict[str, Any] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._host = host
+        self._port = port
+        self._config = config = config or ConnectionConfig()
+        self._identify_options: IdentifyOptions = config.identify_options(
+            extend_support=extend_support, desired_tag=desired_tag, ext_filter=ext_filter)
+        self.on_message: MessageCallback | None = on_message
+        self.on_error: ErrorCallback | None = on_error
+        self.on_heartbeat: Callable[[], None] | None = None
+        self._message_class = message_class
+        self._reader = FrameReader(CLASSIC_LAYOUT, max_frame_size=config.max_frame_size,
+                                   message_class=message_class)
+        self._transport: asyncio.Transport | None = None
+        self._pending: deque[_Pending] = deque()
+        # writing
+        self._wbuf: list[bytes] = []
+        self._wsize = 0
+        self._flush_threshold = config.flush_threshold
+        self._flush_scheduled = False
+        self._encoder: Callable[[bytes], bytes] | None = None
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        # reading
+        self._decoder: Callable[[bytes], bytes] | None = None
+        self._split = True  # handshake: one frame at a time
+        self._split_buf = bytearray()
+        self._held: bytearray | None = None
+        self._last_recv = self._loop.time()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._warned_no_consumer = False
+        # state
+        self._identify: IdentifyResponse = IdentifyResponse()
+        self._auth: AuthResponse | None = None
+        self._tls = False
+        self._compression = "none"
+        self._ready = False
+        self._closing = False
+        self._close_reason: BaseException | None = None
+        self._closed: asyncio.Future[BaseException | None] = self._loop.create_future()
+        self._lost: asyncio.Future[None] = self._loop.create_future()
+        # counters (cheap; for metrics and tests)
+        self.write_count = 0
+        self.heartbeats = 0
+
+    # -- opening --------------------------------------------------------------------------
+
+    @classmethod
+    async def connect(cls, host: str, port: int, config: ConnectionConfig | None = None,
+                      **kwargs: Any) -> Connection:
+        """Connect, IDENTIFY, upgrade and AUTH within ``config.connect_timeout``.
+
+        Raises ``ConnectionError_`` (refused, reset, TLS failure), ``Timeout``,
+        ``ServerError`` (the server refused IDENTIFY or AUTH), ``ProtocolError`` or
+        ``InvalidArgument`` (the server wants AUTH and no secret is configured).
+        """
+        conn = cls(host, port, config, **kwargs)
+        await conn.open()
+        return conn
+
+    async def open(self) -> None:
+        if self._transport is not None or self._closing:
+            raise RuntimeError("a Connection opens once")
+        timeout = self._config.connect_timeout
+        try:
+            await asyncio.wait_for(self._open(), timeout)
+        except asyncio.TimeoutError:
+            error = Timeout(f"connecting to {self.address_text} took more than {timeout:g}s")
+            self._fail(error)
+            raise error from None
+        except BaseException as exc:
+            self._fail(exc if isinstance(exc, NSQError) else
+                       ConnectionClosed(f"handshake with {self.address_text} failed: {exc!r}"))
+            raise
+
+    async def _open(self) -> None:
+        try:
+            await self._loop.create_connection(lambda: self, self._host, self._port)
+        except OSError as exc:
+            raise ConnectionError_(f"cannot connect to {self.address_text}: {exc}") from exc
+        options = self._identify_options
+        body = options.to_json()
+        log.debug("%s: IDENTIFY %s", self.address_text, json.dumps(body))
+        answer = self._expect("IDENTIFY")
+        self._queue(commands.MAGIC_V2 + commands.identify(body))
+        ident = parse_identify_response(await answer)
+        self._identify = ident
+        self._reader.layout = MessageLayout(
+            youzan=ident.is_youzan, ext=ident.is_youzan and options.extend_support)
+        self._arm_watchdog()
+
+        compression = "snappy" if ident.snappy else "deflate" if ident.deflate else "none"
+        if options.tls_v1 and not ident.tls_v1:
+            if self._config.tls_required:
+                raise ConnectionError_(f"{self.address_text} does not offer TLS (tls_v1:false)"
+                                       "; set tls_required=False to go on in plaintext")
+            log.warning("%s: TLS asked for but not offered; going on in plaintext",
+                        self.address_text)
+        if ident.tls_v1:
+            await self._upgrade_tls(more=compression != "none")
+        if compression != "none":
+            await self._upgrade_compression(compression, ident.deflate_level)
+        else:
+            self._release(split=False)
+        if ident.auth_required:
+            await self._authenticate()
+        elif self._config.auth_secret is not None:
+            log.debug("%s: no auth required; secret not sent", self.address_text)
+        self._ready = True
+        log.debug("%s: ready (%s, tls=%s, compression=%s)", self.address_text,
+                  ident.version or "unknown version", self._tls, self._compression)
+
+    async def _upgrade_tls(self, *, more: bool) -> None:
+        context = self._config.ssl_context()
+        if context is None:
+            raise ProtocolError(f"{self.address_text} upgraded to TLS unasked")
+        if self._held:
+            raise ProtocolError(f"{self.address_text} sent data before the TLS handshake")
+        transport = self._transport
+        assert transport is not None
+        hostname = self._config.tls_server_hostname or self._host
+        try:
+            upgraded = await self._loop.start_tls(
+                transport, self, context, server_hostname=hostname,
+                ssl_handshake_timeout=self._config.connect_timeout)
+        except (OSError, ConnectionError) as exc:  # ssl.SSLError is an OSError
+            raise ConnectionError_(f"TLS handshake with {self.address_text} failed: {exc}") \
+                from exc
+        if upgraded is None:
+            raise ConnectionClosed(f"{self.address_text} closed during the TLS handshake")
+        self._transport = upgraded
+        self._tls = True
+        answer = self._expect("IDENTIFY")
+        self._release(split=more)
+        await self._expect_ok(answer, "TLS")
+
+    async def _upgrade_compression(self, compression: str, level: int) -> None:
+        # the server's level is what it uses; ours only has to decode it, any level does
+        transform: StreamTransform | None = stream_for(
+            "snappy" if compression == "snappy" else "deflate",
+            min(max(level, 1), 9) if compression == "deflate" else 6)
+        assert transform is not None
+        self._encoder = transform.compress
+        self._decoder = transform.decompress
+        self._compression = compression
+        answer = self._expect("IDENTIFY")
+        self._release(split=False)
+        await self._expect_ok(answer, compression)
+
+    async def _expect_ok(self, answer: asyncio.Future[bytes], what: str) -> None:
+        data = await answer
+        if data != b"OK":
+            raise ProtocolError(f"{self.address_text} acknowledged the {what} upgrade with "
+                                f"{data[:40]!r} instead of OK")
+
+    async def _authenticate(self) -> None:
+        secret = self._config.auth_secret
+        if secret is None:
+            raise InvalidArgument("auth_secret",
+                                  f"{self.address_text} requires AUTH; configure a secret")
+        answer = self._expect("AUTH")
+        self._queue(commands.auth(secret))
+        self._auth = parse_auth_response(await answer)
+        log.info("%s: authenticated as %r (%d permissions)", self.address_text,
+                 self._auth.identity, self._auth.permission_count)
+
+    def _expect(self, command: str) -> asyncio.Future[bytes]:
+        """A pending slot for an answer that needs no timer (the handshake has a deadline)."""
+        future: asyncio.Future[bytes] = self._loop.create_future()
+        self._pending.append((future, command, None))
+        return future
+
+    def _release(self, *, split: bool) -> None:
+        """Process the bytes held at an encoding boundary, now that the decoder is in place."""
+        held = self._held
+        self._held = None
+        self._split = split
+        if held:
+            self._receive(bytes(held))
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def submit(self, data: bytes, command: str,
+               timeout: float | None = _USE_CONFIG) -> asyncio.Future[bytes]:
+        """Queue a command that gets an answer; the future settles with the answer's payload.
+
+        ``command`` names it for error attribution (``"PUB"``, ``"SUB_ORDERED"``...).
+        ``timeout`` defaults to ``config.request_timeout``; past it the future raises
+        ``Timeout`` and the connection closes (see the module docstring). A future that
+        fails must be awaited or have its exception read, like any asyncio future.
+        """
+        if self._closing:
+            raise self._closed_error(command)
+        loop = self._loop
+        future: asyncio.Future[bytes] = loop.create_future()
+        if timeout is _USE_CONFIG:
+            timeout = self._config.request_timeout
+        timer = (loop.call_later(timeout, self._timed_out, future, command, timeout)
+                 if timeout is not None else None)
+        self._pending.append((future, command, timer))
+        self._queue(data)
+        return future
+
+    async def request(self, data: bytes, command: str,
+                      timeout: float | None = _USE_CONFIG) -> bytes:
+        """Send a command that gets an answer and return the answer's payload.
+
+        Waits first while the transport is over its high-water mark (back-pressure).
+        Raises the typed ``ServerError`` for an error frame, ``Timeout``, or
+        ``ConnectionClosed``.
+        """
+        if self._write_paused:
+            await self.drain()
+        return await self.submit(data, command, timeout)
+
+    def send(self, data: bytes) -> None:
+        """Queue a command without an answer (RDY, FIN, REQ, TOUCH, NOP)."""
+        if self._closing:
+            raise self._closed_error(commands.command_name(data))
+        self._queue(data)
+
+    async def drain(self) -> None:
+        """Write what is queued and wait while the transport is over its high-water mark."""
+        self._flush()
+        while self._write_paused and not self._closing:
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+        if self._closing:
+            raise self._closed_error(None)
+
+    def _timed_out(self, future: asyncio.Future[bytes], command: str, timeout: float) -> None:
+        if future.done():
+            return
+        future.set_exception(Timeout(f"{command} to {self.address_text} got no answer "
+                                     f"within {timeout:g}s"))
+        log.warning("%s: %s timed out after %gs; closing, since later answers can no longer "
+                    "be matched to their calls", self.address_text, command, timeout)
+        self._fail(ConnectionClosed(f"closed after {command} timed out"))
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _queue(self, data: bytes) -> None:
+        self._wbuf.append(data)
+        self._wsize += len(data)
+        if self._wsize >= self._flush_threshold:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
+
+    def _flush(self) -> None:
+        buf = self._wbuf
+        if not buf:
+            return
+        data = buf[0] if len(buf) == 1 else b"".join(buf)
+        buf.clear()
+        self._wsize = 0
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if self._encoder is not None:
+            data = self._encoder(data)
+        transport.write(data)
+        self.write_count += 1
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drainers()
+
+    def _wake_drainers(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._last_recv = self._loop.time()
+        if self._held is not None:
+            self._held += data
+        else:
+            self._receive(data)
+
+    def _receive(self, data: bytes) -> None:
+        try:
+            if self._decoder is not None:
+                data = self._decoder(data)
+            if self._split:
+                self._receive_one_by_one(data)
+                return
+            frames = self._reader.feed(data)
+        except ProtocolError as exc:
+            log.warning("%s: corrupt stream: %s", self.address_text, exc)
+            self._fail(exc)
+            return
+        message_class = self._message_class
+        on_message = self.on_message
+        for frame in frames:
+            cls = frame.__class__
+            if cls is message_class:
+                if on_message is None:
+                    self._no_consumer()
+                    continue
+                try:
+                    on_message(frame)  # type: ignore[arg-type]
+                except Exception:
+                    log.exception("%s: on_message raised", self.address_text)
+            elif cls is Response:
+                self._on_response(frame.data)  # type: ignore[union-attr]
+            elif cls is Heartbeat:
+                self._on_heartbeat()
+            elif cls is ErrorFrame:
+                self._on_error_frame(frame.payload)  # type: ignore[union-attr]
+                if self._closing:
+                    return
+
+    def _receive_one_by_one(self, data: bytes) -> None:
+        buf = self._split_buf
+        buf += data
+        while self._held is None and not self._closing:
+            end = split_first_frame(buf)
+            if not end:
+                return
+            chunk = bytes(buf[:end])
+            del buf[:end]
+            for frame in self._reader.feed(chunk):
+                settled = self._dispatch(frame)
+                if settled and self._held is None:
+                    # the next bytes may be in a new encoding: keep them raw for now
+                    self._held = bytearray(buf)
+                    buf.clear()
+
+    def _dispatch(self, frame: object) -> bool:
+        """Handle one frame; true when it settled a pending call."""
+        if isinstance(frame, Response):
+            return self._on_response(frame.data)
+        if isinstance(frame, ErrorFrame):
+            return self._on_error_frame(frame.payload)
+        if isinstance(frame, Heartbeat):
+            self._on_heartbeat()
+        elif isinstance(frame, Message):
+            if self.on_message is None:
+                self._no_consumer()
+            else:
+                self.on_message(frame)
+        return False
+
+    def _on_response(self, data: bytes) -> bool:
+        if not self._pending:
+            log.warning("%s: unexpected response %r with no call pending", self.address_text,
+                        data[:40])
+            return False
+        future, _, timer = self._pending.popleft()
+        if timer is not None:
+            timer.cancel()
+        if not future.done():
+            future.set_result(data)
+        return True
+
+    def _on_heartbeat(self) -> None:
+        self.heartbeats += 1
+        if not self._closing:
+            self._queue(_NOP)
+        callback = self.on_heartbeat
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                log.exception("%s: on_heartbeat raised", self.address_text)
+
+    def _on_error_frame(self, payload: bytes) -> bool:
+        code, _ = parse_error_payload(payload)
+        caused_by = _FIRE_AND_FORGET_ERRORS.get(code)
+        if caused_by is None and self._pending:
+            future, command, timer = self._pending.popleft()
+            if timer is not None:
+                timer.cancel()
+            error = error_from_payload(payload, command)
+            if not future.done():
+                future.set_exception(error)
+            else:
+                log.info("%s: %s for a call given up on", self.address_text, error)
+            if error.fatal:
+                self._fail(error)
+            return True
+        error = error_from_payload(payload, caused_by)
+        callback = self.on_error
+        if callback is not None:
+            try:
+                callback(error)
+            except Exception:
+                log.exception("%s: on_error raised", self.address_text)
+        else:
+            log.warning("%s: %s", self.address_text, error)
+        if error.fatal:
+            self._fail(error)
+        return False
+
+    def _no_consumer(self) -> None:
+        if not self._warned_no_consumer:
+            self._warned_no_consumer = True
+            log.warning("%s: message received but no on_message is set; dropped (the server "
+                        "redelivers it after msg_timeout)", self.address_text)
+
+    def eof_received(self) -> bool | None:
+        return None  # let the transport close; connection_lost does the rest
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._lost.done():
+            self._lost.set_result(None)
+        if not self._closing:
+            reason = ConnectionClosed(
+                f"{self.address_text} closed the connection" if exc is None
+                else f"connection to {self.address_text} lost: {exc}")
+            reason.__cause__ = exc
+            self._fail(reason)
+        self._transport = None
+
+    # -- stalls -----------------------------------------------------------------------------
+
+    def _arm_watchdog(self) -> None:
+        interval = self._config.heartbeat_interval
+        if interval is None or self._closing:
+            return
+        self._watchdog = self._loop.call_at(self._last_recv + 2 * interval, self._check_stall)
+
+    def _check_stall(self) -> None:
+        self._watchdog = None
+        if self._closing:
+            return
+        interval = self._config.heartbeat_interval
+        assert interval is not None
+        idle = self._loop.time() - self._last_recv
+        if idle >= 2 * interval - 0.005:
+            log.warning("%s: nothing received for %.1fs (heartbeats every %gs); closing as "
+                        "stalled", self.address_text, idle, interval)
+            self._fail(ConnectionClosed(f"{self.address_text} stalled: nothing received for "
+                                        f"{idle:.1f}s"))
+        else:
+            self._arm_watchdog()
+
+    # -- closing ----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Write what is queued, close the socket and fail pending calls with ConnectionClosed.
+
+        Subscribed consumers send CLS and wait for ``CLOSE_WAIT`` (and their in-flight
+        messages) before calling this.
+        """
+        if not self._closing:
+            self._flush()
+            self._fail(None)
+        if self._transport is not None and not self._lost.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._lost), self._config.close_timeout)
+            except asyncio.TimeoutError:
+                if self._transport is not None:
+                    self._transport.abort()
+
+    def abort(self) -> None:
+        """Drop the connection at once, without writing what is queued."""
+        self._fail(None, abort=True)
+
+    def _fail(self, reason: BaseException | None, *, abort: bool = False) -> None:
+        """Close for ``reason`` (``None``: a clean close asked by the owner), failing all calls."""
+        if self._closing:
+            return
+        self._closing = True
+        self._close_reason = reason
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        pending, self._pending = self._pending, deque()
+        for future, command, timer in pending:
+            if timer is not None:
+                timer.cancel()
+            if not future.done():
+                future.set_exception(self._closed_error(command))
+        self._wake_drainers()
+        transport = self._transport
+        if transport is not None:
+            if abort or reason is not None:
+                self._wbuf.clear()
+                transport.abort()
+            else:
+                transport.close()
+        if not self._closed.done():
+            self._closed.set_result(reason)
+
+    def _closed_error(self, command: str | None) -> ConnectionClosed:
+        reason = self._close_reason
+        what = f"{command} not answered: " if command else ""
+        if reason is None:
+            error = ConnectionClosed(f"{what}connection to {self.address_text} closed")
+        else:
+            error = ConnectionClosed(f"{what}connection to {self.address_text} closed: {reason}")
+            error.__cause__ = reason
+        return error
+
+    # -- properties -------------------------------------------------------------------------
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._host, self._port
+
+    @property
+    def address_text(self) -> str:
+        return f"{self._host}:{self._port}"
+
+    @property
+    def config(self) -> ConnectionConfig:
+        return self._config
+
+    @property
+    def identify_response(self) -> IdentifyResponse:
+        """The server's IDENTIFY answer: version, limits, what was negotiated."""
+        return self._identify
+
+    @property
+    def auth_response(self) -> AuthResponse | None:
+        return self._auth
+
+    @property
+    def version(self) -> str:
+        return self._identify.version
+
+    @property
+    def is_youzan(self) -> bool:
+        """A youzan (HA) nsqd: binary message ids, partitions, SUB_ORDERED, tracing."""
+        return self._identify.is_youzan
+
+    @property
+    def extend_support(self) -> bool:
+        """Whether this connection IDENTIFYed with extend_support (ext blocks on messages)."""
+        return self._identify_options.extend_support
+
+    @property
+    def max_rdy_count(self) -> int:
+        return self._identify.max_rdy_count
+
+    @property
+    def msg_timeout(self) -> float:
+        """The server's redelivery timeout for this connection, in seconds."""
+        return self._identify.msg_timeout / 1000
+
+    @property
+    def max_msg_timeout(self) -> float:
+        """The longest msg_timeout the server allows (and the bound for TOUCH), in seconds."""
+        return self._identify.max_msg_timeout / 1000
+
+    @property
+    def tls(self) -> bool:
+        return self._tls
+
+    @property
+    def compression(self) -> str:
+        """``"none"``, ``"snappy"`` or ``"deflate"``, as negotiated."""
+        return self._compression
+
+    @property
+    def layout(self) -> MessageLayout:
+        """How message frames are decoded; the consumer sets it after SUB (see frames.py)."""
+        return self._reader.layout
+
+    @layout.setter
+    def layout(self, layout: MessageLayout) -> None:
+        self._reader.layout = layout
+
+    @property
+    def is_ready(self) -> bool:
+        """Handshake done and not closing: calls may be made."""
+        return self._ready and not self._closing
+
+    @property
+    def is_closed(self) -> bool:
+        """Closing or closed: every call now raises ``ConnectionClosed``."""
+        return self._closing
+
+    @property
+    def closed(self) -> asyncio.Future[BaseException | None]:
+        """Settles when the connection closes, with the reason (``None`` for ``close()``).
+
+        It never raises, so owners can ``await`` it or add a done callback freely.
+        """
+        return self._closed
+
+    @property
+    def close_reason(self) -> BaseException | None:
+        return self._close_reason
+
+    @property
+    def pending_count(self) -> int:
+        """Calls sent and not yet answered."""
+        return len(self._pending)
+
+    def __repr__(self) -> str:
+        state = ("closed" if self._closing else "ready" if self._ready else "opening")
+        flavour = "youzan" if self.is_youzan else "classic" if self._identify.negotiated else "?"
+        return f"<Connection {self.address_text} {flavour} {state}>"
