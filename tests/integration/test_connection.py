@@ -7,6 +7,7 @@ attribution (fatal, non-fatal, fire-and-forget), heartbeats, stalls, timeouts an
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 from typing import Any
 
@@ -155,8 +156,9 @@ async def test_pipelined_requests_resolve_in_order_in_one_write(nsq_cluster: Any
         assert [r.trace_id for r in receipts if r] == list(range(1, 1001))
         ids = [r.internal_id for r in receipts if r]
         assert ids == sorted(ids) and len(set(ids)) == 1000
-        for before, after in zip(receipts, receipts[1:]):
-            assert before and after and after.queue_offset == before.queue_offset + before.raw_size
+        for before, after in itertools.pairwise(receipts):
+            assert before and after
+            assert after.queue_offset == before.queue_offset + before.raw_size
         # 1000 commands queued in one event-loop iteration leave in one socket write
         assert conn.write_count - writes == 1
     finally:
@@ -267,7 +269,10 @@ async def test_messages_reach_on_message_with_the_layout_set_after_sub(nsq_clust
         conn.send(commands.rdy(10))
         messages = await inbox.wait_for(3)
         assert [m.body for m in messages] == [b"m0", b"m1", b"m2"]
-        assert [m.queue_offset for m in messages][0] == 0
+        assert messages[0].queue_offset == 0  # the detail block was decoded
+        for before, after in itertools.pairwise(messages):
+            assert before.queue_offset is not None and before.raw_size is not None
+            assert after.queue_offset == before.queue_offset + before.raw_size
         assert all(m.partition == 0 and m.attempts == 1 for m in messages)
         for m in messages:
             conn.send(commands.fin(m.id))
