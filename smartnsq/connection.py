@@ -88,7 +88,8 @@ _FIRE_AND_FORGET_ERRORS: Final = {"E_FIN_FAILED": "FIN", "E_REQ_FAILED": "REQ",
 _NOP: Final = commands.NOP
 _USE_CONFIG: Final[Any] = object()
 
-_Pending = tuple["asyncio.Future[bytes]", str, "asyncio.TimerHandle | None"]
+# (answer, command name, deadline on the loop clock or None, the timeout it came from)
+_Pending = tuple["asyncio.Future[bytes]", str, "float | None", "float | None"]
 
 
 class Connection(asyncio.Protocol):
@@ -120,6 +121,8 @@ class Connection(asyncio.Protocol):
                                    message_class=message_class)
         self._transport: asyncio.Transport | None = None
         self._pending: deque[_Pending] = deque()
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_at = 0.0
         # writing
         self._wbuf: list[bytes] = []
         self._wsize = 0
@@ -274,7 +277,7 @@ class Connection(asyncio.Protocol):
     def _expect(self, command: str) -> asyncio.Future[bytes]:
         """A pending slot for an answer that needs no timer (the handshake has a deadline)."""
         future: asyncio.Future[bytes] = self._loop.create_future()
-        self._pending.append((future, command, None))
+        self._pending.append((future, command, None, None))
         return future
 
     def _release(self, *, split: bool) -> None:
@@ -302,9 +305,13 @@ class Connection(asyncio.Protocol):
         future: asyncio.Future[bytes] = loop.create_future()
         if timeout is _USE_CONFIG:
             timeout = self._config.request_timeout
-        timer = (loop.call_later(timeout, self._timed_out, future, command, timeout)
-                 if timeout is not None else None)
-        self._pending.append((future, command, timer))
+        if timeout is None:
+            self._pending.append((future, command, None, None))
+        else:
+            deadline = loop.time() + timeout
+            self._pending.append((future, command, deadline, timeout))
+            if self._deadline_timer is None or deadline < self._deadline_at:
+                self._arm_deadline(deadline)
         self._queue(data)
         return future
 
@@ -336,12 +343,39 @@ class Connection(asyncio.Protocol):
         if self._closing:
             raise self._closed_error(None)
 
-    def _timed_out(self, future: asyncio.Future[bytes], command: str, timeout: float) -> None:
-        if future.done():
+    def _arm_deadline(self, when: float) -> None:
+        # One timer per connection, not one per call: calls are answered in order, so the
+        # timer only has to wake up for the earliest deadline still pending.
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_at = when
+        self._deadline_timer = self._loop.call_at(when, self._check_deadlines)
+
+    def _check_deadlines(self) -> None:
+        self._deadline_timer = None
+        if self._closing:
             return
-        future.set_exception(Timeout(f"{command} to {self.address_text} got no answer "
-                                     f"within {timeout:g}s"))
-        log.warning("%s: %s timed out after %gs; closing, since later answers can no longer "
+        now = self._loop.time()
+        earliest: float | None = None
+        expired = []
+        for entry in self._pending:
+            deadline = entry[2]
+            if deadline is None:
+                continue
+            if deadline <= now:
+                expired.append(entry)
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        if not expired:
+            if earliest is not None:
+                self._arm_deadline(earliest)
+            return
+        for future, command, _, timeout in expired:
+            if not future.done():
+                future.set_exception(Timeout(f"{command} to {self.address_text} got no answer "
+                                             f"within {timeout:g}s"))
+        command, timeout = expired[0][1], expired[0][3]
+        log.warning("%s: %s timed out after %gs; closing, since later answers could no longer "
                     "be matched to their calls", self.address_text, command, timeout)
         self._fail(ConnectionClosed(f"closed after {command} timed out"))
 
@@ -470,9 +504,7 @@ class Connection(asyncio.Protocol):
             log.warning("%s: unexpected response %r with no call pending", self.address_text,
                         data[:40])
             return False
-        future, _, timer = self._pending.popleft()
-        if timer is not None:
-            timer.cancel()
+        future = self._pending.popleft()[0]
         if not future.done():
             future.set_result(data)
         return True
@@ -492,9 +524,7 @@ class Connection(asyncio.Protocol):
         code, _ = parse_error_payload(payload)
         caused_by = _FIRE_AND_FORGET_ERRORS.get(code)
         if caused_by is None and self._pending:
-            future, command, timer = self._pending.popleft()
-            if timer is not None:
-                timer.cancel()
+            future, command, _, _ = self._pending.popleft()
             error = error_from_payload(payload, command)
             if not future.done():
                 future.set_exception(error)
@@ -591,9 +621,10 @@ class Connection(asyncio.Protocol):
             self._watchdog.cancel()
             self._watchdog = None
         pending, self._pending = self._pending, deque()
-        for future, command, timer in pending:
-            if timer is not None:
-                timer.cancel()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+        for future, command, _, _ in pending:
             if not future.done():
                 future.set_exception(self._closed_error(command))
         self._wake_drainers()
@@ -707,6 +738,11 @@ class Connection(asyncio.Protocol):
     @property
     def close_reason(self) -> BaseException | None:
         return self._close_reason
+
+    @property
+    def writing_paused(self) -> bool:
+        """The transport is over its high-water mark; ``request()`` waits, ``drain()`` too."""
+        return self._write_paused
 
     @property
     def pending_count(self) -> int:

@@ -334,12 +334,14 @@ async def test_request_timeout_closes_the_connection(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("t_slow")
     conn = await connect(nsq_cluster)
     nsq_cluster.stall(0)
-    late = conn.submit(commands.pub("t_slow", b"b", 0), "PUB", timeout=None)
-    with pytest.raises(Timeout):
-        await conn.request(commands.pub("t_slow", b"a", 0), "PUB", timeout=0.2)
-    # the call behind it cannot be matched any more: it fails too, at once
-    with pytest.raises(ConnectionClosed):
-        await asyncio.wait_for(late, WAIT)
+    patient = conn.submit(commands.pub("t_slow", b"a", 0), "PUB", timeout=None)
+    late = conn.submit(commands.pub("t_slow", b"b", 0), "PUB", timeout=30)
+    with pytest.raises(Timeout):  # the shortest deadline counts, whatever its place
+        await conn.request(commands.pub("t_slow", b"c", 0), "PUB", timeout=0.2)
+    # the other calls cannot be matched any more: they fail too, at once
+    for call in (patient, late):
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(call, WAIT)
     assert conn.is_closed
     await conn.close()
 
