@@ -145,6 +145,7 @@ class Connection(asyncio.Protocol):
         self._tls = False
         self._compression = "none"
         self._ready = False
+        self._accepting = False  # ready and not closing: the one check calls make
         self._closing = False
         self._close_reason: BaseException | None = None
         self._closed: asyncio.Future[BaseException | None] = self._loop.create_future()
@@ -182,6 +183,13 @@ class Connection(asyncio.Protocol):
             self._fail(exc if isinstance(exc, NSQError) else
                        ConnectionClosed(f"handshake with {self.address_text} failed: {exc!r}"))
             raise
+        finally:
+            if not self._accepting:
+                # aborted: nothing left to wait for (a failed TLS handshake may never report
+                # connection_lost to us, so close() must not wait for it)
+                self._transport = None
+                if not self._lost.done():
+                    self._lost.set_result(None)
 
     async def _open(self) -> None:
         try:
@@ -217,6 +225,7 @@ class Connection(asyncio.Protocol):
         elif self._config.auth_secret is not None:
             log.debug("%s: no auth required; secret not sent", self.address_text)
         self._ready = True
+        self._accepting = True
         log.debug("%s: ready (%s, tls=%s, compression=%s)", self.address_text,
                   ident.version or "unknown version", self._tls, self._compression)
 
@@ -290,17 +299,20 @@ class Connection(asyncio.Protocol):
 
     # -- calls ------------------------------------------------------------------------------
 
-    def submit(self, data: bytes, command: str,
+    def submit(self, data: bytes, command: str | None = None,
                timeout: float | None = _USE_CONFIG) -> asyncio.Future[bytes]:
         """Queue a command that gets an answer; the future settles with the answer's payload.
 
-        ``command`` names it for error attribution (``"PUB"``, ``"SUB_ORDERED"``...).
-        ``timeout`` defaults to ``config.request_timeout``; past it the future raises
-        ``Timeout`` and the connection closes (see the module docstring). A future that
-        fails must be awaited or have its exception read, like any asyncio future.
+        ``command`` names it for error attribution (``"PUB"``, ``"SUB_ORDERED"``...; read from
+        ``data`` when omitted). ``timeout`` defaults to ``config.request_timeout``; past it
+        the future raises ``Timeout`` and the connection closes (see the module docstring).
+        A future that fails must be awaited or have its exception read, like any asyncio
+        future. Raises ``ConnectionClosed`` at once when the connection is closed.
         """
-        if self._closing:
-            raise self._closed_error(command)
+        if not self._accepting:
+            raise self._not_accepting(command)
+        if command is None:
+            command = commands.command_name(data)
         loop = self._loop
         future: asyncio.Future[bytes] = loop.create_future()
         if timeout is _USE_CONFIG:
@@ -315,7 +327,7 @@ class Connection(asyncio.Protocol):
         self._queue(data)
         return future
 
-    async def request(self, data: bytes, command: str,
+    async def request(self, data: bytes, command: str | None = None,
                       timeout: float | None = _USE_CONFIG) -> bytes:
         """Send a command that gets an answer and return the answer's payload.
 
@@ -328,10 +340,19 @@ class Connection(asyncio.Protocol):
         return await self.submit(data, command, timeout)
 
     def send(self, data: bytes) -> None:
-        """Queue a command without an answer (RDY, FIN, REQ, TOUCH, NOP)."""
-        if self._closing:
-            raise self._closed_error(commands.command_name(data))
+        """Queue a command without an answer (RDY, FIN, REQ, TOUCH, NOP).
+
+        Raises ``ConnectionClosed`` when the connection is closed: the command cannot reach
+        the server any more (a FIN lost this way means the message will be redelivered).
+        """
+        if not self._accepting:
+            raise self._not_accepting(commands.command_name(data))
         self._queue(data)
+
+    def _not_accepting(self, command: str | None) -> Exception:
+        if self._closing:
+            return self._closed_error(command)
+        return RuntimeError("the connection is not open yet: use Connection.connect()")
 
     async def drain(self) -> None:
         """Write what is queued and wait while the transport is over its high-water mark."""
@@ -616,6 +637,7 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return
         self._closing = True
+        self._accepting = False
         self._close_reason = reason
         if self._watchdog is not None:
             self._watchdog.cancel()
