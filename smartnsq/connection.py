@@ -157,15 +157,23 @@ class Connection(asyncio.Protocol):
     # -- opening --------------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, host: str, port: int, config: ConnectionConfig | None = None,
-                      **kwargs: Any) -> Connection:
+    async def connect(cls, host: str, port: int, config: ConnectionConfig | None = None, *,
+                      on_message: MessageCallback | None = None,
+                      on_error: ErrorCallback | None = None,
+                      message_class: type[Message] = Message,
+                      extend_support: bool = False, desired_tag: str = "",
+                      ext_filter: dict[str, Any] | None = None) -> Connection:
         """Connect, IDENTIFY, upgrade and AUTH within ``config.connect_timeout``.
 
+        ``extend_support``, ``desired_tag`` and ``ext_filter`` go into IDENTIFY (consumers of
+        ext topics; ``extend_support`` must match the topic's ext flag or SUB fails).
         Raises ``ConnectionError_`` (refused, reset, TLS failure), ``Timeout``,
         ``ServerError`` (the server refused IDENTIFY or AUTH), ``ProtocolError`` or
-        ``InvalidArgument`` (the server wants AUTH and no secret is configured).
+        ``InvalidArgument`` (bad IDENTIFY values; the server wants AUTH and no secret is set).
         """
-        conn = cls(host, port, config, **kwargs)
+        conn = cls(host, port, config, on_message=on_message, on_error=on_error,
+                   message_class=message_class, extend_support=extend_support,
+                   desired_tag=desired_tag, ext_filter=ext_filter)
         await conn.open()
         return conn
 
