@@ -1,0 +1,521 @@
+"""Partition-keyed connections: (topic, partition) -> the leader's connection.
+
+Two maps make the pool. ``routes(topic)`` is the topic's current :class:`TopicRoutes` (which
+node leads each partition, and the topic's meta), replaced whenever the route source (lookupd,
+or a fixed list of nsqd) reports a change. Connections are keyed by node *address*, so every
+partition a node leads, of every topic, shares one connection: nsqd serves any partition over
+any connection (the partition travels in each command) and one busy connection coalesces
+writes better than many idle ones.
+
+A leader change moves a key by itself: the next publish reads the new route and takes (or
+opens) the new leader's connection. Errors move keys too: a publisher that gets
+``E_FAILED_ON_NOT_LEADER`` calls :meth:`PartitionPool.leader_failed`, which asks the source
+for a (coalesced) refresh.
+
+Failures never spin. A node whose connect fails is not dialled again before a back-off that
+doubles per consecutive failure (``reconnect_delay`` .. ``reconnect_delay_max``, jittered);
+the failure also asks for a refresh of every topic routed to it, since a dead node is usually
+a leader about to be replaced. Callers asking for that node meanwhile get
+:class:`NodeBackoff` at once, with the time left, and wait on :meth:`PartitionPool.changed`
+(which settles early when the routes move). A node that reappears in a route gets a fresh
+chance at once.
+
+Connections nobody used for ``idle_timeout`` seconds (and with nothing pending) are closed by
+a sweeper task; the next use reopens them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .config import ConnectionConfig
+from .connection import Connection
+from .errors import ConnectionError_, InvalidArgument, Timeout
+
+__all__ = [
+    "Address",
+    "NodeBackoff",
+    "PartitionPool",
+    "RouteSource",
+    "StaticRouteSource",
+    "TopicRoutes",
+    "parse_address",
+]
+
+log = logging.getLogger("smartnsq.pool")
+
+Address = tuple[str, int]
+Target = tuple["int | None", Address]  # (partition or None for "no partition token", node)
+
+
+def parse_address(text: str | tuple[str, int], what: str = "address") -> Address:
+    """``"host:port"`` (or an already split pair) as ``(host, port)``."""
+    if isinstance(text, tuple):
+        host, port = text
+    else:
+        if not isinstance(text, str) or ":" not in text:
+            raise InvalidArgument(what, "must be 'host:port'", text)
+        host, _, port_text = text.rpartition(":")
+        host = host.strip("[]")
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise InvalidArgument(what, "port must be a number", text) from None
+    if not host or not isinstance(port, int) or not 0 < port < 65536:
+        raise InvalidArgument(what, "must be 'host:port' with a port in 1..65535", text)
+    return host, port
+
+
+@dataclass(frozen=True, eq=False)
+class TopicRoutes:
+    """Where a topic can be written right now; an immutable snapshot.
+
+    ``partition_num`` is the topic's partition count from lookup meta (0 when unknown: classic
+    topics, standalone nodes). ``leaders`` maps each partition that has a writable leader now to
+    that leader; a partition missing from it is normal for a while during a failover.
+    ``nodes`` are nodes written without a partition token (classic nsqd, or nsqd given
+    directly). ``youzan`` is true when the topic is known to live on youzan nodes (partitions or
+    meta seen), false when known classic, ``None`` when only the connection will tell.
+    """
+
+    topic: str
+    partition_num: int = 0
+    ordered: bool = False
+    ext: bool = False
+    youzan: bool | None = None
+    leaders: Mapping[int, Address] = field(default_factory=dict)
+    nodes: tuple[Address, ...] = ()
+    targets: tuple[Target, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # unsharded round-robin order: partitions that have a leader, else the plain nodes
+        if self.leaders:
+            targets: tuple[Target, ...] = tuple((p, self.leaders[p]) for p in sorted(self.leaders))
+        else:
+            targets = tuple((None, a) for a in self.nodes)
+        object.__setattr__(self, "targets", targets)
+
+    @property
+    def partitioned(self) -> bool:
+        return self.partition_num > 0 or bool(self.leaders)
+
+    def addresses(self) -> set[Address]:
+        return {a for _, a in self.targets}
+
+    def same_routes(self, other: TopicRoutes | None) -> bool:
+        return (other is not None and self.targets == other.targets
+                and self.partition_num == other.partition_num
+                and self.ordered == other.ordered and self.ext == other.ext
+                and self.youzan == other.youzan)
+
+
+RoutesCallback = Callable[[TopicRoutes], None]
+
+
+class RouteSource(Protocol):
+    """Where routes come from: the lookup manager, or a fixed list of nodes."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def routes(self, topic: str) -> TopicRoutes:
+        """The topic's routes, looked up now if unknown (raises ``TopicNotFound`` etc.)."""
+        ...
+
+    def refresh(self, topic: str) -> None:
+        """Ask for fresh routes soon (coalesced; the answer arrives through ``subscribe``)."""
+        ...
+
+    def subscribe(self, callback: RoutesCallback) -> None:
+        """Call ``callback(routes)`` whenever a topic's routes change."""
+        ...
+
+
+class StaticRouteSource:
+    """Every topic is on every one of a fixed list of nsqd (``Producer(nsqd=[...])``).
+
+    No partitions are named: each publish goes to the node's default partition, so this is for
+    classic nodes and standalone youzan nodes.
+    """
+
+    def __init__(self, addresses: Iterable[str | Address]) -> None:
+        self._nodes = tuple(dict.fromkeys(parse_address(a, "nsqd") for a in addresses))
+        if not self._nodes:
+            raise InvalidArgument("nsqd", "needs at least one address", list(addresses))
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def routes(self, topic: str) -> TopicRoutes:
+        return TopicRoutes(topic, nodes=self._nodes)
+
+    def refresh(self, topic: str) -> None:
+        return None
+
+    def subscribe(self, callback: RoutesCallback) -> None:
+        return None
+
+
+class NodeBackoff(ConnectionError_):
+    """A node's connect failed recently; it will not be dialled again for ``retry_in`` s."""
+
+    def __init__(self, address: Address, retry_in: float, cause: BaseException | None) -> None:
+        self.address = address
+        self.retry_in = retry_in
+        super().__init__(f"{address[0]}:{address[1]} is backing off for {retry_in:.2f}s after "
+                         f"failing to connect: {cause}")
+
+
+class _Node:
+    """One nsqd address: its connection (or the attempt to open it) and failure record."""
+
+    __slots__ = ("address", "conn", "failures", "last_error", "opening", "retry_at",
+                 "seen_uses", "uses")
+
+    def __init__(self, address: Address) -> None:
+        self.address = address
+        self.conn: Connection | None = None
+        self.opening: asyncio.Task[Connection] | None = None
+        self.failures = 0
+        self.retry_at = 0.0
+        self.last_error: BaseException | None = None
+        self.uses = 0
+        self.seen_uses = 0
+
+
+class PartitionPool:
+    """Routes per topic and one shared connection per node; see the module docstring."""
+
+    def __init__(self, source: RouteSource, config: ConnectionConfig | None = None, *,
+                 idle_timeout: float | None = 300.0, reconnect_delay: float = 0.05,
+                 reconnect_delay_max: float = 2.0,
+                 connect: Callable[[str, int, ConnectionConfig], Awaitable[Connection]]
+                 | None = None) -> None:
+        self._source = source
+        self._config = config or ConnectionConfig()
+        self._idle_timeout = idle_timeout
+        self._reconnect_delay = reconnect_delay
+        self._reconnect_delay_max = reconnect_delay_max
+        self._connect = connect
+        self._routes: dict[str, TopicRoutes] = {}
+        self._loading: dict[str, asyncio.Task[TopicRoutes]] = {}
+        self._nodes: dict[Address, _Node] = {}
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+        source.subscribe(self._on_routes)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._source.start()
+        if self._idle_timeout is not None and self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def close(self) -> None:
+        """Close every connection (pending publishes fail with ``ConnectionClosed``)."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks: list[asyncio.Task[object]] = []
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            tasks.append(self._sweeper)
+        for task in self._loading.values():
+            task.cancel()
+            tasks.append(task)
+        conns = []
+        for node in self._nodes.values():
+            if node.opening is not None:
+                node.opening.cancel()
+                tasks.append(node.opening)
+            if node.conn is not None:
+                conns.append(node.conn)
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        self._waiters.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+        self._nodes.clear()
+        await self._source.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- routes -------------------------------------------------------------------------------
+
+    def routes(self, topic: str) -> TopicRoutes | None:
+        """The routes known now (``None`` before the first lookup of ``topic``)."""
+        return self._routes.get(topic)
+
+    async def load_routes(self, topic: str) -> TopicRoutes:
+        """The routes, looked up once if unknown; concurrent callers share one lookup."""
+        routes = self._routes.get(topic)
+        if routes is not None:
+            return routes
+        task = self._loading.get(topic)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._load(topic))
+            self._loading[topic] = task
+        return await asyncio.shield(task)
+
+    async def _load(self, topic: str) -> TopicRoutes:
+        try:
+            routes = await self._source.routes(topic)
+            self._on_routes(routes)
+            return self._routes.get(topic, routes)
+        finally:
+            self._loading.pop(topic, None)
+
+    def refresh(self, topic: str) -> None:
+        if not self._closed:
+            self._source.refresh(topic)
+
+    def changed(self, topic: str, timeout: float) -> asyncio.Future[None]:
+        """A future settling at the next route change of ``topic``, or after ``timeout`` s.
+
+        It never raises; waiting on it is how callers back off without missing a recovery.
+        """
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        if self._closed:
+            waiter.set_result(None)
+            return waiter
+        self._waiters.setdefault(topic, []).append(waiter)
+        handle = loop.call_later(max(timeout, 0.0), _settle, waiter)
+        waiter.add_done_callback(lambda _: handle.cancel())
+        return waiter
+
+    def _on_routes(self, routes: TopicRoutes) -> None:
+        old = self._routes.get(routes.topic)
+        self._routes[routes.topic] = routes
+        if routes.same_routes(old):
+            return
+        if old is not None:
+            log.info("routes of %r changed: %s", routes.topic, _describe(routes))
+        else:
+            log.debug("routes of %r: %s", routes.topic, _describe(routes))
+        # a node that (re)appears as a target is worth dialling again at once
+        fresh = routes.addresses() - (old.addresses() if old is not None else set())
+        for address in fresh:
+            node = self._nodes.get(address)
+            if node is not None:
+                node.retry_at = 0.0
+        waiters = self._waiters.pop(routes.topic, None)
+        if waiters:
+            for waiter in waiters:
+                _settle(waiter)
+
+    def leader_failed(self, topic: str, partition: int | None, address: Address) -> None:
+        """``address`` refused to write ``partition`` (not leader / not writable / not there)."""
+        log.debug("%s:%d refused %s/%s; refreshing routes", address[0], address[1], topic,
+                  partition)
+        self.refresh(topic)
+
+    # -- connections --------------------------------------------------------------------------
+
+    def connection(self, address: Address) -> Connection | None:
+        """The open connection to ``address``, if any (no I/O)."""
+        node = self._nodes.get(address)
+        if node is None:
+            return None
+        conn = node.conn
+        if conn is None or conn.is_closed:
+            return None
+        node.uses += 1
+        return conn
+
+    def connection_for(self, topic: str, partition: int) -> Connection | None:
+        """The open connection to the current leader of (topic, partition), if any."""
+        routes = self._routes.get(topic)
+        if routes is None:
+            return None
+        address = routes.leaders.get(partition)
+        return None if address is None else self.connection(address)
+
+    async def acquire(self, address: Address, timeout: float | None = None) -> Connection:
+        """The connection to ``address``, opened (once, shared by concurrent callers) if needed.
+
+        Raises :class:`NodeBackoff` at once while the node is in its reconnect back-off,
+        the connect error when opening fails, ``Timeout`` when ``timeout`` passes first (the
+        attempt goes on in the background for the next caller).
+        """
+        if self._closed:
+            raise ConnectionError_("the pool is closed")
+        node = self._nodes.get(address)
+        if node is None:
+            node = self._nodes[address] = _Node(address)
+        conn = node.conn
+        if conn is not None and not conn.is_closed:
+            node.uses += 1
+            return conn
+        opening = node.opening
+        if opening is None:
+            loop = asyncio.get_running_loop()
+            wait = node.retry_at - loop.time()
+            if wait > 0:
+                raise NodeBackoff(address, wait, node.last_error)
+            opening = node.opening = loop.create_task(self._open(node))
+        try:
+            if timeout is None:
+                conn = await asyncio.shield(opening)
+            else:
+                conn = await asyncio.wait_for(asyncio.shield(opening), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            raise Timeout(f"connecting to {address[0]}:{address[1]} took longer than "
+                          f"{timeout:g}s") from None
+        node.uses += 1
+        return conn
+
+    async def _open(self, node: _Node) -> Connection:
+        host, port = node.address
+        loop = asyncio.get_running_loop()
+        try:
+            if self._connect is not None:
+                conn = await self._connect(host, port, self._config)
+            else:
+                conn = await Connection.connect(host, port, self._config)
+        except asyncio.CancelledError:
+            node.opening = None
+            raise
+        except BaseException as exc:
+            node.opening = None
+            node.failures += 1
+            node.last_error = exc
+            delay = min(self._reconnect_delay_max,
+                        self._reconnect_delay * 2 ** (node.failures - 1))
+            node.retry_at = loop.time() + delay * random.uniform(0.8, 1.2)
+            log.warning("cannot connect to %s:%d (%d in a row, next try in %.2fs): %s", host,
+                        port, node.failures, delay, exc)
+            self._refresh_topics_on(node.address)
+            raise
+        node.opening = None
+        if self._closed:
+            await conn.close()
+            raise ConnectionError_("the pool is closed")
+        node.conn = conn
+        node.failures = 0
+        node.last_error = None
+        node.retry_at = 0.0
+        node.seen_uses = node.uses
+        conn.closed.add_done_callback(lambda fut: self._on_closed(node, conn, fut))
+        log.debug("connected to %s:%d (%s)", host, port, conn.version or "unknown version")
+        return conn
+
+    def _on_closed(self, node: _Node, conn: Connection,
+                   fut: asyncio.Future[BaseException | None]) -> None:
+        if node.conn is conn:
+            node.conn = None
+        reason = fut.result()
+        if reason is not None and not self._closed:
+            log.info("connection to %s:%d closed: %s", node.address[0], node.address[1], reason)
+            self._refresh_topics_on(node.address)
+
+    def _refresh_topics_on(self, address: Address) -> None:
+        for topic, routes in self._routes.items():
+            if address in routes.addresses():
+                self.refresh(topic)
+
+    def node_failures(self, address: Address) -> int:
+        node = self._nodes.get(address)
+        return 0 if node is None else node.failures
+
+    @property
+    def connections(self) -> dict[Address, Connection]:
+        """Open connections by node address (a copy)."""
+        return {a: n.conn for a, n in self._nodes.items()
+                if n.conn is not None and not n.conn.is_closed}
+
+    # -- idle connections -----------------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        assert self._idle_timeout is not None
+        period = max(self._idle_timeout / 2, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            self.close_idle()
+
+    def close_idle(self) -> list[Address]:
+        """Close connections unused since the previous sweep; returns their addresses.
+
+        The sweeper runs this every ``idle_timeout / 2`` s, so a connection closes after
+        ``idle_timeout / 2`` to ``idle_timeout`` s without use.
+        """
+        closed = []
+        wanted = set()
+        for routes in self._routes.values():
+            wanted |= routes.addresses()
+        for address, node in list(self._nodes.items()):
+            conn = node.conn
+            if conn is not None:
+                if node.uses == node.seen_uses and conn.pending_count == 0:
+                    node.conn = None
+                    closed.append(address)
+                    log.debug("closing idle connection to %s:%d", *address)
+                    task = asyncio.get_running_loop().create_task(conn.close())
+                    task.add_done_callback(_ignore_result)
+                node.seen_uses = node.uses
+            elif node.opening is None and address not in wanted and node.failures == 0:
+                del self._nodes[address]
+        return closed
+
+    def __repr__(self) -> str:
+        return f"<PartitionPool topics={len(self._routes)} connections={len(self.connections)}>"
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _ignore_result(task: asyncio.Task[None]) -> None:
+    with contextlib.suppress(BaseException):
+        task.result()
+
+
+def _describe(routes: TopicRoutes) -> str:
+    if routes.leaders:
+        parts = ", ".join(f"{p}->{a[0]}:{a[1]}" for p, a in sorted(routes.leaders.items()))
+        missing = ""
+        if routes.partition_num:
+            gone = sorted(set(range(routes.partition_num)) - set(routes.leaders))
+            if gone:
+                missing = f"; no leader for {gone}"
+        return f"{parts}{missing}"
+    if routes.nodes:
+        return "nodes " + ", ".join(f"{h}:{p}" for h, p in routes.nodes)
+    if routes.partition_num:
+        return f"no leader for any of {routes.partition_num} partitions"
+    return "no nodes"
+
+
+class LookupRouteSource:
+    """Routes from nsqlookupd through ``smartnsq.lookup.LookupManager`` (placeholder)."""
+
+    def __init__(self, lookupd: Iterable[str] | None, *, lookup: object = None,
+                 options: Mapping[str, object] | None = None) -> None:
+        raise NotImplementedError("smartnsq.lookup is not there yet")
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def routes(self, topic: str) -> TopicRoutes:
+        raise NotImplementedError
+
+    def refresh(self, topic: str) -> None: ...
+
+    def subscribe(self, callback: RoutesCallback) -> None: ...

@@ -1,0 +1,196 @@
+"""Blocking, thread-safe facades over the asyncio clients (for WSGI apps, Spark executors, scripts).
+
+Each facade owns an async client living on a background event loop (``smartnsq._loop_thread``,
+one per process by default, shared by every facade) and forwards each call to it, blocking
+until the async call finishes. The logic exists once, in the async client; a facade only
+crosses threads. Many threads may call one facade at once: their publishes meet on the loop,
+where the connection coalesces them into few socket writes, so a thread pool publishing
+through one ``smartnsq.sync.Producer`` gets the same batching an asyncio program gets.
+
+Facades are for code outside an event loop. Inside one (or in a callback running on the
+facade's own loop) use the async clients: a blocking call there raises ``RuntimeError``
+rather than deadlock.
+
+Writing another facade (``Consumer``): subclass ``_Facade``, build the async client with
+``self._start(factory)`` and forward calls with ``self._run(coro, timeout)``; async iterators
+go through ``self._loop_thread.iterate(...)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from . import _loop_thread
+from ._loop_thread import LoopThread
+from .errors import Timeout
+from .pool import TopicRoutes
+from .producer import BatchResult, ProducerConfig, PublishResult
+from .producer import Producer as AsyncProducer
+from .sharding import ShardingKey
+
+__all__ = ["Producer"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("smartnsq.sync")
+
+# Extra time a blocking call waits beyond the async call's own deadline before giving up on
+# it: the async layer enforces deadlines itself; this only guards against a wedged loop.
+_GUARD = 5.0
+
+
+def _finalize(loop_thread: LoopThread, shared: bool,
+              closer: Callable[[], Coroutine[Any, Any, None]] | None) -> None:
+    """Close the async client and give the loop back (on close() or garbage collection)."""
+    try:
+        if closer is not None and loop_thread.running and not loop_thread.in_loop_thread():
+            try:
+                loop_thread.run(closer(), timeout=_GUARD)
+            except Exception:
+                log.debug("closing a facade's client failed", exc_info=True)
+    finally:
+        if shared:
+            _loop_thread.release_shared(loop_thread)
+
+
+class _Facade:
+    """Shared machinery of the blocking facades: the loop thread, calls, closing."""
+
+    def __init__(self, loop_thread: LoopThread | None) -> None:
+        self._shared = loop_thread is None
+        self._loop_thread = _loop_thread.shared() if loop_thread is None else loop_thread.start()
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._closed = False
+
+    def _start(self, factory: Callable[[], Awaitable[T]],
+               closer_of: Callable[[T], Callable[[], Coroutine[Any, Any, None]]]) -> T:
+        """Build the async client on the loop; register its closing for close() and GC."""
+        async def build() -> T:
+            return await factory()
+
+        try:
+            client = self._loop_thread.run(build())
+        except BaseException:
+            if self._shared:
+                _loop_thread.release_shared(self._loop_thread)
+            raise
+        self._finalizer = weakref.finalize(self, _finalize, self._loop_thread, self._shared,
+                                           closer_of(client))
+        return client
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        """Run ``coro`` on the loop and wait; ``timeout`` is the async call's own deadline."""
+        if self._closed:
+            coro.close()
+            raise RuntimeError(f"this {type(self).__name__} is closed")
+        guard = None if timeout is None else timeout + _GUARD
+        try:
+            return self._loop_thread.run(coro, guard)
+        except TimeoutError as exc:
+            if isinstance(exc, Timeout):
+                raise
+            raise Timeout(f"no answer from the event loop within {guard:g}s") from None
+
+    def close(self) -> None:
+        """Close the async client and release the loop thread (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def loop_thread(self) -> LoopThread:
+        return self._loop_thread
+
+
+class Producer(_Facade):
+    """``smartnsq.producer.Producer`` as blocking calls; safe to share between threads.
+
+    Takes the async Producer's arguments, plus ``loop_thread`` (a started
+    ``smartnsq._loop_thread.LoopThread``; default: the process-wide one). Use it as a context
+    manager or call ``close()``::
+
+        with smartnsq.sync.Producer(lookupd=["127.0.0.1:4161"]) as producer:
+            producer.publish("orders", b"...", sharding_key=order_id)
+    """
+
+    def __init__(self, lookupd: Sequence[str] | str | None = None,
+                 nsqd: Sequence[str] | str | None = None, *,
+                 loop_thread: LoopThread | None = None, **kwargs: Any) -> None:
+        super().__init__(loop_thread)
+
+        async def create() -> AsyncProducer:
+            producer = AsyncProducer(lookupd, nsqd, **kwargs)
+            try:
+                return await producer.start()
+            except BaseException:
+                await producer.close()
+                raise
+
+        self._producer = self._start(create, lambda p: p.close)
+        self._timeout = self._producer.config.timeout
+
+    def publish(self, topic: str, body: bytes, *, sharding_key: ShardingKey | None = None,
+                partition: int | None = None, trace_id: int | None = None,
+                headers: Mapping[str, str] | None = None, delay: float | None = None,
+                timeout: float | None = None) -> PublishResult:
+        """Blocking ``Producer.publish``: same arguments, result and errors."""
+        return self._run(self._producer.publish(
+            topic, body, sharding_key=sharding_key, partition=partition, trace_id=trace_id,
+            headers=headers, delay=delay, timeout=timeout),
+            self._timeout if timeout is None else timeout)
+
+    def publish_many(self, topic: str, bodies: Iterable[bytes], *,
+                     sharding_key: ShardingKey | None = None, partition: int | None = None,
+                     trace_id: int | Sequence[int] | None = None,
+                     headers: Mapping[str, str] | Sequence[Mapping[str, str] | None]
+                     | None = None,
+                     timeout: float | None = None) -> BatchResult:
+        """Blocking ``Producer.publish_many``: same arguments, result and errors."""
+        return self._run(self._producer.publish_many(
+            topic, list(bodies), sharding_key=sharding_key, partition=partition,
+            trace_id=trace_id, headers=headers, timeout=timeout),
+            self._timeout if timeout is None else timeout)
+
+    def routes(self, topic: str, timeout: float | None = None) -> TopicRoutes:
+        """The topic's current routes (partition count, leaders, meta), looked up if unknown."""
+        return self._run(self._producer.routes(topic),
+                         self._timeout if timeout is None else timeout)
+
+    def set_trace(self, enabled: bool | None, topic: str | None = None) -> None:
+        """``Producer.set_trace``, applied on the loop thread."""
+        if self._closed:
+            raise RuntimeError("this Producer is closed")
+        self._loop_thread.call(self._producer.set_trace, enabled, topic)
+
+    def trace_enabled(self, topic: str) -> bool | None:
+        return self._producer.trace_enabled(topic)
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self._producer.config
+
+    @property
+    def async_producer(self) -> AsyncProducer:
+        """The async Producer behind this facade (use it only on ``loop_thread.loop``)."""
+        return self._producer
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<smartnsq.sync.Producer {state}>"
