@@ -28,6 +28,7 @@ stored twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -301,6 +302,9 @@ class Producer:
         self._trace_topics: dict[str, bool | None] = {}
         self._rr: dict[str, int] = {}
         self._valid_topics: set[str] = set()
+        self._request_timeout = config.connection.request_timeout
+        self._names: dict[Address, str] = {}  # "host:port" of each address, built once
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # start() sets
         self._started = False
         self._closed = False
 
@@ -311,6 +315,7 @@ class Producer:
             raise RuntimeError("a closed Producer cannot start again")
         if not self._started:
             self._started = True
+            self._loop = asyncio.get_running_loop()
             await self._pool.start()
         return self
 
@@ -482,14 +487,16 @@ class Producer:
             raise ConnectionError_("the producer is closed")
         pool = self._pool
         nodes = pool._nodes
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if timeout is None:
             timeout = self._timeout
         elif isinstance(timeout, bool) or not isinstance(timeout, int | float) \
                 or not timeout > 0:
             raise InvalidArgument("timeout", "must be a positive number of seconds", timeout)
         deadline = loop.time() + timeout
-        request_timeout = self._config.connection.request_timeout
+        request_timeout = self._request_timeout
+        special = batch is not None or headers is not None or trace_id is not None \
+            or delay_ms is not None
         attempt = 0
         last_error: BaseException | None = None
         while True:
@@ -537,7 +544,8 @@ class Producer:
                     target, address = targets[index % len(targets)]
                 else:
                     target, address = None, None
-            self._check_early(routes, headers, batch, trace_id, delay_ms)
+            if special:
+                self._check_early(routes, headers, batch, trace_id, delay_ms)
             if address is None:
                 last_error = _NoLeader(
                     f"partition {target} of {topic!r} has no leader now" if target is not None
@@ -546,9 +554,10 @@ class Producer:
                 await self._backoff(topic, attempt, deadline, last_error)
                 continue
             # -- the connection
+            # (a connection closed since is caught by submit: ConnectionClosed, retried)
             node = nodes.get(address)
             conn = None if node is None else node.conn
-            if conn is None or conn.is_closed:
+            if conn is None:
                 try:
                     conn = await pool.acquire(address, deadline - loop.time())
                 except NodeBackoff as exc:
@@ -572,13 +581,20 @@ class Producer:
                 data, command, traced = self._encode_batch(
                     conn, routes, topic, target, payload, sharding_key is not None  # type: ignore[arg-type]
                     or partition is not None, batch)
-            remaining = deadline - loop.time()
+            remaining = timeout if attempt == 1 else deadline - loop.time()
             if request_timeout is not None and request_timeout < remaining:
                 remaining = request_timeout
             try:
                 if conn.writing_paused:
                     await conn.drain()
-                answer = await conn.submit(data, command, remaining)
+                answer_future = conn.submit(data, command, remaining)
+                if conn.pending_count == 1:
+                    # nothing else in flight: write now rather than at the end of this loop
+                    # iteration (saves a round of the loop per one-at-a-time publish; in a
+                    # burst only the first publish does this, the rest still coalesce)
+                    with contextlib.suppress(ConnectionError_):
+                        await conn.drain()  # a failure is also in answer_future
+                answer = await answer_future
             except ServerError as exc:
                 action = exc.action
                 if action is Action.GIVE_UP:
@@ -598,6 +614,11 @@ class Producer:
                 if loop.time() >= deadline:
                     raise self._timeout_error(topic, timeout, exc) from exc
                 continue  # the connection closed itself; try a fresh one
+            if not traced and batch is None:  # plain OK, nothing to log: the common case
+                name = self._names.get(address)
+                if name is None:
+                    name = self._names[address] = f"{address[0]}:{address[1]}"
+                return PublishResult(topic, target, name, None, trace_id, None, None, attempt)
             return self._result(topic, target, address, answer, traced, attempt, batch,
                                 payload, trace_id)
 
