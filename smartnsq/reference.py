@@ -1,0 +1,126 @@
+"""Markdown references rendered from the code itself, so the docs cannot drift from it.
+
+The documentation site's build hook (``docs/hooks.py``) replaces markers such as
+``<!-- reference: config smartnsq.config.ConnectionConfig -->`` and
+``<!-- reference: errors -->`` with the tables below. The same functions back
+``python -m smartnsq.reference`` for reading them in a terminal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+import sys
+from typing import Any
+
+from .config import describe
+from .errors import ERROR_TABLE, Action, ErrorSpec
+
+__all__ = ["config_table", "errors_table", "expand_markers"]
+
+_MARKER = re.compile(r"<!--\s*reference:\s*(\w+)\s*([\w.]*)\s*-->")
+
+_ACTION_WORDS = {
+    Action.REFRESH_AND_RETRY: "refresh lookup, retry",
+    Action.RETRY: "retry after a back-off",
+    Action.GIVE_UP: "give up (raise)",
+}
+
+
+def _load(dotted: str) -> type:
+    module, _, name = dotted.rpartition(".")
+    obj = getattr(importlib.import_module(module), name)
+    if not (isinstance(obj, type) and dataclasses.is_dataclass(obj)):
+        raise TypeError(f"{dotted} is not a config dataclass")
+    return obj
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _default(value: Any) -> str:
+    if value is dataclasses.MISSING:
+        return "required"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if dataclasses.is_dataclass(value):
+        return f"`{type(value).__name__}()`"
+    return f"`{value!r}`"
+
+
+def config_table(dotted: str) -> str:
+    """A Markdown table of a config dataclass: option, default, unit and range, meaning."""
+    cls = _load(dotted)
+    lines = [
+        f"`{cls.__module__}.{cls.__qualname__}`",
+        "",
+        "| option | default | unit / range | meaning |",
+        "|---|---|---|---|",
+    ]
+    for row in describe(cls):
+        if row.default is dataclasses.MISSING:
+            field = next(f for f in dataclasses.fields(cls) if f.name == row.name)
+            default = (_default(field.default_factory())  # type: ignore[operator]
+                       if field.default_factory is not dataclasses.MISSING else "required")
+        else:
+            default = _default(row.default)
+        bounds = " ".join(x for x in (row.unit, row.range) if x)
+        lines.append(f"| `{row.name}` | {_cell(default)} | {_cell(bounds)} | {_cell(row.doc)} |")
+    return "\n".join(lines)
+
+
+def _fatal(spec: ErrorSpec) -> str:
+    if spec.fatal_on is None:
+        return "always"
+    if not spec.fatal_on:
+        return "never"
+    return "after " + ", ".join(sorted(spec.fatal_on))
+
+
+def errors_table() -> str:
+    """Every server error code: what it means, whether the server closes, what smartnsq does."""
+    lines = [
+        "| code | meaning | connection closed | smartnsq does | raised as |",
+        "|---|---|---|---|---|",
+    ]
+    raised = {
+        Action.REFRESH_AND_RETRY: "`RefreshLookupError`",
+        Action.RETRY: "`RetriableServerError`",
+        Action.GIVE_UP: "`NonRetriableServerError`",
+    }
+    for code in sorted(ERROR_TABLE):
+        spec = ERROR_TABLE[code]
+        lines.append(f"| `{code}` | {_cell(spec.meaning)} | {_fatal(spec)} "
+                     f"| {_ACTION_WORDS[spec.action]} | {raised[spec.action]} |")
+    return "\n".join(lines)
+
+
+def expand_markers(markdown: str) -> str:
+    """Replace every reference marker in a page with its rendered table."""
+
+    def render(match: re.Match[str]) -> str:
+        kind, arg = match.group(1), match.group(2)
+        if kind == "config":
+            return config_table(arg)
+        if kind == "errors":
+            return errors_table()
+        raise ValueError(f"unknown reference marker {match.group(0)!r}")
+
+    return _MARKER.sub(render, markdown)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] == "errors":
+        print(errors_table())
+    else:
+        for dotted in args:
+            print(config_table(dotted))
+            print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""The generated references cover every option and every server error code."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from smartnsq.config import ConnectionConfig
+from smartnsq.errors import ERROR_TABLE
+from smartnsq.producer import ProducerConfig
+from smartnsq.reference import config_table, errors_table, expand_markers
+
+
+@pytest.mark.parametrize("cls", [ConnectionConfig, ProducerConfig])
+def test_every_option_is_documented(cls: type) -> None:
+    table = config_table(f"{cls.__module__}.{cls.__qualname__}")
+    for f in dataclasses.fields(cls):
+        assert f.metadata.get("doc"), f"{cls.__name__}.{f.name} has no doc() text"
+        assert f"| `{f.name}` |" in table
+
+
+def test_every_error_code_has_a_row() -> None:
+    table = errors_table()
+    for code in ERROR_TABLE:
+        assert f"| `{code}` |" in table
+
+
+def test_markers_expand_and_unknown_markers_fail() -> None:
+    page = "a\n<!-- reference: config smartnsq.config.ConnectionConfig -->\nb"
+    assert "| `connect_timeout` |" in expand_markers(page)
+    assert "E_BAD_TOPIC" in expand_markers("<!-- reference: errors -->")
+    with pytest.raises(ValueError, match="unknown reference marker"):
+        expand_markers("<!-- reference: nonsense -->")
+    with pytest.raises(TypeError):
+        expand_markers("<!-- reference: config smartnsq.errors.Action -->")
