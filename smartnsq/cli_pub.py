@@ -1,0 +1,255 @@
+"""``smartnsq pub TOPIC [FILE...]``: publish lines, partition-aware, in MPUB batches.
+
+Lines are read in chunks; each chunk is fully parsed and checked before any of it is sent, so
+a malformed line stops the command with its file and line number and nothing of its chunk is
+published. Per-key order is kept: a key always maps to one partition, each partition's
+batches go out one after the other (the next only after the previous one's ``OK``), and
+partitions are written concurrently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from .cli_util import CLIError, Progress, bar, check_topic, cluster_addresses, format_table
+
+__all__ = ["run_pub"]
+
+_CHUNK_BATCHES = 8  # batches per partition read ahead before sending
+
+
+@dataclass
+class _PartitionTotals:
+    messages: int = 0
+    batches: int = 0
+    node: str = ""
+    first_internal_id: int | None = None
+    first_offset: int | None = None
+
+
+@dataclass
+class _Source:
+    name: str
+    stream: IO[bytes] | IO[str]
+    size: int | None = None
+
+
+@dataclass
+class _Totals:
+    messages: int = 0
+    batches: int = 0
+    bytes_read: int = 0
+    partitions: dict[int | None, _PartitionTotals] = field(default_factory=dict)
+
+
+def _parse_headers(values: list[str]) -> dict[str, str] | None:
+    headers: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise CLIError(f"bad --header {item!r}: expected NAME=VALUE")
+        headers[name] = value
+    return headers or None
+
+
+def _sources(args: argparse.Namespace) -> list[_Source]:
+    names = args.files or ["-"]
+    out = []
+    for name in names:
+        if name == "-":
+            stream = getattr(args.stdin, "buffer", args.stdin)
+            out.append(_Source("stdin", stream))
+            continue
+        try:
+            out.append(_Source(name, open(name, "rb"), os.path.getsize(name)))  # noqa: SIM115
+        except OSError as exc:
+            raise CLIError(f"cannot read {name}: {exc.strerror or exc}") from None
+    return out
+
+
+def _lines(source: _Source) -> Iterator[tuple[int, bytes, int]]:
+    """(line number, body, bytes consumed) for each non-empty line of a source."""
+    for number, raw in enumerate(source.stream, start=1):
+        data: bytes = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+        body = data.rstrip(b"\r\n")
+        if body.strip():
+            yield number, body, len(data)
+        else:
+            yield number, b"", len(data)
+
+
+def _key_of(body: bytes, path: list[str], where: str) -> str | int:
+    try:
+        value: Any = json.loads(body)
+    except ValueError as exc:
+        raise CLIError(f"{where}: not a JSON line ({exc.args[0].split(':')[0]})") from None
+    for part in path:
+        if not isinstance(value, dict):
+            raise CLIError(f"{where}: not a JSON object, cannot read field "
+                           f"{'.'.join(path)!r}")
+        if part not in value:
+            raise CLIError(f"{where}: field {'.'.join(path)!r} is missing")
+        value = value[part]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise CLIError(f"{where}: field {'.'.join(path)!r} must be a string or an integer "
+                       f"to shard by, not {type(value).__name__}")
+    return value
+
+
+async def run_pub(args: argparse.Namespace) -> int:
+    from .errors import InvalidArgument, LookupFailed, NSQError, TopicNotFound
+    from .producer import Producer
+    from .sharding import make_router
+
+    topic = check_topic(args.topic)
+    lookupd, nsqd = cluster_addresses(args)
+    headers = _parse_headers(args.header)
+    if args.batch < 1:
+        raise CLIError("--batch must be at least 1")
+    if args.partition is not None and not 0 <= args.partition <= 1023:
+        raise CLIError("--partition must be in 0..1023")
+    if args.trace_id is not None and not 0 <= args.trace_id < 1 << 64:
+        raise CLIError("--trace-id must be a uint64 (0..2**64-1)")
+    key_path = args.key_field.split(".") if args.key_field else None
+    if key_path is not None and not all(key_path):
+        raise CLIError(f"bad --key-field {args.key_field!r}")
+    sources = _sources(args)
+    total_size = sum(s.size or 0 for s in sources) if all(s.size for s in sources) else None
+    progress = Progress(args.progress if args.progress is not None else
+                        (None if total_size else False), stream=args.err)
+    router = make_router(args.sharding)
+    totals = _Totals()
+    started = time.monotonic()
+    producer = Producer(lookupd=lookupd or None, nsqd=nsqd or None, timeout=args.timeout,
+                        sharding=args.sharding, connect_timeout=min(args.timeout, 5.0))
+    try:
+        async with producer:
+            try:
+                routes = await asyncio.wait_for(producer.routes(topic), args.timeout)
+            except TopicNotFound:
+                raise CLIError(f"topic {topic!r} does not exist") from None
+            except (LookupFailed, asyncio.TimeoutError) as exc:
+                raise CLIError(f"cannot look up topic {topic!r}: "
+                               f"{exc or 'no lookupd answered in time'}") from None
+            partition_num = routes.partition_num
+            if routes.ordered and args.partition is None and args.sharding_key is None \
+                    and key_path is None:
+                raise CLIError(f"topic {topic!r} is ordered: give --sharding-key, --key-field "
+                               f"or --partition")
+            if args.partition is not None and partition_num and \
+                    args.partition >= partition_num:
+                raise CLIError(f"--partition {args.partition}: topic {topic!r} has "
+                               f"{partition_num} partitions (0..{partition_num - 1})")
+            chunk_size = args.batch * _CHUNK_BATCHES * max(1, partition_num)
+
+            async def send_group(target: int | None, bodies: list[bytes]) -> None:
+                for i in range(0, len(bodies), args.batch):
+                    part = bodies[i:i + args.batch]
+                    kwargs: dict[str, Any] = {"trace_id": args.trace_id, "headers": headers}
+                    if target is not None:
+                        kwargs["partition"] = target
+                    elif args.sharding_key is not None:
+                        kwargs["sharding_key"] = args.sharding_key
+                    if len(part) == 1:
+                        result: Any = await producer.publish(topic, part[0], **kwargs)
+                    else:
+                        result = await producer.publish_many(topic, part, **kwargs)
+                    row = totals.partitions.setdefault(result.partition, _PartitionTotals())
+                    row.messages += len(part)
+                    row.batches += 1
+                    row.node = result.node
+                    if row.first_internal_id is None and result.internal_id is not None:
+                        row.first_internal_id = result.internal_id
+                        row.first_offset = result.queue_offset
+                    totals.messages += len(part)
+                    totals.batches += 1
+
+            async def flush(chunk: list[tuple[int | None, bytes]]) -> None:
+                groups: dict[int | None, list[bytes]] = {}
+                for target, body in chunk:
+                    groups.setdefault(target, []).append(body)
+                await asyncio.gather(*(send_group(t, b) for t, b in groups.items()))
+
+            chunk: list[tuple[int | None, bytes]] = []
+            for source in sources:
+                for number, body, consumed in _lines(source):
+                    totals.bytes_read += consumed
+                    if not body:
+                        continue
+                    target: int | None = args.partition
+                    if key_path is not None:
+                        key = _key_of(body, key_path, f"{source.name}:{number}")
+                        if partition_num:
+                            try:
+                                target = router(key, partition_num)
+                            except InvalidArgument as exc:
+                                raise CLIError(f"{source.name}:{number}: {exc}") from None
+                    if len(body) > producer.config.max_msg_size:
+                        raise CLIError(f"{source.name}:{number}: line of {len(body)} bytes is "
+                                       f"larger than max_msg_size "
+                                       f"{producer.config.max_msg_size}")
+                    chunk.append((target, body))
+                    if len(chunk) >= chunk_size:
+                        await flush(chunk)
+                        chunk = []
+                        _show(progress, totals, total_size, started)
+            if chunk:
+                await flush(chunk)
+    except CLIError as exc:
+        progress.done()
+        if totals.messages:
+            raise CLIError(f"{exc} ({totals.messages} messages were published before)") \
+                from None
+        raise
+    except NSQError as exc:
+        progress.done()
+        from .cli_util import one_line
+
+        done = f" ({totals.messages} messages were published before)" if totals.messages else ""
+        raise CLIError(f"publishing to {topic!r} failed: {one_line(exc)}{done}") from None
+    finally:
+        for source in sources:
+            if source.size is not None:
+                source.stream.close()
+    _show(progress, totals, total_size, started, force=True)
+    progress.done()
+    _summary(args, topic, totals, time.monotonic() - started)
+    return 0
+
+
+def _show(progress: Progress, totals: _Totals, total_size: int | None, started: float,
+          *, force: bool = False) -> None:
+    if not progress.enabled:
+        return
+    elapsed = max(time.monotonic() - started, 1e-6)
+    rate = totals.messages / elapsed
+    if total_size:
+        fraction = totals.bytes_read / total_size
+        progress.update(f"{bar(fraction)} {fraction:4.0%}  {totals.messages} messages  "
+                        f"{rate:,.0f} msg/s", force=force)
+    else:
+        progress.update(f"{totals.messages} messages  {rate:,.0f} msg/s", force=force)
+
+
+def _summary(args: argparse.Namespace, topic: str, totals: _Totals, elapsed: float) -> None:
+    out = args.out
+    rate = totals.messages / elapsed if elapsed > 0 else 0.0
+    out.write(f"published {totals.messages} messages to {topic} in {totals.batches} "
+              f"commands, {elapsed:.2f} s ({rate:,.0f} msg/s)\n")
+    if not totals.messages:
+        return
+    rows = []
+    for partition in sorted(totals.partitions, key=lambda p: -1 if p is None else p):
+        row = totals.partitions[partition]
+        rows.append(["-" if partition is None else partition, row.node, row.messages,
+                     row.batches, "" if row.first_internal_id is None else row.first_internal_id,
+                     "" if row.first_offset is None else row.first_offset])
+    out.write(format_table(["partition", "node", "messages", "commands", "first id",
+                            "first offset"], rows, right=(0, 2, 3, 4, 5)) + "\n")
