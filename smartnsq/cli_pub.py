@@ -76,7 +76,8 @@ def _sources(args: argparse.Namespace) -> list[_Source]:
 
 def _lines(source: _Source) -> Iterator[tuple[int, bytes, int]]:
     """(line number, body, bytes consumed) for each non-empty line of a source."""
-    for number, raw in enumerate(source.stream, start=1):
+    stream: Any = source.stream
+    for number, raw in enumerate(stream, start=1):
         data: bytes = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
         body = data.rstrip(b"\r\n")
         if body.strip():
