@@ -1,0 +1,307 @@
+"""Shared plumbing of the benchmark scripts (not a benchmark itself).
+
+Every figure we quote is a ratio taken in one run against one endpoint, so this module gives
+the scripts the same three things: a dev cluster in its own process (the server must not share
+the client's event loop or GIL), a way to run each client in its own interpreter (gevent's
+monkeypatching must not leak into the asyncio clients), and the environment block printed
+under every table so a figure can be traced back to the machine that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import CLASSIC_LAYOUT, ErrorFrame, FrameReader, Message, Response
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+PEERS = ("pynsq", "gnsq", "ansq", "asyncnsq")
+# distribution name -> module imported by the worker
+PEER_MODULES = {"pynsq": "nsq", "gnsq": "gnsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
+
+
+# -- environment ---------------------------------------------------------------------------
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "?"
+    match = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return match.group(1).strip() if match else "?"
+
+
+def _git_rev() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5, check=False)
+        return out.stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
+def environment(extra: str = "") -> str:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    lines = [
+        "environment:",
+        f"  date        {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
+        f"  python      {platform.python_implementation()} {platform.python_version()} "
+        f"({platform.system()} {platform.machine()})",
+        f"  cpu         {os.cpu_count()} x {_cpu_model()}",
+        f"  load avg    {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (at the end of the run)",
+        f"  smartnsq    {_version('smartnsq')} (git {_git_rev()})",
+        "  peers       " + ", ".join(f"{p} {_version(p)}" for p in PEERS),
+    ]
+    if extra:
+        lines.append(f"  {extra}")
+    return "\n".join(lines)
+
+
+def command_line() -> str:
+    rel = os.path.relpath(sys.argv[0], ROOT)
+    return "python " + " ".join([rel, *sys.argv[1:]])
+
+
+# -- tables --------------------------------------------------------------------------------
+
+def fmt_rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100_000:
+        return f"{value / 1000:,.0f}k"
+    if value >= 10_000:
+        return f"{value / 1000:,.1f}k"
+    return f"{value:,.0f}"
+
+
+def fmt_ratio(value: float | None, base: float | None) -> str:
+    if not value or not base:
+        return "-"
+    return f"{value / base:.2f}x"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table, padded so it also reads well in a terminal."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+# -- the dev cluster in its own process ------------------------------------------------------
+
+@dataclass
+class Cluster:
+    mode: str
+    nsqd_tcp: list[str]
+    nsqd_http: list[str]
+    lookupd_http: list[str]
+    process: subprocess.Popen[str] = field(repr=False)
+
+    @property
+    def tcp(self) -> str:
+        return self.nsqd_tcp[0]
+
+    @property
+    def http(self) -> str:
+        return self.nsqd_http[0]
+
+    # classic nsqd HTTP API: topics are created and deleted per run so that every client
+    # starts from an empty topic and the server's memory does not grow across runs
+    def post(self, path: str, **params: str) -> bytes:
+        url = f"http://{self.http}{path}?{urllib.parse.urlencode(params)}"
+        req = urllib.request.Request(url, data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return bytes(resp.read())
+
+    def fresh_topic(self, topic: str, channel: str | None = "bench") -> None:
+        if self.mode != "classic":
+            raise RuntimeError("fresh_topic needs a classic cluster")
+        with suppress(OSError):  # did not exist
+            self.post("/topic/delete", topic=topic)
+        self.post("/topic/create", topic=topic)
+        if channel:
+            self.post("/channel/create", topic=topic, channel=channel)
+
+    def drop_topic(self, topic: str) -> None:
+        with suppress(OSError):
+            self.post("/topic/delete", topic=topic)
+
+    def stats(self, topic: str) -> dict[str, Any]:
+        url = f"http://{self.http}/stats?format=json&topic={topic}"
+        req = urllib.request.Request(url, headers={"Accept": "application/vnd.nsq; version=1.0"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            data: dict[str, Any] = json.loads(resp.read())
+        data = data.get("data", data)
+        for t in data.get("topics") or []:
+            if t.get("topic_name") == topic:
+                return dict(t)
+        return {}
+
+    def message_count(self, topic: str) -> int | None:
+        info = self.stats(topic)
+        count = info.get("message_count")
+        return int(count) if count is not None else None
+
+
+@contextmanager
+def dev_cluster(mode: str = "classic", nodes: int = 1,
+                topics: Sequence[str] = ()) -> Iterator[Cluster]:
+    """``python -m smartnsq.devcluster`` in a child process; yields its addresses."""
+    cmd = [sys.executable, "-m", "smartnsq.devcluster", "--mode", mode, "--nodes", str(nodes),
+           "--lookupds", "1"]
+    for topic in topics:
+        cmd += ["--topic", topic]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    values: dict[str, str] = {}
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                err = proc.stderr.read() if proc.stderr else ""
+                raise RuntimeError(f"dev cluster exited: {err.strip()}")
+            if "=" in line and line.split("=", 1)[0].isupper():
+                key, value = line.strip().split("=", 1)
+                values[key] = value
+            if line.startswith("running"):
+                break
+        else:
+            raise RuntimeError("dev cluster did not start within 30 s")
+        yield Cluster(mode, values["NSQD_TCP"].split(","), values["NSQD_HTTP"].split(","),
+                      values["NSQLOOKUPD_HTTP"].split(","), proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# -- workers: one client per interpreter ----------------------------------------------------
+
+def run_worker(script: str, args: Sequence[str], timeout: float = 300) -> dict[str, Any]:
+    """Run ``script --worker ...`` in a fresh interpreter; its last stdout line is JSON."""
+    cmd = [sys.executable, str(BENCH_DIR / script), "--worker", *args]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                             check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:g} s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {out.returncode}: {tail[:160]}"}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def emit(result: dict[str, Any]) -> None:
+    """A worker's answer to ``run_worker``."""
+    print(json.dumps(result), flush=True)
+
+
+def peer_available(peer: str) -> str | None:
+    """None when the peer imports in a fresh interpreter, else why not."""
+    mod = PEER_MODULES[peer]
+    out = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    if out.returncode == 0:
+        return None
+    return (out.stderr.strip().splitlines() or ["import failed"])[-1][:160]
+
+
+# -- a minimal blocking client, for pre-loading and for measuring the server ------------------
+
+class RawClient:
+    """One blocking socket speaking just enough V2 to load topics and measure the server.
+
+    Deliberately thin (no library in the way) so that its own cost is small next to the
+    server's: what it measures is close to what the server can take.
+    """
+
+    def __init__(self, address: str, layout: Any = CLASSIC_LAYOUT) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(b"  V2")
+        self.reader = FrameReader(layout)
+        self.sock.sendall(commands.identify({"feature_negotiation": True,
+                                             "heartbeat_interval": 60000}))
+        self.expect(1)
+
+    def frames(self) -> list[Any]:
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        return self.reader.feed(data)
+
+    def expect(self, count: int) -> None:
+        """Wait for ``count`` responses; raise on an error frame."""
+        got = 0
+        while got < count:
+            for frame in self.frames():
+                if isinstance(frame, ErrorFrame):
+                    raise RuntimeError(frame.payload.decode(errors="replace"))
+                if isinstance(frame, Response):
+                    got += 1
+
+    def send_and_count(self, payload: bytes, count: int) -> None:
+        """Send ``payload`` (``count`` commands with answers) while reading the answers."""
+        import threading
+
+        sender = threading.Thread(target=self.sock.sendall, args=(payload,), daemon=True)
+        sender.start()
+        self.expect(count)
+        sender.join()
+
+    def preload(self, topic: str, count: int, body: bytes, batch: int = 100,
+                partition: int | None = None) -> None:
+        batches = []
+        left = count
+        while left > 0:
+            n = min(batch, left)
+            batches.append(commands.mpub(topic, [body] * n, partition))
+            left -= n
+        self.send_and_count(b"".join(batches), len(batches))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def is_message(frame: object) -> bool:
+    return isinstance(frame, Message)

@@ -1,0 +1,293 @@
+"""Codec throughput: decoding message frames and encoding commands, no sockets.
+
+    python bench/codec.py [--quick] [--messages N] [--body BYTES] [--chunk BYTES]
+
+Decoding: one stream of N message frames (100-byte bodies) is cut into 64 KiB chunks at
+arbitrary offsets, as a socket would hand them over, and fed to each decoder; msgs/s is the
+best of a few repetitions. smartnsq's FrameReader runs on the classic, youzan and
+youzan+ext+detail layouts; the peers decode the classic stream (the only one they know).
+pynsq and gnsq do not have a chunk decoder (tornado's / gevent's stream reads each frame
+exactly), so they are given the best case: the whole stream in one buffer, sliced frame by
+frame with their own unpack functions. ansq and asyncnsq have a feed()/get() reader; they
+are also run at the read size their connection really uses (4 KiB and 52 bytes).
+
+Encoding: ops/s of building PUB (100-byte body), MPUB of 100 bodies, FIN and RDY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import struct
+import sys
+import time
+from collections.abc import Callable
+
+from _common import command_line, environment, fmt_rate, fmt_ratio, table
+
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import (
+    CLASSIC_LAYOUT,
+    YOUZAN_LAYOUT,
+    FrameReader,
+    MessageLayout,
+    encode_message,
+    youzan_message_id,
+)
+
+EXT_DETAIL = MessageLayout(youzan=True, ext=True, detail=True)
+
+
+def build_stream(layout: MessageLayout, count: int, body_size: int) -> bytes:
+    body = b"x" * body_size
+    ts = time.time_ns()
+    frames = []
+    ext = b'{"##trace_id":"123456789","k":"v"}'
+    for i in range(count):
+        msg_id = youzan_message_id((1 << 50) | i, i) if layout.youzan else b"%016x" % i
+        frames.append(encode_message(ts, 1, msg_id, body, layout, ext_version=4 if layout.ext
+                                     else 0, ext=ext if layout.ext else None,
+                                     queue_offset=i * 150, raw_size=150))
+    return b"".join(frames)
+
+
+def chunks(stream: bytes, size: int) -> list[bytes]:
+    return [stream[i:i + size] for i in range(0, len(stream), size)]
+
+
+def best_rate(count: int, fn: Callable[[], int], repeat: int) -> float:
+    """Best of ``repeat`` runs, in items per second; ``fn`` returns how many it did."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        done = fn()
+        elapsed = time.perf_counter() - start
+        if done != count:
+            raise RuntimeError(f"decoded {done} items, expected {count}")
+        best = min(best, elapsed)
+    return count / best
+
+
+# -- decoders -------------------------------------------------------------------------------
+
+def smartnsq_decoder(layout: MessageLayout, parts: list[bytes]) -> Callable[[], int]:
+    def run() -> int:
+        reader = FrameReader(layout)
+        n = 0
+        for part in parts:
+            n += len(reader.feed(part))
+        return n
+    return run
+
+
+def pynsq_decoder(stream: bytes) -> Callable[[], int] | None:
+    try:
+        from nsq import protocol
+    except Exception:
+        return None
+    unpack_l = struct.Struct(">l").unpack_from
+
+    def run() -> int:
+        n = 0
+        pos = 0
+        end = len(stream)
+        while pos < end:
+            (size,) = unpack_l(stream, pos)
+            data = stream[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            frame, data = protocol.unpack_response(data)
+            if frame == protocol.FRAME_TYPE_MESSAGE:
+                protocol.decode_message(data)
+                n += 1
+        return n
+    return run
+
+
+def gnsq_decoder(stream: bytes) -> Callable[[], int] | None:
+    try:
+        from gnsq import protocol
+        from gnsq.message import Message
+    except Exception:
+        return None
+    unpack_l = struct.Struct(">l").unpack_from
+
+    def run() -> int:
+        n = 0
+        pos = 0
+        end = len(stream)
+        while pos < end:
+            (size,) = unpack_l(stream, pos)
+            data = stream[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            frame, data = protocol.unpack_response(data)
+            if frame == 2:
+                Message(*protocol.unpack_message(data))
+                n += 1
+        return n
+    return run
+
+
+def ansq_decoder(parts: list[bytes]) -> Callable[[], int] | None:
+    try:
+        from ansq.tcp.protocol import Reader
+    except Exception:
+        return None
+
+    def run() -> int:
+        reader = Reader()
+        n = 0
+        for part in parts:
+            reader.feed(part)
+            while reader.get() is not None:
+                n += 1
+        return n
+    return run
+
+
+def asyncnsq_decoder(parts: list[bytes]) -> Callable[[], int] | None:
+    try:
+        from asyncnsq.tcp.protocol import Reader
+    except Exception:
+        return None
+
+    def run() -> int:
+        reader = Reader()
+        n = 0
+        for part in parts:
+            reader.feed(part)
+            while reader.gets():
+                n += 1
+        return n
+    return run
+
+
+# -- encoders -------------------------------------------------------------------------------
+
+def encoders(body: bytes) -> dict[str, dict[str, Callable[[], object]]]:
+    batch = [body] * 100
+    sid = b"0123456789abcdef"
+    out: dict[str, dict[str, Callable[[], object]]] = {
+        "smartnsq": {
+            "PUB": lambda: commands.pub("bench", body),
+            "MPUB x100": lambda: commands.mpub("bench", batch),
+            "FIN": lambda: commands.fin(sid),
+            "RDY": lambda: commands.rdy(100),
+        },
+    }
+    try:
+        from nsq import protocol as p
+
+        out["pynsq"] = {"PUB": lambda: p.pub("bench", body),
+                        "MPUB x100": lambda: p.mpub("bench", batch),
+                        "FIN": lambda: p.finish(sid), "RDY": lambda: p.ready(100)}
+    except Exception:
+        pass
+    try:
+        from gnsq import protocol as g
+
+        out["gnsq"] = {"PUB": lambda: g.publish("bench", body),
+                       "MPUB x100": lambda: g.multipublish("bench", batch),
+                       "FIN": lambda: g.finish(sid), "RDY": lambda: g.ready(100)}
+    except Exception:
+        pass
+    try:
+        from ansq.tcp.protocol import Reader as AReader
+
+        a = AReader()
+        out["ansq"] = {"PUB": lambda: a.encode_command("PUB", "bench", data=body),
+                       "MPUB x100": lambda: a.encode_command("MPUB", "bench", data=batch),
+                       "FIN": lambda: a.encode_command("FIN", sid),
+                       "RDY": lambda: a.encode_command("RDY", 100)}
+    except Exception:
+        pass
+    try:
+        from asyncnsq.tcp.protocol import Reader as YReader
+
+        y = YReader()
+        out["asyncnsq"] = {"PUB": lambda: y.encode_command("PUB", "bench", data=body),
+                           "MPUB x100": lambda: y.encode_command("MPUB", "bench", data=batch),
+                           "FIN": lambda: y.encode_command("FIN", sid),
+                           "RDY": lambda: y.encode_command("RDY", 100)}
+    except Exception:
+        pass
+    return out
+
+
+def encode_rate(fn: Callable[[], object], loops: int, repeat: int) -> float:
+    def run() -> int:
+        for _ in range(loops):
+            fn()
+        return loops
+    return best_rate(loops, run, repeat)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer messages and repetitions")
+    parser.add_argument("--messages", type=int, default=None)
+    parser.add_argument("--body", type=int, default=100, help="body size in bytes")
+    parser.add_argument("--chunk", type=int, default=64 * 1024, help="feed size in bytes")
+    args = parser.parse_args()
+    count = args.messages or (20_000 if args.quick else 200_000)
+    repeat = 3 if args.quick else 5
+    loops = 20_000 if args.quick else 200_000
+
+    print(f"decoding {count:,} message frames ({args.body}-byte bodies) fed in "
+          f"{args.chunk // 1024} KiB chunks; best of {repeat}\n")
+    streams = {name: build_stream(layout, count, args.body) for name, layout in
+               (("classic", CLASSIC_LAYOUT), ("youzan", YOUZAN_LAYOUT),
+                ("youzan+ext+detail", EXT_DETAIL))}
+    layouts = {"classic": CLASSIC_LAYOUT, "youzan": YOUZAN_LAYOUT,
+               "youzan+ext+detail": EXT_DETAIL}
+    classic = streams["classic"]
+    classic_parts = chunks(classic, args.chunk)
+    rows: list[tuple[str, str, float | None, str]] = []
+    for name, stream in streams.items():
+        rate = best_rate(count, smartnsq_decoder(layouts[name], chunks(stream, args.chunk)),
+                         repeat)
+        rows.append(("smartnsq FrameReader", name, rate, f"{args.chunk // 1024} KiB chunks"))
+    base = rows[0][2]
+    peers: list[tuple[str, Callable[[], int] | None, str]] = [
+        ("pynsq unpack_response+decode_message", pynsq_decoder(classic),
+         "whole stream, ideal framing"),
+        ("gnsq unpack_response+unpack_message", gnsq_decoder(classic),
+         "whole stream, ideal framing"),
+        ("ansq Reader", ansq_decoder(classic_parts), f"{args.chunk // 1024} KiB chunks"),
+        ("ansq Reader", ansq_decoder(chunks(classic, 4096)), "4 KiB chunks (its read size)"),
+        ("asyncnsq Reader", asyncnsq_decoder(classic_parts), f"{args.chunk // 1024} KiB chunks"),
+        ("asyncnsq Reader", asyncnsq_decoder(chunks(classic, 52)),
+         "52-byte chunks (its read size)"),
+    ]
+    for label, fn, note in peers:
+        if fn is None:
+            rows.append((label, "classic", None, "not importable"))
+            continue
+        rows.append((label, "classic", best_rate(count, fn, repeat), note))
+    print(table(["decoder", "layout", "msgs/s", "vs smartnsq classic", "feed"],
+                [(r[0], r[1], fmt_rate(r[2]), fmt_ratio(r[2], base), r[3]) for r in rows]))
+
+    print(f"\nencoding commands; {loops:,} calls per figure, best of {repeat}\n")
+    encs = encoders(b"x" * args.body)
+    ops = list(encs["smartnsq"])
+    results = {lib: {op: encode_rate(fn, loops // (50 if op == "MPUB x100" else 1), repeat)
+                     for op, fn in fns.items()} for lib, fns in encs.items()}
+    headers = ["library", *(f"{op} ops/s" for op in ops)]
+    erows = []
+    for lib, res in results.items():
+        cells = [lib]
+        for op in ops:
+            cell = fmt_rate(res[op])
+            if lib != "smartnsq":
+                cell += f" ({fmt_ratio(res[op], results['smartnsq'][op])})"
+            cells.append(cell)
+        erows.append(cells)
+    print(table(headers, erows))
+    print("\n(peer cells: ops/s, then the peer's rate as a multiple of smartnsq's)")
+    print(f"\ncommand: {command_line()}")
+    print(environment())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
