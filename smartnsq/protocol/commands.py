@@ -150,7 +150,10 @@ def fin(msg_id: bytes) -> bytes:
     """FIN: 21 bytes. ``msg_id`` must be the 16 bytes received (not re-validated on this path)."""
     if len(msg_id) != 16:
         v.check_message_id(msg_id)
-    return b"FIN " + msg_id + b"\n"
+    try:
+        return b"FIN " + msg_id + b"\n"
+    except TypeError:  # a 16-character str: refuse it without slowing the bytes path
+        raise v.invalid_message_id(msg_id) from None
 
 
 def req(msg_id: bytes, delay_ms: int = 0) -> bytes:
@@ -159,13 +162,19 @@ def req(msg_id: bytes, delay_ms: int = 0) -> bytes:
     if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
         raise InvalidArgument("requeue delay", "must be a non-negative int of milliseconds",
                               delay_ms)
-    return b"REQ " + msg_id + b" %d\n" % delay_ms
+    try:
+        return b"REQ " + msg_id + b" %d\n" % delay_ms
+    except TypeError:
+        raise v.invalid_message_id(msg_id) from None
 
 
 def touch(msg_id: bytes) -> bytes:
     if len(msg_id) != 16:
         v.check_message_id(msg_id)
-    return b"TOUCH " + msg_id + b"\n"
+    try:
+        return b"TOUCH " + msg_id + b"\n"
+    except TypeError:
+        raise v.invalid_message_id(msg_id) from None
 
 
 def nop() -> bytes:

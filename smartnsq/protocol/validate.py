@@ -19,8 +19,9 @@ DEFAULT_MAX_MSG_SIZE = 1024 * 1024
 DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
 MAX_DESIRED_TAG_LENGTH = 100
 
-_NAME_RE = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?$")
-_HEADER_NAME_RE = re.compile(r"^[!-~]+$")  # printable ASCII, no spaces
+# \Z, not $: "$" also matches before a trailing "\n", which would end the command line early
+_NAME_RE = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?\Z")
+_HEADER_NAME_RE = re.compile(r"^[!-~]+\Z")  # printable ASCII, no spaces
 
 
 def check_name(kind: str, name: str) -> str:
@@ -63,9 +64,13 @@ def check_trace_id(trace_id: int) -> int:
     return check_uint64("trace_id", trace_id)
 
 
+def invalid_message_id(msg_id: object) -> InvalidArgument:
+    return InvalidArgument("message id", "must be the 16 raw bytes received", msg_id)
+
+
 def check_message_id(msg_id: bytes) -> bytes:
     if not isinstance(msg_id, bytes | bytearray | memoryview) or len(msg_id) != 16:
-        raise InvalidArgument("message id", "must be the 16 raw bytes received", msg_id)
+        raise invalid_message_id(msg_id)
     return bytes(msg_id)
 
 
