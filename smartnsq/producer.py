@@ -116,6 +116,11 @@ class ProducerConfig:
         range="True, False or None"))
     connection: ConnectionConfig = field(default_factory=ConnectionConfig, metadata=doc(
         "How connections to nsqd are opened (timeouts, TLS, compression, auth)."))
+    classic: Any = field(default=None, metadata=doc(
+        "What youzan-only features become on classic nsqd: a "
+        "smartnsq.compat.ClassicPolicy (None: its defaults, i.e. sharding keys placed on "
+        "nodes by rendezvous hash, trace ids logged but not sent, headers refused).",
+        range="ClassicPolicy or None"))
 
     def __post_init__(self) -> None:
         _positive("timeout", self.timeout)
@@ -304,6 +309,12 @@ class Producer:
         self._valid_topics: set[str] = set()
         self._request_timeout = config.connection.request_timeout
         self._names: dict[Address, str] = {}  # "host:port" of each address, built once
+        if config.classic is None:
+            from smartnsq.compat.policy import DEFAULT_POLICY  # the documented hook object
+
+            self._classic: Any = DEFAULT_POLICY
+        else:
+            self._classic = config.classic
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # start() sets
         self._started = False
         self._closed = False
@@ -517,12 +528,17 @@ class Producer:
             target: int | None
             address: Address | None
             if sharding_key is not None:
-                if routes.partition_num <= 0:
+                if not routes.partitioned:
+                    # classic (or partition-less) nodes: the same key, the same node
+                    target = None
+                    address = self._classic.node_for_key(sharding_key, routes.nodes, topic)
+                elif routes.partition_num <= 0:
                     raise InvalidArgument("sharding_key", f"topic {topic!r} has no partition "
-                                          "count in lookup (classic or standalone nodes); "
-                                          "sharding needs one", sharding_key)
-                target = self._router(sharding_key, routes.partition_num)
-                address = routes.leaders.get(target)
+                                          "count in lookup (standalone nodes); sharding "
+                                          "needs one", sharding_key)
+                else:
+                    target = self._router(sharding_key, routes.partition_num)
+                    address = routes.leaders.get(target)
             elif partition is not None:
                 if not routes.partitioned:
                     raise InvalidArgument("partition", f"topic {topic!r} has no partitions "
@@ -614,7 +630,9 @@ class Producer:
                 if loop.time() >= deadline:
                     raise self._timeout_error(topic, timeout, exc) from exc
                 continue  # the connection closed itself; try a fresh one
-            if not traced and batch is None:  # plain OK, nothing to log: the common case
+            if not traced and batch is None and trace_id is None \
+                    and self._trace_default is not True and not self._trace_topics:
+                # plain OK, nothing to log: the common case
                 name = self._names.get(address)
                 if name is None:
                     name = self._names[address] = f"{address[0]}:{address[1]}"
@@ -677,19 +695,9 @@ class Producer:
             if has_headers and not routes.ext and routes.partition_num:
                 raise InvalidArgument("headers", f"topic {routes.topic!r} is not an ext topic "
                                       "(lookup meta extend_support is false)", "<headers>")
-        elif routes.youzan is False:
-            self._check_classic(headers is not None or has_headers,
-                                trace_id is not None or (batch is not None
-                                                         and batch[0] is not None))
-
-    @staticmethod
-    def _check_classic(has_headers: bool, has_trace: bool) -> None:
-        if has_headers:
-            raise InvalidArgument("headers", "classic nsqd has no ext headers (PUB_EXT)",
-                                  "<headers>")
-        if has_trace:
-            raise InvalidArgument("trace_id", "classic nsqd has no traced publish (PUB_TRACE)",
-                                  "<trace_id>")
+        elif routes.youzan is False and has_headers:
+            self._classic.classic_headers(routes.topic)
+        # trace ids on classic nodes: sent plain, logged client-side (compat ClassicPolicy)
 
     def _encode_one(self, conn: Connection, routes: TopicRoutes, topic: str,
                     target: int | None, body: bytes, pinned: bool, trace_id: int | None,
@@ -710,7 +718,8 @@ class Producer:
                 return (commands.pub_trace(topic, body, trace_id or 0, target, max_msg),
                         _PUB_TRACE, True)
             return commands.pub(topic, body, target, max_msg), _PUB, False
-        self._check_classic(headers is not None, trace_id is not None)
+        if headers is not None:
+            self._classic.classic_headers(topic, conn.address_text)  # raises or drops
         if delay_ms is not None:
             return commands.dpub(topic, delay_ms, body, max_msg), _DPUB, False
         return commands.pub(topic, body, None, max_msg), _PUB, False
@@ -734,7 +743,8 @@ class Producer:
                 return (commands.mpub_trace(topic, zip(ids, bodies, strict=True), target,
                                             max_msg, max_body), "MPUB_TRACE", True)
             return commands.mpub(topic, bodies, target, max_msg, max_body), "MPUB", False
-        self._check_classic(headers is not None, traces is not None)
+        if headers is not None:
+            self._classic.classic_headers(topic, conn.address_text)  # raises or drops
         return commands.mpub(topic, bodies, None, max_msg, max_body), "MPUB", False
 
     def _result(self, topic: str, target: int | None, address: Address, answer: bytes,
