@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from smartnsq.compat.detect import (
     Kind,
     classify_lookup,
@@ -20,6 +19,7 @@ from smartnsq.compat.detect import (
     unwrap,
 )
 from smartnsq.compat.probe import group_lookupds, probe_lookupd
+
 from smartnsq.protocol.responses import parse_identify_response
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
