@@ -32,11 +32,14 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import ConnectionConfig
 from .connection import Connection
 from .errors import ConnectionError_, InvalidArgument, Timeout
+
+if TYPE_CHECKING:  # LookupRouteSource only; smartnsq.lookup is imported when used
+    from .lookup import LookupManager, TopicChange, TopicView
 
 __all__ = [
     "Address",
@@ -503,19 +506,98 @@ def _describe(routes: TopicRoutes) -> str:
 
 
 class LookupRouteSource:
-    """Routes from nsqlookupd through ``smartnsq.lookup.LookupManager`` (placeholder)."""
+    """Routes from nsqlookupd, through a :class:`smartnsq.lookup.LookupManager`.
 
-    def __init__(self, lookupd: Iterable[str] | None, *, lookup: object = None,
+    Writers' views (``access="w"``) become :class:`TopicRoutes`: the partition count,
+    ``ordered`` and ``ext`` from the topic's meta, each partition's leader, and the producers
+    of a classic topic as plain nodes. Builds and owns a manager from ``lookupd`` addresses
+    and ``options`` (:class:`~smartnsq.lookup.LookupConfig` fields), or uses the one given as
+    ``lookup=`` without closing it (so several producers can share one).
+    """
+
+    def __init__(self, lookupd: Iterable[str] | None, *, lookup: LookupManager | None = None,
                  options: Mapping[str, object] | None = None) -> None:
-        raise NotImplementedError("smartnsq.lookup is not there yet")
+        from .lookup import LookupManager  # lookup imports httpx: only when used
 
-    async def start(self) -> None: ...
+        self._lookup: LookupManager
+        if lookup is not None:
+            if not isinstance(lookup, LookupManager):
+                raise InvalidArgument("lookup", "must be a smartnsq.lookup.LookupManager",
+                                      lookup)
+            if options:
+                raise InvalidArgument("lookup_options", "cannot be combined with lookup=",
+                                      dict(options))
+            self._lookup = lookup
+            self._owned = False
+        else:
+            if lookupd is None:
+                raise InvalidArgument("lookupd", "needs at least one address", lookupd)
+            self._lookup = LookupManager(lookupd, **dict[str, Any](options or {}))
+            self._owned = True
+        self._callbacks: list[RoutesCallback] = []
+        self._watched: set[str] = set()
+        self._subscribed = False
+        self._closed = False
 
-    async def close(self) -> None: ...
+    @property
+    def lookup(self) -> LookupManager:
+        """The :class:`~smartnsq.lookup.LookupManager` behind these routes."""
+        return self._lookup
+
+    async def start(self) -> None:
+        if not self._subscribed:
+            self._lookup.subscribe(self._on_change)
+            self._subscribed = True
+        await self._lookup.start()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._lookup.unsubscribe(self._on_change)
+        for topic in self._watched:
+            self._lookup.unwatch(topic, "w")
+        self._watched.clear()
+        if self._owned:
+            await self._lookup.close()
 
     async def routes(self, topic: str) -> TopicRoutes:
-        raise NotImplementedError
+        view = await self._lookup.view(topic, "w")
+        if topic not in self._watched and not self._closed:
+            self._watched.add(topic)
+            self._lookup.watch(topic, "w")
+        return self.view_routes(view)
 
-    def refresh(self, topic: str) -> None: ...
+    def refresh(self, topic: str) -> None:
+        if not self._closed:
+            self._lookup.refresh(topic, "w")
 
-    def subscribe(self, callback: RoutesCallback) -> None: ...
+    def subscribe(self, callback: RoutesCallback) -> None:
+        self._callbacks.append(callback)
+
+    def _on_change(self, change: TopicChange) -> None:
+        if change.access != "w" or change.new is None or change.topic not in self._watched:
+            return
+        routes = self.view_routes(change.new)
+        for callback in list(self._callbacks):
+            callback(routes)
+
+    @staticmethod
+    def view_routes(view: TopicView) -> TopicRoutes:
+        """A writers' lookup view as routes."""
+        meta = view.meta
+        if view.youzan:
+            leaders = {pid: p.leader.address for pid, p in view.partitions.items()
+                       if p.leader is not None}
+            # classic nsqd registered beside youzan ones serve the topic without a partition
+            nodes = tuple(n.address for n in view.unpartitioned if not n.youzan)
+            return TopicRoutes(view.topic,
+                               partition_num=meta.partition_num if meta is not None else 0,
+                               ordered=meta is not None and meta.ordered,
+                               ext=meta is not None and meta.extend_support,
+                               youzan=True, leaders=leaders, nodes=nodes)
+        nodes = tuple(n.address for n in view.producers)
+        youzan: bool | None = False
+        if any(n.youzan for n in view.producers):
+            youzan = None  # youzan nsqd behind a classic lookupd: the connection will tell
+        return TopicRoutes(view.topic, youzan=youzan, nodes=nodes)

@@ -1,0 +1,765 @@
+"""Discovery through nsqlookupd: who leads which partition of a topic, kept fresh.
+
+A :class:`LookupManager` owns one keep-alive HTTP client and a set of lookupd addresses:
+
+* **Which lookupds.** The seeds given by the user, plus every lookupd their ``/listlookup``
+  names (youzan clusters list all of them). A seed answering 404 there is a classic
+  nsqlookupd and is used alone. The list is re-read every ``discover_interval`` and whenever
+  no lookupd answers a lookup.
+* **Asking.** A lookup asks every known, healthy lookupd at once and merges the answers
+  (:func:`~smartnsq.protocol.lookup.merge_views`): lookupds read the same etcd but register
+  nsqd on their own, so one of them may briefly miss a node the others see. Only when *no*
+  lookupd answers is the round retried (tenacity, jittered exponential back-off).
+* **Health.** A lookupd that fails (refused, timed out, 5xx) is skipped for a back-off that
+  doubles per consecutive failure, then probed again by the next round; one success restores
+  it. A discovered (non-seed) lookupd failing ``forget_after`` times in a row is dropped until
+  a ``/listlookup`` names it again; seeds are never dropped.
+* **Freshness.** The first lookup of a topic happens at once; watched topics are polled every
+  ``poll_interval`` (shortened by a random ``jitter`` so clients started together spread out).
+  :meth:`LookupManager.refresh` asks for an extra round in the background; a burst of such
+  requests (every publish failing on a moved leader) makes one round.
+* **Changes.** Subscribers get a :class:`TopicChange` whenever a view changes: which leaders
+  moved, which partitions appeared or disappeared.
+
+Parsing lives in the sans-I/O :mod:`smartnsq.protocol.lookup`; this module only does I/O,
+timing and bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType, TracebackType
+from typing import Any
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from .config import doc
+from .errors import InvalidArgument, LookupFailed, ProtocolError, TopicNotFound
+from .protocol.identify import USER_AGENT
+from .protocol.lookup import (
+    ACCEPT_V1,
+    LookupdError,
+    LookupdList,
+    Node,
+    Partition,
+    TopicMeta,
+    TopicNotWritable,
+    TopicView,
+    lookup_params,
+    merge_views,
+    parse_listlookup,
+    parse_lookup,
+)
+from .protocol.validate import check_topic
+
+__all__ = [
+    "LookupConfig",
+    "LookupManager",
+    "LookupdStatus",
+    "Node",
+    "Partition",
+    "TopicChange",
+    "TopicMeta",
+    "TopicNotFound",
+    "TopicNotWritable",
+    "TopicView",
+    "normalize_lookupd",
+]
+
+log = logging.getLogger("smartnsq.lookup")
+
+Key = tuple[str, str]  # (topic, access)
+ChangeCallback = Callable[["TopicChange"], None]
+_ACCESSES = ("r", "w")
+
+
+@dataclass(frozen=True)
+class LookupConfig:
+    """How lookupds are asked, how often, and how failures are handled."""
+
+    poll_interval: float = field(default=60.0, metadata=doc(
+        "How often each watched topic is looked up again.", unit="s", range="> 0"))
+    jitter: float = field(default=0.3, metadata=doc(
+        "Each poll interval is shortened by up to this fraction, at random, so clients "
+        "started together do not poll together.", range="0..1"))
+    timeout: float = field(default=5.0, metadata=doc(
+        "Deadline of one HTTP request to a lookupd (connect, send, read).",
+        unit="s", range="> 0"))
+    connect_timeout: float = field(default=2.0, metadata=doc(
+        "Deadline of the TCP connect to a lookupd (capped by timeout).", unit="s", range="> 0"))
+    discover_interval: float = field(default=60.0, metadata=doc(
+        "How often the seeds' /listlookup is read again to learn the cluster's lookupds.",
+        unit="s", range="> 0"))
+    attempts: int = field(default=3, metadata=doc(
+        "Rounds tried per lookup when no lookupd answers at all.", range="1..100"))
+    retry_delay: float = field(default=0.1, metadata=doc(
+        "First wait between such rounds; it doubles, with jitter.", unit="s", range=">= 0"))
+    retry_delay_max: float = field(default=2.0, metadata=doc(
+        "Longest wait between such rounds.", unit="s", range=">= retry_delay"))
+    refresh_delay: float = field(default=0.02, metadata=doc(
+        "An on-demand refresh waits this long before asking, so a burst of requests makes "
+        "one round.", unit="s", range=">= 0"))
+    refresh_min_interval: float = field(default=0.25, metadata=doc(
+        "Least time between the starts of two on-demand refresh rounds of one topic.",
+        unit="s", range=">= 0"))
+    backoff: float = field(default=1.0, metadata=doc(
+        "How long a lookupd that just failed is skipped; doubles per consecutive failure.",
+        unit="s", range="> 0"))
+    backoff_max: float = field(default=60.0, metadata=doc(
+        "Longest a failing lookupd is skipped before it is probed again.",
+        unit="s", range=">= backoff"))
+    forget_after: int = field(default=5, metadata=doc(
+        "Consecutive failures after which a discovered (non-seed) lookupd is dropped until "
+        "/listlookup names it again; seeds are never dropped.", range="1..1000"))
+    trust_env: bool = field(default=False, metadata=doc(
+        "Let the HTTP client read proxy settings from the environment (HTTP_PROXY, ...)."))
+    user_agent: str = field(default=USER_AGENT, metadata=doc(
+        "User-Agent header of lookupd requests."))
+
+    def __post_init__(self) -> None:
+        for name in ("poll_interval", "timeout", "connect_timeout", "discover_interval",
+                     "backoff", "backoff_max"):
+            _check_seconds(name, getattr(self, name), positive=True)
+        for name in ("retry_delay", "retry_delay_max", "refresh_delay",
+                     "refresh_min_interval"):
+            _check_seconds(name, getattr(self, name), positive=False)
+        jitter = self.jitter
+        if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) \
+                or not 0 <= jitter <= 1:
+            raise InvalidArgument("jitter", "must be a fraction in 0..1", jitter)
+        _check_int("attempts", self.attempts, 1, 100)
+        _check_int("forget_after", self.forget_after, 1, 1000)
+        if self.retry_delay_max < self.retry_delay:
+            raise InvalidArgument("retry_delay_max", "must be >= retry_delay",
+                                  self.retry_delay_max)
+        if self.backoff_max < self.backoff:
+            raise InvalidArgument("backoff_max", "must be >= backoff", self.backoff_max)
+
+
+def _check_seconds(name: str, value: Any, *, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
+            or math.isinf(value) or value < 0 or (positive and value == 0):
+        rule = "a positive, finite" if positive else "a non-negative, finite"
+        raise InvalidArgument(name, f"must be {rule} number of seconds", value)
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(name, f"must be an int in {low}..{high}", value)
+
+
+def normalize_lookupd(address: str) -> str:
+    """``"host:port"`` from ``"host:port"``, ``"http://host:port/"`` or ``" host:port "``."""
+    if not isinstance(address, str):
+        raise InvalidArgument("lookupd", "must be a 'host:http_port' string", address)
+    text = address.strip()
+    for prefix in ("http://", "https://"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    text = text.rstrip("/")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgument("lookupd", "must be 'host:http_port'", address)
+    return f"{host}:{int(port)}"
+
+
+@dataclass(frozen=True)
+class TopicChange:
+    """A topic's view changed (``old`` is ``None`` the first time, ``new`` when it is gone).
+
+    ``leaders_moved`` maps each partition present before and after whose leader changed to
+    ``(old leader, new leader)``; ``added``/``removed`` are partitions that appeared in or
+    disappeared from the view (a partition without a leader is not listed by lookupd).
+    """
+
+    topic: str
+    access: str
+    old: TopicView | None
+    new: TopicView | None
+    leaders_moved: Mapping[int, tuple[Node | None, Node | None]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    added: frozenset[int] = frozenset()
+    removed: frozenset[int] = frozenset()
+
+    @classmethod
+    def between(cls, old: TopicView | None, new: TopicView | None) -> TopicChange:
+        view = new if new is not None else old
+        assert view is not None
+        before = dict(old.partitions) if old is not None else {}
+        after = dict(new.partitions) if new is not None else {}
+        moved: dict[int, tuple[Node | None, Node | None]] = {}
+        for pid in sorted(set(before) & set(after)):
+            a, b = before[pid].leader, after[pid].leader
+            if (a.address if a else None) != (b.address if b else None):
+                moved[pid] = (a, b)
+        return cls(view.topic, view.access, old, new, MappingProxyType(moved),
+                   frozenset(set(after) - set(before)), frozenset(set(before) - set(after)))
+
+
+@dataclass(frozen=True)
+class LookupdStatus:
+    """One lookupd's health as the manager sees it (a snapshot; see :meth:`health`)."""
+
+    address: str
+    seed: bool
+    classic: bool | None
+    failures: int
+    retry_in: float
+    requests: int
+    errors: int
+    last_error: str
+
+
+class _Lookupd:
+    __slots__ = ("address", "classic", "errors", "failures", "last_error", "requests",
+                 "retry_at", "seed")
+
+    def __init__(self, address: str, seed: bool) -> None:
+        self.address = address
+        self.seed = seed
+        self.classic: bool | None = None
+        self.failures = 0
+        self.retry_at = 0.0
+        self.requests = 0
+        self.errors = 0
+        self.last_error = ""
+
+
+class _NoAnswer(LookupFailed):
+    """Internal: no lookupd answered this round (worth another round)."""
+
+
+class LookupManager:
+    """Views of topics from a set of lookupds; see the module docstring for the policy.
+
+    ``LookupManager(["127.0.0.1:4161"], poll_interval=30)``: keyword options override
+    :class:`LookupConfig` fields (or pass ``config=``). ``client=`` shares an
+    ``httpx.AsyncClient`` (not closed here). Use ``async with`` or ``start()``/``close()``;
+    :meth:`view` starts the manager if needed.
+    """
+
+    def __init__(self, lookupd: Iterable[str] | str, *, config: LookupConfig | None = None,
+                 client: httpx.AsyncClient | None = None, **options: Any) -> None:
+        config = config or LookupConfig()
+        if options:
+            unknown = set(options) - {f.name for f in fields(LookupConfig)}
+            if unknown:
+                raise InvalidArgument("LookupManager option", "unknown option",
+                                      sorted(unknown))
+            config = replace(config, **options)
+        self._config = config
+        if isinstance(lookupd, str):
+            lookupd = [lookupd]
+        seeds = tuple(dict.fromkeys(normalize_lookupd(a) for a in lookupd))
+        if not seeds:
+            raise InvalidArgument("lookupd", "needs at least one address", list(seeds))
+        self._seeds = seeds
+        self._lookupds: dict[str, _Lookupd] = {a: _Lookupd(a, True) for a in seeds}
+        self._client = client
+        self._own_client = client is None
+        self._views: dict[Key, TopicView] = {}
+        self._inflight: dict[Key, asyncio.Task[TopicView]] = {}
+        self._pending: dict[Key, asyncio.Future[TopicView | None]] = {}
+        self._last_round: dict[Key, float] = {}
+        self._watched: Counter[Key] = Counter()
+        self._subscribers: list[ChangeCallback] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._poller: asyncio.Task[None] | None = None
+        self._discovering: asyncio.Task[None] | None = None
+        self._last_discovery = -math.inf
+        self._starting: asyncio.Task[None] | None = None
+        self._started = False
+        self._closed = False
+        self.counters: Counter[str] = Counter()
+        """``rounds`` (lookup rounds), ``requests`` (HTTP requests), ``refresh_calls``,
+        ``refresh_coalesced`` (refresh calls folded into an already pending round),
+        ``refresh_rounds``, ``polls``, ``discoveries``, ``changes``."""
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> LookupManager:
+        """Learn the cluster's lookupds (``/listlookup``) and start polling; idempotent."""
+        if self._closed:
+            raise RuntimeError("a closed LookupManager cannot start again")
+        if self._started:
+            return self
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_task(self._start())
+        await asyncio.shield(self._starting)
+        return self
+
+    async def _start(self) -> None:
+        if self._client is None:
+            cfg = self._config
+            self._client = httpx.AsyncClient(
+                headers={"Accept": ACCEPT_V1, "User-Agent": cfg.user_agent},
+                timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout,
+                                                               cfg.timeout)),
+                limits=httpx.Limits(max_keepalive_connections=32, keepalive_expiry=
+                                    max(cfg.poll_interval * 2, 30.0)),
+                trust_env=cfg.trust_env, follow_redirects=False)
+        await self._discover()
+        self._poller = asyncio.get_running_loop().create_task(self._poll())
+        self._started = True
+
+    async def close(self) -> None:
+        """Stop polling and close the HTTP client (if this manager made it)."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks: list[asyncio.Task[Any]] = [*self._tasks, *self._inflight.values()]
+        for task in (self._poller, self._discovering, self._starting):
+            if task is not None:
+                tasks.append(task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_result(None)
+        self._pending.clear()
+        if self._own_client and self._client is not None:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> LookupManager:
+        return await self.start()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    @property
+    def config(self) -> LookupConfig:
+        return self._config
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def seeds(self) -> tuple[str, ...]:
+        return self._seeds
+
+    @property
+    def lookupds(self) -> list[str]:
+        """Every lookupd known now, seeds first."""
+        return list(self._lookupds)
+
+    def health(self) -> list[LookupdStatus]:
+        now = self._now()
+        return [LookupdStatus(d.address, d.seed, d.classic, d.failures,
+                              max(d.retry_at - now, 0.0), d.requests, d.errors, d.last_error)
+                for d in self._lookupds.values()]
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.counters, "lookupds": [vars_of(s) for s in self.health()],
+                "watched": sorted(f"{t}/{a}" for t, a in self._watched)}
+
+    # -- views ------------------------------------------------------------------------------
+
+    async def view(self, topic: str, access: str = "w", *, refresh: bool = False) -> TopicView:
+        """The topic's view, looked up now if not known (or if ``refresh``).
+
+        Raises :class:`~smartnsq.errors.TopicNotFound` (``TopicNotWritable`` for a youzan
+        topic with no channel yet, asked with ``access="w"``) or
+        :class:`~smartnsq.errors.LookupFailed` when no lookupd answered.
+        """
+        key = self._key(topic, access)
+        if not self._started:
+            await self.start()
+        if not refresh:
+            view = self._views.get(key)
+            if view is not None:
+                return view
+        return await self._fetch(key)
+
+    def cached(self, topic: str, access: str = "w") -> TopicView | None:
+        """The last view of the topic, without any I/O (``None`` if never looked up)."""
+        return self._views.get((topic, access))
+
+    def watch(self, topic: str, access: str = "w") -> None:
+        """Keep ``topic`` fresh: poll it every interval (looked up at once if not known).
+
+        Calls are counted; :meth:`unwatch` as many times to stop.
+        """
+        key = self._key(topic, access)
+        self._watched[key] += 1
+        if key not in self._views and key not in self._inflight and not self._closed:
+            self._spawn(self._quiet_fetch(key))
+
+    def unwatch(self, topic: str, access: str = "w") -> None:
+        key = (topic, access)
+        if self._watched[key] > 1:
+            self._watched[key] -= 1
+        else:
+            self._watched.pop(key, None)
+
+    def refresh(self, topic: str, access: str | None = None) -> asyncio.Future[None]:
+        """Ask for a fresh lookup in the background; returns a future settled once done.
+
+        ``access=None`` refreshes every access of the topic known here. Requests for a
+        topic made while one is pending join it, so a burst makes one round; rounds of one
+        topic start at least ``refresh_min_interval`` apart. The future never raises.
+        """
+        loop = asyncio.get_running_loop()
+        if access is None:
+            accesses = [a for a in _ACCESSES
+                        if (topic, a) in self._views or (topic, a) in self._watched
+                        or (topic, a) in self._inflight]
+        else:
+            self._key(topic, access)
+            accesses = [access]
+        self.counters["refresh_calls"] += 1
+        futures: list[asyncio.Future[TopicView | None]] = []
+        for a in accesses:
+            key = (topic, a)
+            fut = self._pending.get(key)
+            if fut is not None:
+                self.counters["refresh_coalesced"] += 1
+            elif self._closed:
+                continue
+            else:
+                fut = self._pending[key] = loop.create_future()
+                self._spawn(self._refresh_later(key, fut))
+            futures.append(fut)
+        done: asyncio.Future[None] = loop.create_future()
+        if not futures:
+            done.set_result(None)
+            return done
+        gathered = asyncio.gather(*futures, return_exceptions=True)
+        gathered.add_done_callback(lambda _: _settle(done))
+        return done
+
+    def subscribe(self, callback: ChangeCallback) -> None:
+        """Call ``callback(change)`` (in the event loop) whenever a view changes."""
+        if callback not in self._subscribers:
+            self._subscribers.append(callback)
+
+    def unsubscribe(self, callback: ChangeCallback) -> None:
+        with contextlib.suppress(ValueError):
+            self._subscribers.remove(callback)
+
+    # -- rounds -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _key(topic: str, access: str) -> Key:
+        check_topic(topic)
+        if access not in _ACCESSES:
+            raise InvalidArgument("access", "must be 'r' (readers) or 'w' (writers)", access)
+        return (topic, access)
+
+    def _now(self) -> float:
+        try:
+            return asyncio.get_running_loop().time()
+        except RuntimeError:
+            return 0.0
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _fetch(self, key: Key) -> TopicView:
+        """One round for ``key``, shared by everyone asking while it runs."""
+        if self._closed:
+            raise LookupFailed("the LookupManager is closed")
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._run(key))
+            self._inflight[key] = task
+            task.add_done_callback(lambda t: self._forget_task(key, t))
+        return await asyncio.shield(task)
+
+    def _forget_task(self, key: Key, task: asyncio.Task[TopicView]) -> None:
+        if self._inflight.get(key) is task:
+            del self._inflight[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: callers that left early must not leave it unseen
+
+    async def _quiet_fetch(self, key: Key) -> TopicView | None:
+        try:
+            return await self._fetch(key)
+        except LookupFailed as exc:
+            log.debug("lookup of %s/%s failed: %s", key[0], key[1], exc)
+            return None
+
+    async def _run(self, key: Key) -> TopicView:
+        topic, access = key
+        self._last_round[key] = self._now()
+        self.counters["rounds"] += 1
+        try:
+            view = await self._round(topic, access)
+        except TopicNotFound:
+            self._store(key, None)
+            raise
+        self._store(key, view)
+        return view
+
+    async def _round(self, topic: str, access: str) -> TopicView:
+        cfg = self._config
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(cfg.attempts),
+            wait=wait_random_exponential(multiplier=cfg.retry_delay, max=cfg.retry_delay_max),
+            retry=retry_if_exception_type(_NoAnswer), reraise=True)
+        async for attempt in retrying:
+            with attempt:
+                return await self._ask_all(topic, access)
+        raise AssertionError("unreachable: tenacity reraises the last error")
+
+    def _targets(self) -> list[_Lookupd]:
+        """Lookupds to ask now: healthy ones (fewest failures first), else the first due."""
+        now = self._now()
+        known = list(self._lookupds.values())
+        ready = [d for d in known if d.retry_at <= now]
+        if not ready:
+            ready = [min(known, key=lambda d: d.retry_at)]
+        ready.sort(key=lambda d: (d.failures, not d.seed))
+        return ready
+
+    async def _ask_all(self, topic: str, access: str) -> TopicView:
+        targets = self._targets()
+        results = await asyncio.gather(*(self._ask(d, topic, access) for d in targets),
+                                       return_exceptions=True)
+        views: list[TopicView] = []
+        not_found: list[TopicNotFound] = []
+        errors: list[BaseException] = []
+        for result in results:
+            if isinstance(result, TopicView):
+                views.append(result)
+            elif isinstance(result, TopicNotFound):
+                not_found.append(result)
+            elif isinstance(result, (LookupFailed, ProtocolError)):
+                errors.append(result)
+            else:
+                raise result
+        if views:
+            return merge_views(views)
+        if not_found:
+            # a writable-check answer is more telling than a plain "not found"
+            best = next((e for e in not_found if isinstance(e, TopicNotWritable)), not_found[0])
+            raise best
+        self._kick_discovery()
+        final = [e for e in errors if isinstance(e, LookupdError) and not e.retriable]
+        detail = "; ".join(str(e) for e in errors) or "no lookupd to ask"
+        if final and len(final) == len(errors):
+            raise LookupFailed(f"lookup of {topic!r} refused: {detail}")
+        raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}")
+
+    async def _ask(self, lookupd: _Lookupd, topic: str, access: str) -> TopicView:
+        response = await self._get(lookupd, "/lookup", lookup_params(topic, access))
+        try:
+            view = parse_lookup(topic, access, response.status_code, response.content,
+                                lookupd=lookupd.address)
+        except TopicNotFound:
+            self._succeeded(lookupd)
+            raise
+        except LookupdError as exc:
+            if exc.retriable:
+                self._failed(lookupd, exc)
+            else:
+                self._succeeded(lookupd)
+            raise
+        except ProtocolError as exc:
+            self._failed(lookupd, exc)
+            raise LookupdError(0, f"{lookupd.address}: {exc}") from exc
+        self._succeeded(lookupd)
+        return view
+
+    async def _get(self, lookupd: _Lookupd, path: str,
+                   params: Mapping[str, str] | None = None) -> httpx.Response:
+        client = self._client
+        if client is None:
+            raise LookupFailed("the LookupManager is not started")
+        lookupd.requests += 1
+        self.counters["requests"] += 1
+        try:
+            return await client.get(f"http://{lookupd.address}{path}", params=params)
+        except httpx.HTTPError as exc:
+            error = LookupdError(0, f"{lookupd.address}: {type(exc).__name__}: {exc}",
+                                 retriable=True)
+            self._failed(lookupd, error)
+            raise error from exc
+
+    def _succeeded(self, lookupd: _Lookupd) -> None:
+        if lookupd.failures:
+            log.info("lookupd %s answers again after %d failures", lookupd.address,
+                     lookupd.failures)
+        lookupd.failures = 0
+        lookupd.retry_at = 0.0
+
+    def _failed(self, lookupd: _Lookupd, error: BaseException) -> None:
+        cfg = self._config
+        lookupd.failures += 1
+        lookupd.errors += 1
+        lookupd.last_error = str(error)
+        delay = min(cfg.backoff_max, cfg.backoff * 2 ** min(lookupd.failures - 1, 30))
+        delay *= random.uniform(0.8, 1.0)
+        lookupd.retry_at = self._now() + delay
+        level = logging.WARNING if lookupd.failures == 1 else logging.DEBUG
+        log.log(level, "lookupd %s failed (%d in a row; skipped for %.2fs): %s",
+                lookupd.address, lookupd.failures, delay, error)
+        if (not lookupd.seed and lookupd.failures >= cfg.forget_after
+                and self._lookupds.get(lookupd.address) is lookupd and len(self._lookupds) > 1):
+            del self._lookupds[lookupd.address]
+            log.info("forgetting lookupd %s until /listlookup names it again", lookupd.address)
+
+    def _store(self, key: Key, view: TopicView | None) -> None:
+        old = self._views.get(key)
+        if view is None:
+            if old is None:
+                return
+            del self._views[key]
+        else:
+            self._views[key] = view
+            if old == view:
+                return
+        change = TopicChange.between(old, view)
+        self.counters["changes"] += 1
+        if old is not None:
+            log.info("lookup of %s/%s changed: %s", key[0], key[1], _describe_change(change))
+        for callback in list(self._subscribers):
+            try:
+                callback(change)
+            except Exception:
+                log.exception("TopicChange subscriber %r failed", callback)
+
+    async def _refresh_later(self, key: Key, fut: asyncio.Future[TopicView | None]) -> None:
+        cfg = self._config
+        result: TopicView | None = None
+        try:
+            if cfg.refresh_delay:
+                await asyncio.sleep(cfg.refresh_delay)
+            wait = self._last_round.get(key, -math.inf) + cfg.refresh_min_interval - self._now()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            running = self._inflight.get(key)
+            if running is not None:  # it may have asked before the news; ask again after it
+                await asyncio.wait([running])
+            if self._pending.get(key) is fut:
+                del self._pending[key]  # later requests need a round of their own
+            self.counters["refresh_rounds"] += 1
+            result = await self._fetch(key)
+        except LookupFailed as exc:
+            log.debug("refresh of %s/%s failed: %s", key[0], key[1], exc)
+        finally:
+            if self._pending.get(key) is fut:
+                del self._pending[key]
+            if not fut.done():
+                fut.set_result(result)
+
+    # -- polling and discovery --------------------------------------------------------------
+
+    async def _poll(self) -> None:
+        cfg = self._config
+        while True:
+            await asyncio.sleep(cfg.poll_interval * (1.0 - cfg.jitter * random.random()))
+            if self._now() - self._last_discovery >= cfg.discover_interval:
+                await self._discover()
+            keys = list(self._watched)
+            if keys:
+                self.counters["polls"] += 1
+                await asyncio.gather(*(self._quiet_fetch(k) for k in keys))
+
+    def _kick_discovery(self) -> None:
+        """Re-read /listlookup soon (at most once per retry_delay_max) after a failed round."""
+        if self._closed or self._discovering is not None:
+            return
+        if self._now() - self._last_discovery < max(self._config.retry_delay_max, 1.0):
+            return
+
+        async def run() -> None:
+            try:
+                await self._discover()
+            finally:
+                self._discovering = None
+
+        self._discovering = self._spawn(run())
+
+    async def _discover(self) -> None:
+        """Ask the seeds (else every known lookupd) for the cluster's lookupds."""
+        self._last_discovery = self._now()
+        self.counters["discoveries"] += 1
+        seeds = [self._lookupds[a] for a in self._seeds]
+        answered = await self._listlookup(seeds)
+        if answered is None:
+            others = [d for d in self._lookupds.values() if not d.seed]
+            if others:
+                answered = await self._listlookup(others)
+        if answered is None:
+            log.warning("no lookupd answered /listlookup; keeping %s", ", ".join(self._lookupds))
+            return
+        for address in answered:
+            if address not in self._lookupds:
+                log.info("lookupd %s discovered", address)
+                self._lookupds[address] = _Lookupd(address, False)
+        for address, lookupd in list(self._lookupds.items()):
+            if not lookupd.seed and address not in answered:
+                log.info("lookupd %s no longer listed; dropping it", address)
+                del self._lookupds[address]
+
+    async def _listlookup(self, lookupds: list[_Lookupd]) -> dict[str, None] | None:
+        """Every lookupd the given ones list (``None`` if none of them answered)."""
+        results = await asyncio.gather(*(self._ask_list(d) for d in lookupds),
+                                       return_exceptions=True)
+        listed: dict[str, None] | None = None
+        for lookupd, result in zip(lookupds, results, strict=True):
+            if isinstance(result, LookupdList):
+                listed = {} if listed is None else listed
+                lookupd.classic = result.classic
+                listed.update(dict.fromkeys(result.nodes))
+            elif not isinstance(result, (LookupFailed, ProtocolError)):
+                raise result
+        return listed
+
+    async def _ask_list(self, lookupd: _Lookupd) -> LookupdList:
+        response = await self._get(lookupd, "/listlookup")
+        try:
+            answer = parse_listlookup(response.status_code, response.content)
+        except (LookupdError, ProtocolError) as exc:
+            self._failed(lookupd, exc)
+            raise LookupdError(0, f"{lookupd.address}: {exc}") from exc
+        self._succeeded(lookupd)
+        return answer
+
+    def __repr__(self) -> str:
+        return (f"<LookupManager lookupds={len(self._lookupds)} views={len(self._views)} "
+                f"watched={len(self._watched)}>")
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def vars_of(status: LookupdStatus) -> dict[str, Any]:
+    return {f.name: getattr(status, f.name) for f in fields(status)}
+
+
+def _node_text(node: Node | None) -> str:
+    return "none" if node is None else str(node)
+
+
+def _describe_change(change: TopicChange) -> str:
+    parts = [f"p{pid} {_node_text(a)} -> {_node_text(b)}"
+             for pid, (a, b) in change.leaders_moved.items()]
+    if change.added:
+        parts.append(f"added {sorted(change.added)}")
+    if change.removed:
+        parts.append(f"removed {sorted(change.removed)}")
+    if change.new is None:
+        parts.append("topic gone")
+    return "; ".join(parts) or "nodes or meta changed"
