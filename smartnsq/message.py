@@ -1,0 +1,144 @@
+"""The message a consumer hands to its handler, and the answers it can give (FIN, REQ, TOUCH).
+
+``Message`` extends the codec's decoded frame (``smartnsq.protocol.frames.Message``) with the
+link back to the subscription it came from, so the connection decodes straight into the object
+the handler sees: one object per message, no copy, no wrapper.
+
+A message is answered once. ``fin()`` and ``req()`` settle it; a second answer raises
+:class:`AlreadyResponded` instead of sending a second command (the server would refuse it with
+``E_FIN_FAILED``/``E_REQ_FAILED`` and count an error against the client's RDY). ``touch()``
+may be sent any number of times before the answer. When the connection the message came on has
+closed, an answer cannot reach the server any more: it is dropped (logged at debug) and the
+server redelivers the message after its ``msg_timeout``; nothing is lost, and at-least-once
+holds because a FIN is only ever sent after the handler succeeded.
+
+Answers may be given from any thread (``smartnsq.sync.Consumer`` runs handlers in a thread
+pool): the subscription hops to its event loop when called from elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .errors import InvalidArgument, NSQError
+from .protocol import frames
+
+__all__ = ["AlreadyResponded", "Message", "Responder"]
+
+PENDING = 0
+FINISHED = 1
+REQUEUED = 2
+
+
+class AlreadyResponded(NSQError, RuntimeError):
+    """``fin()``/``req()``/``touch()`` on a message that was already finished or requeued."""
+
+
+class Responder(Protocol):
+    """What a message needs from the subscription that delivered it (the consumer's side)."""
+
+    topic: str
+    channel: str
+    node: str
+    ordered: bool
+
+    def respond(self, message: Message, finish: bool, delay: float | None,
+                backoff: bool) -> None: ...
+
+    def touch(self, message: Message) -> None: ...
+
+
+class Message(frames.Message):
+    """One delivered message.
+
+    Data (from the frame): ``body``, ``attempts`` (1 on first delivery), ``timestamp``
+    (nanoseconds since the epoch, set at publish), ``id`` (the raw 16 bytes), ``internal_id``,
+    ``trace_id`` (youzan; 0 when the producer gave none), ``partition``, ``queue_offset`` and
+    ``raw_size`` (SUB_ORDERED/SUB_ADVANCED subscriptions, else ``None``), ``headers`` (the ext
+    JSON header as a dict; empty without one).
+    Where it came from: ``topic``, ``channel``, ``node`` (``"host:port"``).
+    Answers: ``fin()``, ``req(delay=None, backoff=True)``, ``touch()``; ``has_responded``.
+    """
+
+    __slots__ = ("_auto", "_responder", "_state")
+
+    _responder: Responder
+    _state: int
+    _auto: bool
+
+    # the subscription sets _responder, _state and _auto right after decoding
+
+    @property
+    def topic(self) -> str:
+        return self._responder.topic
+
+    @property
+    def channel(self) -> str:
+        return self._responder.channel
+
+    @property
+    def node(self) -> str:
+        """``"host:port"`` of the nsqd that delivered the message (where FIN must go)."""
+        return self._responder.node
+
+    @property
+    def has_responded(self) -> bool:
+        """True once ``fin()`` or ``req()`` was called (by the handler or automatically)."""
+        return self._state != PENDING
+
+    @property
+    def finished(self) -> bool:
+        return self._state == FINISHED
+
+    @property
+    def requeued(self) -> bool:
+        return self._state == REQUEUED
+
+    @property
+    def auto_response(self) -> bool:
+        """Whether the consumer answers for the handler (FIN on return, REQ on raise)."""
+        return self._auto
+
+    def disable_auto_response(self) -> None:
+        """Keep this message in flight after the handler returns: it will be answered later
+        (by hand: ``fin()``/``req()``), e.g. once an asynchronous job it started completes.
+        ``touch()`` it if that can take longer than the server's ``msg_timeout``."""
+        self._auto = False
+
+    def fin(self) -> None:
+        """Acknowledge the message: the server forgets it. Call only once it is processed."""
+        self._settle(FINISHED)
+        self._responder.respond(self, True, None, False)
+
+    def req(self, delay: float | None = None, backoff: bool = True) -> None:
+        """Give the message back for redelivery after ``delay`` seconds.
+
+        ``delay=None`` uses the consumer's requeue policy for this attempt count. ``backoff``
+        counts this as a failure for the consumer's backoff (RDY 0, then probes); pass
+        ``False`` to requeue without slowing down (e.g. "not for me now"). On ordered
+        subscriptions the delay is always 0: the server ignores a delayed REQ there.
+        """
+        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float))
+                                  or not delay >= 0):
+            raise InvalidArgument("requeue delay", "must be a number of seconds >= 0", delay)
+        self._settle(REQUEUED)
+        self._responder.respond(self, False, delay, backoff)
+
+    def touch(self) -> None:
+        """Reset the server's redelivery timer (``msg_timeout``) for this message."""
+        if self._state != PENDING:
+            raise AlreadyResponded(f"message {self._id_text()} was already "
+                                   f"{'finished' if self._state == FINISHED else 'requeued'}; "
+                                   "it cannot be touched")
+        self._responder.touch(self)
+
+    def _settle(self, state: int) -> None:
+        if self._state != PENDING:
+            raise AlreadyResponded(f"message {self._id_text()} was already "
+                                   f"{'finished' if self._state == FINISHED else 'requeued'}")
+        self._state = state
+
+    def _id_text(self) -> str:
+        if self.youzan:
+            return f"internal_id={self.internal_id}"
+        return self.id.decode("ascii", "replace")
