@@ -320,10 +320,29 @@ class RdyController:
         for c in conns:
             if self._want(c) < c.rdy:
                 self._send(c, self._want(c), out)
+        self._clamp(conns, out)
         # Raises: busiest connections first, so capacity goes where messages are.
         conns.sort(key=lambda c: -c.last_message)
         for c in conns:
             self._update(c, out, force=True)
+
+    def _clamp(self, conns: list[_Conn], out: _Changes) -> None:
+        """Over budget (max_in_flight was lowered while messages are in flight): shrink unused
+        windows, idlest connections first, until no new message can push the in-flight total
+        over ``max_in_flight``. The shrunk connections are raised again as messages finish."""
+        excess = sum(c.committed for c in conns) - self._mif
+        if excess <= 0:
+            return
+        for c in sorted(conns, key=lambda c: c.last_message):
+            slack = c.rdy - c.in_flight
+            if slack <= 0:
+                continue
+            cut = min(slack, excess)
+            self._send(c, c.rdy - cut, out)
+            self._blocked.add(c.key)
+            excess -= cut
+            if excess <= 0:
+                return
 
     def _distribute(self, now: float) -> None:
         conns = list(self._conns.values())
@@ -437,6 +456,10 @@ class RdyController:
             return  # more than a quarter of the window left: raise later, in one command
         others = sum(o.committed for o in self._conns.values()) - c.committed
         value = min(want, self._mif - others)
+        if 0 < c.rdy < value < want and 4 * (value - c.rdy) < want:
+            # Capacity trickles back one finished message at a time; wait until the raise is
+            # worth a command (a quarter of the share) rather than send RDY n+1, n+2, ...
+            value = c.rdy
         if value > c.rdy:
             self._send(c, value, out)
         if value < want:
