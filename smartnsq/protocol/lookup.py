@@ -328,10 +328,12 @@ def parse_meta(obj: Any) -> TopicMeta | None:
 
 
 def _dedupe(nodes: Iterable[Node]) -> tuple[Node, ...]:
+    """Unique by address (first seen wins), sorted: lookupds list producers in any order, and
+    a reordering is not a change."""
     seen: dict[tuple[str, int], Node] = {}
     for node in nodes:
         seen.setdefault(node.address, node)
-    return tuple(seen.values())
+    return tuple(seen[a] for a in sorted(seen))
 
 
 def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
@@ -389,7 +391,7 @@ def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
 def merge_views(views: Iterable[TopicView]) -> TopicView:
     """One view from the answers of several lookupds (at least one).
 
-    Producers are the union (keyed by ``broadcast_address:tcp_port``, first seen wins); each
+    Producers are the union (keyed by ``broadcast_address:tcp_port``, first seen wins, sorted); each
     partition's leader is the one most lookupds name, ties going to the earlier answer (pass
     them healthiest lookupd first); meta is the first one that knows the topic.
     """
