@@ -89,6 +89,7 @@ class Capture:
     flavor: Literal["classic", "youzan"]
     header: str         # the first "#" line: what the capture shows
     events: tuple[Event, ...] = field(repr=False)
+    notes: tuple[tuple[int, str], ...] = field(repr=False, default=())  # "##" lines
 
     def sends(self, *, nsq_only: bool = True) -> list[Event]:
         return [e for e in self.events if e.direction == "send" and (e.nsq or not nsq_only)]
@@ -99,6 +100,34 @@ class Capture:
     def frames(self) -> list[Event]:
         """Every server frame the recorder decoded (one frame per recorded read)."""
         return [e for e in self.recvs() if e.expected is not None]
+
+    def stream(self) -> bytes:
+        """Every NSQ byte the server sent, in order (all connections of the capture)."""
+        return b"".join(e.data for e in self.recvs())
+
+    def exchanges(self) -> list[tuple[Event, list[Event]]]:
+        """Each NSQ-level client send with the server frames read before the next send."""
+        out: list[tuple[Event, list[Event]]] = []
+        for e in self.events:
+            if not e.nsq:
+                continue
+            if e.direction == "send":
+                out.append((e, []))
+            elif out:
+                out[-1][1].append(e)
+        return out
+
+    def closed_after(self, event: Event) -> bool:
+        """Whether a note right after ``event`` says the server closed the connection."""
+        for line in self.notes:
+            if line[0] > event.line:
+                return line[0] < self._next_event_line(event) and (
+                    "closed by server" in line[1] or "server CLOSED" in line[1])
+        return False
+
+    def _next_event_line(self, event: Event) -> int:
+        later = [e.line for e in self.events if e.line > event.line]
+        return min(later) if later else 1 << 30
 
 
 def _transport(label: str) -> Transport:
@@ -115,6 +144,7 @@ def _parse(name: str, text: str) -> Capture:
     flavor: Literal["classic", "youzan"] = "classic" if name.startswith("classic/") else "youzan"
     header = ""
     events: list[Event] = []
+    notes: list[tuple[int, str]] = []
     pending: tuple[int, Direction, int, str, Transport, bool] | None = None
     buf = bytearray()
     connection = 0
@@ -141,6 +171,8 @@ def _parse(name: str, text: str) -> Capture:
         close()
         if raw.startswith("## connect "):
             connection += 1
+        if raw.startswith("## "):
+            notes.append((lineno, raw[3:]))
         if not header and raw.startswith("# "):
             header = raw[2:]
         m = _EVENT.match(raw)
@@ -156,7 +188,7 @@ def _parse(name: str, text: str) -> Capture:
             transport: Transport = prev.transport if prev is not None else "plain"
             pending = (lineno, direction, int(n.group(2)), n.group(3), transport, False)
     close()
-    return Capture(name, flavor, header, tuple(events))
+    return Capture(name, flavor, header, tuple(events), tuple(notes))
 
 
 @cache
