@@ -8,7 +8,6 @@ cluster's state (its channels' in-flight tables), never from the consumer's own 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -101,3 +100,246 @@ async def test_consume_finishes_every_message(nsq_cluster: Any) -> None:
     assert first.node == leader_address(nsq_cluster, "basic")
     assert first.attempts == 1 and first.has_responded and first.finished
     assert first.queue_offset is None and first.headers == {}
+
+
+
+def fast_retry() -> dict[str, Any]:
+    """Requeue at once and without backoff windows: tests wait on events, not on policies."""
+    from smartnsq.backoff import BackoffPolicy, RequeuePolicy
+    return {"requeue_policy": RequeuePolicy(initial=0.0),
+            "backoff_policy": BackoffPolicy(enabled=False)}
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_handler_error_requeues_and_redelivers_with_attempts_plus_one(
+        nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("retry", channels=["ch"])
+    await publish(nsq_cluster, "retry", [b"once"])
+    got = Collector(2, fail=lambda m: m.attempts == 1)
+    async with Consumer("retry", "ch", nsqd=[leader_address(nsq_cluster, "retry")],
+                        handler=got, **fast_retry()) as consumer:
+        await got.wait()
+        await wait_until(lambda: consumer.stats()["finished"] == 1)
+        stats = consumer.stats()
+    first, second = got.messages
+    assert first.id == second.id and first.body == second.body == b"once"
+    assert (first.attempts, second.attempts) == (1, 2)
+    assert first.requeued and second.finished
+    assert stats["requeued"] == 1 and stats["handler_errors"] == 1
+    channel = channel_of(nsq_cluster, "retry", "ch")
+    assert (channel.requeue_count, channel.finish_count, channel.in_flight) == (1, 1, 0)
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_max_attempts_calls_the_give_up_hook_then_fins(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("poison", channels=["ch"])
+    await publish(nsq_cluster, "poison", [b"bad"])
+    given_up: list[Message] = []
+    gave_up = asyncio.Event()
+
+    def on_give_up(msg: Message) -> None:
+        given_up.append(msg)
+        gave_up.set()
+
+    got = Collector(99, fail=lambda m: True)
+    async with Consumer("poison", "ch", nsqd=[leader_address(nsq_cluster, "poison")],
+                        handler=got, max_attempts=2, on_give_up=on_give_up,
+                        **fast_retry()) as consumer:
+        await asyncio.wait_for(gave_up.wait(), WAIT)
+        channel = channel_of(nsq_cluster, "poison", "ch")
+        await wait_until(lambda: channel.finish_count == 1)
+        assert consumer.stats()["give_ups"] == 1
+    assert [m.attempts for m in got.messages] == [1, 2]
+    assert given_up[0].attempts == 3 and given_up[0].finished
+    assert channel.in_flight == 0 and channel.depth == 0
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_max_attempts_default_logs_and_fins(nsq_cluster: Any,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    await nsq_cluster.create_topic("poison2", channels=["ch"])
+    await publish(nsq_cluster, "poison2", [b"bad"])
+    got = Collector(1, fail=lambda m: True)
+    with caplog.at_level(logging.WARNING, "smartnsq.consumer"):
+        async with Consumer("poison2", "ch", nsqd=[leader_address(nsq_cluster, "poison2")],
+                            handler=got, max_attempts=1, **fast_retry()):
+            channel = channel_of(nsq_cluster, "poison2", "ch")
+            await wait_until(lambda: channel.finish_count == 1)
+    assert len(got.messages) == 1
+    assert any("giving up" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_manual_answers_without_auto_finish(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("manual", channels=["ch"])
+    await publish(nsq_cluster, "manual", [b"a", b"b"])
+    got = Collector(2)
+    async with Consumer("manual", "ch", nsqd=[leader_address(nsq_cluster, "manual")],
+                        handler=got, auto_finish=False, **fast_retry()) as consumer:
+        await got.wait()
+        channel = channel_of(nsq_cluster, "manual", "ch")
+        assert consumer.stats()["in_flight"] == 2
+        a, b = sorted(got.messages, key=lambda m: m.body)
+        assert not a.has_responded
+        a.touch()
+        a.fin()
+        with pytest.raises(AlreadyResponded):
+            a.fin()
+        with pytest.raises(AlreadyResponded):
+            a.req()
+        with pytest.raises(AlreadyResponded):
+            a.touch()
+        b.req(0, backoff=False)
+        await wait_until(lambda: len(got.messages) == 3)
+        again = got.messages[2]
+        assert again.body == b"b" and again.attempts == 2
+        again.fin()
+        await wait_until(lambda: channel.finish_count == 2 and channel.in_flight == 0)
+    assert channel.requeue_count == 1
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_async_iteration(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("iter", channels=["ch"])
+    await publish(nsq_cluster, "iter", [b"%d" % i for i in range(5)])
+    seen = []
+    async with Consumer("iter", "ch", nsqd=[leader_address(nsq_cluster, "iter")]) as consumer:
+        async def read() -> None:
+            async for msg in consumer:
+                seen.append(msg.body)
+                msg.fin()
+                if len(seen) == 5:
+                    return
+        await asyncio.wait_for(read(), WAIT)
+    assert sorted(seen) == [b"%d" % i for i in range(5)]
+    channel = channel_of(nsq_cluster, "iter", "ch")
+    assert channel.finish_count == 5 and channel.in_flight == 0
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_iteration_ends_when_closed(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("iterclose", channels=["ch"])
+    consumer = Consumer("iterclose", "ch", nsqd=[leader_address(nsq_cluster, "iterclose")])
+    await consumer.start()
+
+    async def read() -> int:
+        n = 0
+        async for msg in consumer:
+            msg.fin()
+            n += 1
+        return n
+
+    reader = asyncio.ensure_future(read())
+    await wait_until(lambda: consumer.connection_count == 1)
+    await consumer.close()
+    assert await asyncio.wait_for(reader, WAIT) == 0
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_graceful_close_finishes_running_handlers_and_requeues_the_rest(
+        nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("drain", channels=["ch"])
+    await publish(nsq_cluster, "drain", [b"%d" % i for i in range(20)])
+    release = asyncio.Event()
+    started: list[Message] = []
+    all_started = asyncio.Event()
+
+    async def slow(msg: Message) -> None:
+        started.append(msg)
+        if len(started) == 3:
+            all_started.set()
+        await release.wait()
+
+    consumer = Consumer("drain", "ch", nsqd=[leader_address(nsq_cluster, "drain")],
+                        handler=slow, concurrency=3, max_in_flight=10)
+    await consumer.start()
+    await asyncio.wait_for(all_started.wait(), WAIT)
+    channel = channel_of(nsq_cluster, "drain", "ch")
+    await wait_until(lambda: consumer.stats()["received"] == 10)
+    closing = asyncio.ensure_future(consumer.close(timeout=WAIT))
+    await wait_until(lambda: consumer.stats()["requeued"] == 7)
+    assert not closing.done()
+    release.set()
+    await asyncio.wait_for(closing, WAIT)
+    assert all(m.finished for m in started) and len(started) == 3
+    await wait_until(lambda: channel.in_flight == 0)
+    assert channel.finish_count == 3 and channel.requeue_count == 7
+    assert channel.depth == 17  # nothing lost: every unhandled message is back in the queue
+    assert consumer.closed and consumer.stats()["in_flight"] == 0
+
+
+# -- ext, tags, advanced subscriptions, tracing --------------------------------------------
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_ext_headers_and_desired_tag(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("exts", ext=True, channels=["tagged", "all"])
+    await publish(nsq_cluster, "exts", [b"red"], headers={"##client_dispatch_tag": "red",
+                                                          "k": "v"})
+    await publish(nsq_cluster, "exts", [b"plain"], headers={"k": "w"})
+    address = leader_address(nsq_cluster, "exts")
+    tagged = Collector(1)
+    every = Collector(2)
+    async with Consumer("exts", "tagged", nsqd=[address], handler=tagged, desired_tag="red"), \
+            Consumer("exts", "all", lookupd=nsq_cluster.lookupd_http_addresses, handler=every):
+        await tagged.wait()
+        await every.wait()
+    assert [m.body for m in tagged.messages] == [b"red"]
+    assert tagged.messages[0].headers == {"##client_dispatch_tag": "red", "k": "v"}
+    assert sorted((m.body, m.headers["k"]) for m in every.messages) == [(b"plain", "w"),
+                                                                         (b"red", "v")]
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_ext_support_is_learnt_from_the_server_without_meta(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("extlearn", ext=True, channels=["ch"])
+    await publish(nsq_cluster, "extlearn", [b"x"], headers={"a": "1"})
+    got = Collector(1)
+    async with Consumer("extlearn", "ch", nsqd=[leader_address(nsq_cluster, "extlearn")],
+                        handler=got):
+        await got.wait()
+    assert got.messages[0].headers == {"a": "1"}
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_sub_advanced_from_a_queue_offset_and_a_message_count(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("adv", channels=["first"])
+    bodies = [b"m%d" % i for i in range(10)]
+    await publish(nsq_cluster, "adv", bodies)
+    address = leader_address(nsq_cluster, "adv")
+    every = Collector(10)
+    async with Consumer("adv", "first", nsqd=[address], handler=every,
+                        start=StartPosition.message_count(0)):
+        await every.wait()
+    by_body = {m.body: m for m in every.messages}
+    assert all(m.queue_offset is not None and m.raw_size for m in every.messages)
+    offset = by_body[b"m6"].queue_offset
+    assert offset is not None
+    tail = Collector(4)
+    async with Consumer("adv", "from-offset", nsqd=[address], handler=tail,
+                        start=StartPosition.queue_offset(offset)):
+        await tail.wait()
+    assert sorted(m.body for m in tail.messages) == bodies[6:]
+    counted = Collector(7)
+    async with Consumer("adv", "from-count", nsqd=[address], handler=counted,
+                        start=StartPosition.message_count(3)):
+        await counted.wait()
+    assert sorted(m.body for m in counted.messages) == bodies[3:]
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_trace_lines_for_traced_messages(nsq_cluster: Any,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    await nsq_cluster.create_topic("traced", channels=["ch"])
+    await publish(nsq_cluster, "traced", [b"t-body"], trace_id=424242)
+    await publish(nsq_cluster, "traced", [b"untraced"])
+    got = Collector(2)
+    with caplog.at_level(logging.INFO, "smartnsq.trace"):
+        async with Consumer("traced", "ch", nsqd=[leader_address(nsq_cluster, "traced")],
+                            handler=got):
+            await got.wait()
+    lines = [r.getMessage() for r in caplog.records if r.name == "smartnsq.trace"]
+    assert len(lines) == 1
+    assert "trace_id=424242" in lines[0] and "internal_id=" in lines[0]
+    assert "attempts=1" in lines[0] and "local=127.0.0.1:" in lines[0]
+    traced = next(m for m in got.messages if m.body == b"t-body")
+    assert traced.trace_id == 424242

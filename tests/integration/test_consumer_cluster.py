@@ -1,0 +1,154 @@
+"""The Consumer over lookupd against a multi-node dev cluster: partitions, ordered
+consumption by sharding key, a leader moving mid-stream, nodes restarting, classic clusters.
+
+What was consumed is compared with what the partitions' logs hold (the servers' truth).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from smartnsq.backoff import BackoffPolicy, RequeuePolicy
+from smartnsq.connection import Connection
+from smartnsq.consumer import Consumer
+from smartnsq.message import Message
+from smartnsq.producer import Producer
+from smartnsq.protocol import commands
+
+WAIT = 15.0
+FAST: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),
+        "backoff_policy": BackoffPolicy(enabled=False), "reconnect_delay": 0.05,
+        "reconnect_delay_max": 0.5}
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def logged(cluster: Any, topic: str) -> dict[int, list[Any]]:
+    info = cluster.state.topics[topic]
+    return {p.partition: list(p.log.messages) for p in info.partitions}
+
+
+async def test_four_partitions_consumed_from_their_leaders(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("spread", partitions=4, replicas=1, channels=["ch"])
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
+        for i in range(40):
+            await producer.publish("spread", b"%d" % i)
+    seen: dict[bytes, Message] = {}
+    done = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        seen[msg.body] = msg
+        if len(seen) == 40:
+            done.set()
+
+    async with Consumer("spread", "ch", lookupd=nsq_cluster.lookupd_http_addresses,
+                        handler=handler) as consumer:
+        await asyncio.wait_for(done.wait(), WAIT)
+        assert consumer.connection_count == 4
+    assert {m.partition for m in seen.values()} == {0, 1, 2, 3}
+    for msg in seen.values():
+        leader = nsq_cluster.node_info(nsq_cluster.leader_of("spread", msg.partition))
+        assert msg.node == leader.tcp_address
+
+
+async def test_ordered_topic_keeps_per_key_order_with_concurrency(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("ordered", partitions=4, replicas=1, ordered=True,
+                                   channels=["ch"])
+    keys = [f"key-{k}" for k in range(8)]
+    per_key = 12
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
+        for i in range(per_key):
+            await asyncio.gather(*(producer.publish("ordered", f"{key}:{i}".encode(),
+                                                    sharding_key=key) for key in keys))
+    got: dict[str, list[int]] = defaultdict(list)
+    offsets: dict[int, list[int]] = defaultdict(list)
+    total = len(keys) * per_key
+    done = asyncio.Event()
+    count = 0
+
+    async def handler(msg: Message) -> None:
+        nonlocal count
+        key, _, seq = msg.body.decode().partition(":")
+        await asyncio.sleep(0)  # let other partitions' messages interleave
+        got[key].append(int(seq))
+        assert msg.partition is not None and msg.queue_offset is not None
+        offsets[msg.partition].append(msg.queue_offset)
+        count += 1
+        if count == total:
+            done.set()
+
+    async with Consumer("ordered", "ch", lookupd=nsq_cluster.lookupd_http_addresses,
+                        handler=handler, concurrency=8, max_in_flight=32) as consumer:
+        await asyncio.wait_for(done.wait(), WAIT)
+        stats = consumer.stats()
+    assert all(seq == list(range(per_key)) for seq in got.values()) and len(got) == 8
+    assert all(o == sorted(o) for o in offsets.values())
+    assert stats["order_errors"] == 0
+    assert all(s["ordered"] for s in stats["subscriptions"].values())
+
+
+async def test_leader_move_mid_stream_loses_nothing(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("moving", partitions=2, replicas=2, channels=["ch"])
+    seen: set[bytes] = set()
+    first_half = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        seen.add(msg.body)
+        if len(seen) >= 50:
+            first_half.set()
+
+    bodies = [b"%d" % i for i in range(100)]
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer, \
+            Consumer("moving", "ch", lookupd=nsq_cluster.lookupd_http_addresses,
+                     handler=handler, lookup_options={"poll_interval": 1.0}, **FAST):
+        for body in bodies[:50]:
+            await producer.publish("moving", body)
+        await asyncio.wait_for(first_half.wait(), WAIT)
+        old = nsq_cluster.leader_of("moving", 0)
+        new = nsq_cluster.move_leader("moving", 0)
+        assert nsq_cluster.node_info(new).node_id != nsq_cluster.node_info(old).node_id
+        for body in bodies[50:]:
+            await producer.publish("moving", body)
+        await wait_until(lambda: len(seen) == 100)
+    assert seen == set(bodies)
+    committed = {m.body for msgs in logged(nsq_cluster, "moving").values() for m in msgs}
+    assert committed == set(bodies)
+
+
+@pytest.mark.nsq_cluster(nodes=2, lookupds=1, mode="classic")
+async def test_classic_cluster_consumption(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("classic", channels=["ch"])
+    bodies = []
+    for n, address in enumerate(nsq_cluster.nsqd_tcp_addresses):
+        host, port = address.rsplit(":", 1)
+        conn = await Connection.connect(host, int(port))
+        for i in range(5):
+            body = b"node%d-%d" % (n, i)
+            bodies.append(body)
+            await conn.request(commands.pub("classic", body))
+        await conn.close()
+    seen: list[Message] = []
+    done = asyncio.Event()
+
+    def handler(msg: Message) -> None:  # a plain function works too
+        seen.append(msg)
+        if len(seen) == len(bodies):
+            done.set()
+
+    async with Consumer("classic", "ch", lookupd=nsq_cluster.lookupd_http_addresses,
+                        handler=handler) as consumer:
+        await asyncio.wait_for(done.wait(), WAIT)
+        assert consumer.connection_count == 2
+    assert sorted(m.body for m in seen) == sorted(bodies)
+    assert all(m.partition is None and m.trace_id is None for m in seen)
