@@ -1,0 +1,465 @@
+"""What the connector needs from a cluster: leaders, queue positions, private channels, ranges.
+
+Driver side (blocking HTTP, a few calls per micro-batch): which node leads each partition
+(``/lookup?access=r&metainfo=true`` on nsqlookupd, or ``/info`` + ``/stats`` on nsqd given
+directly) and where each partition's queue starts and ends (the leader's
+``/stats?format=json&topic=&partition=``: ``backend_start`` and ``backend_depth``, in queue
+bytes; protocol.md section 7 and the capture ``http_nsqd_stats_json_topic_v1.txt``).
+
+Executor side: :class:`RangeReader` reads the messages whose queue offset lies in
+``[start, end)`` of one partition. It uses a channel of its own: created over HTTP, moved to
+``start`` with ``/channel/setoffset`` and only then subscribed with a four-token
+``SUB_ADVANCED`` (``SUB_ORDERED`` on ordered topics). Setting the offset over HTTP rather than
+in the SUB line avoids the server quirk that ignores the partition when a start position is
+given (protocol.md 3.5), and works whether or not the channel already had a cursor. Every
+message is FINed as it arrives: the channel is private, the log is what is replayed, so
+acknowledging it only keeps the server from redelivering. The range is complete once a message
+ends at or beyond ``end`` (queue offsets are contiguous: ``next = offset + raw_size``);
+messages before ``start`` or repeated offsets are skipped, so a range yields the same rows every
+time it is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .._loop_thread import LoopThread
+from ..config import ConnectionConfig
+from ..connection import Connection
+from ..errors import (
+    ConnectionClosed,
+    InvalidArgument,
+    LookupFailed,
+    NSQError,
+    Timeout,
+    TopicNotFound,
+)
+from ..pool import Address, RoutesCallback, TopicRoutes, parse_address
+from ..protocol import commands
+from ..protocol.frames import Message, MessageLayout
+from .options import ClusterOptions
+
+__all__ = [
+    "ClusterClient",
+    "LeaderInfo",
+    "LookupdRouteSource",
+    "RangeReader",
+    "TopicLayout",
+    "read_range",
+    "temporary_channel",
+]
+
+log = logging.getLogger("smartnsq.spark")
+
+_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """The nsqd leading one partition."""
+
+    host: str
+    tcp_port: int
+    http_port: int
+
+    @property
+    def http_address(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def tcp_address(self) -> str:
+        return f"{self.host}:{self.tcp_port}"
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """A topic as the source sees it: partitions, their leaders, ordering and ext flags."""
+
+    topic: str
+    ordered: bool
+    ext: bool
+    leaders: dict[int, LeaderInfo] = field(default_factory=dict)
+
+
+class ClusterError(NSQError):
+    """The cluster refused or failed an HTTP call the connector needed."""
+
+
+def _unwrap(data: Any) -> Any:
+    # v0 answers wrap the payload in {"status_code", "status_txt", "data"}
+    if isinstance(data, dict) and "status_code" in data and "data" in data:
+        return data["data"]
+    return data
+
+
+class ClusterClient:
+    """Blocking HTTP calls to nsqlookupd / nsqd (driver and executors)."""
+
+    def __init__(self, options: ClusterOptions) -> None:
+        self._options = options
+        self._http = httpx.Client(timeout=options.http_timeout, headers=_ACCEPT)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ClusterClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- discovery ------------------------------------------------------------------------
+
+    def layout(self, topic: str) -> TopicLayout:
+        """Partitions and leaders of ``topic``; raises ``TopicNotFound`` or ``LookupFailed``."""
+        if self._options.lookupd:
+            return self._lookup(topic)
+        return self._from_nsqd(topic)
+
+    def _lookup(self, topic: str) -> TopicLayout:
+        errors = []
+        for address in self._options.lookupd:
+            try:
+                answer = self._http.get(f"http://{address}/lookup",
+                                        params={"topic": topic, "access": "r",
+                                                "metainfo": "true"})
+            except httpx.HTTPError as exc:
+                errors.append(f"{address}: {exc}")
+                continue
+            if answer.status_code == 404:
+                raise TopicNotFound(topic)
+            if answer.status_code != 200:
+                errors.append(f"{address}: HTTP {answer.status_code} {answer.text[:200]}")
+                continue
+            data = _unwrap(answer.json())
+            meta = data.get("meta") or {}
+            leaders = {}
+            for pid, node in (data.get("partitions") or {}).items():
+                if int(pid) < 0 or not node:
+                    continue
+                leaders[int(pid)] = LeaderInfo(node["broadcast_address"], int(node["tcp_port"]),
+                                               int(node["http_port"]))
+            if not leaders and not data.get("producers"):
+                raise TopicNotFound(topic)
+            if not leaders:
+                raise InvalidArgument("topic", f"{topic!r} has no partitions in lookup: the "
+                                      "replayable source needs a youzan cluster", topic)
+            return TopicLayout(topic, bool(meta.get("ordered")),
+                               bool(meta.get("extend_support")), leaders)
+        raise LookupFailed(f"no nsqlookupd answered the lookup of {topic!r}: "
+                           + "; ".join(errors))
+
+    def _from_nsqd(self, topic: str) -> TopicLayout:
+        leaders: dict[int, LeaderInfo] = {}
+        ordered = ext = False
+        for address in self._options.nsqd_http:
+            info = self._get_json(f"http://{address}/info")
+            host = info.get("broadcast_address") or parse_address(address)[0]
+            node = LeaderInfo(host, int(info["tcp_port"]), int(info["http_port"]))
+            stats = self._get_json(f"http://{address}/stats",
+                                   {"format": "json", "topic": topic, "leaderOnly": "true"})
+            for entry in stats.get("topics") or ():
+                if entry.get("topic_name") != topic or not entry.get("is_leader", True):
+                    continue
+                part = entry.get("topic_partition")
+                if part is None:
+                    raise InvalidArgument("nsqdHttp", f"{address} is a classic nsqd: the "
+                                          "replayable source needs a youzan cluster", address)
+                leaders[int(part)] = node
+                ordered = ordered or bool(entry.get("is_multi_ordered"))
+                ext = ext or bool(entry.get("is_ext"))
+        if not leaders:
+            raise TopicNotFound(topic)
+        return TopicLayout(topic, ordered, ext, leaders)
+
+    # -- positions --------------------------------------------------------------------------
+
+    def bounds(self, topic: str, partition: int, leader: LeaderInfo) -> tuple[int, int]:
+        """``(start, end)`` of the partition's queue on its leader, in queue bytes."""
+        stats = self._get_json(f"http://{leader.http_address}/stats",
+                               {"format": "json", "topic": topic, "partition": str(partition),
+                                "leaderOnly": "true"})
+        for entry in stats.get("topics") or ():
+            if entry.get("topic_name") == topic and \
+                    str(entry.get("topic_partition")) == str(partition):
+                return int(entry.get("backend_start") or 0), int(entry["backend_depth"])
+        raise ClusterError(f"{leader.http_address} does not lead {topic}/{partition} (its "
+                           "stats do not list it); the leader may have moved")
+
+    # -- channels ---------------------------------------------------------------------------
+
+    def create_channel(self, topic: str, partition: int, leader: LeaderInfo,
+                       channel: str) -> None:
+        self._post(leader, "/channel/create", topic, partition, channel)
+
+    def set_offset(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
+                   offset: int) -> None:
+        self._post(leader, "/channel/setoffset", topic, partition, channel,
+                   f"virtual_queue:{offset}".encode())
+
+    def delete_channel(self, topic: str, partition: int, leader: LeaderInfo,
+                       channel: str) -> None:
+        self._post(leader, "/channel/delete", topic, partition, channel)
+
+    def _post(self, leader: LeaderInfo, path: str, topic: str, partition: int, channel: str,
+              body: bytes = b"") -> None:
+        url = f"http://{leader.http_address}{path}"
+        try:
+            answer = self._http.post(url, params={"topic": topic, "partition": str(partition),
+                                                  "channel": channel}, content=body)
+        except httpx.HTTPError as exc:
+            raise ClusterError(f"POST {url} failed: {exc}") from exc
+        if answer.status_code != 200:
+            raise ClusterError(f"POST {path} {topic}/{partition} channel {channel} on "
+                               f"{leader.http_address}: HTTP {answer.status_code} "
+                               f"{answer.text[:200]}")
+
+    def _get_json(self, url: str, params: dict[str, str] | None = None) -> Any:
+        try:
+            answer = self._http.get(url, params=params)
+        except httpx.HTTPError as exc:
+            raise ClusterError(f"GET {url} failed: {exc}") from exc
+        if answer.status_code != 200:
+            raise ClusterError(f"GET {url}: HTTP {answer.status_code} {answer.text[:200]}")
+        return _unwrap(answer.json())
+
+
+def temporary_channel(prefix: str) -> str:
+    """A fresh channel name for one read (deleted afterwards)."""
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+class RangeReader:
+    """Reads ``[start, end)`` of one partition over one connection; lives on the event loop.
+
+    ``limit`` stops after that many messages (used to find the end of a rate-limited range);
+    ``next_end`` is then the queue offset just after the last message read.
+    """
+
+    def __init__(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
+                 start: int, end: int, *, ordered: bool, ext: bool, rdy: int,
+                 limit: int | None = None, config: ConnectionConfig | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.leader = leader
+        self.channel = channel
+        self.start = start
+        self.end = end
+        self.next_end = start
+        self._ordered = ordered
+        self._ext = ext
+        self._rdy = rdy
+        self._limit = limit
+        self._count = 0
+        self._config = config or ConnectionConfig()
+        self._conn: Connection | None = None
+        self._ready: deque[Message] = deque()
+        self._wake: asyncio.Event | None = None
+        self._last = -1
+        self.done = start >= end
+
+    async def open(self) -> None:
+        self._wake = asyncio.Event()
+        conn = await Connection.connect(self.leader.host, self.leader.tcp_port, self._config,
+                                        on_message=self._on_message,
+                                        extend_support=self._ext)
+        self._conn = conn
+        if self._ordered:
+            data = commands.sub_ordered(self.topic, self.channel, self.partition)
+            command = "SUB_ORDERED"
+        else:
+            data = commands.sub_advanced(self.topic, self.channel, self.partition)
+            command = "SUB_ADVANCED"
+        await conn.request(data, command)
+        conn.layout = MessageLayout.for_subscription(youzan=conn.is_youzan,
+                                                     extend_support=self._ext, command=command)
+        # one message at a time on ordered channels (protocol.md 10.1): the server would not
+        # send more anyway, and RDY > 1 made a real one deliver the first message twice
+        rdy = 1 if self._ordered else min(self._rdy, conn.max_rdy_count or self._rdy)
+        if self._limit is not None:
+            rdy = max(1, min(rdy, self._limit))
+        conn.send(commands.rdy(rdy))
+        conn.closed.add_done_callback(lambda _: self._wake.set() if self._wake else None)
+
+    def _on_message(self, message: Message) -> None:
+        conn = self._conn
+        if conn is not None and not conn.is_closed:
+            conn.send(commands.fin(message.id))
+        if self.done:
+            return
+        offset = message.queue_offset
+        raw_size = message.raw_size
+        if offset is None or raw_size is None:
+            return  # cannot happen after SUB_ADVANCED/SUB_ORDERED; never guess
+        if offset < self.start or offset <= self._last:
+            return  # before the range (an unaligned start), or a redelivery
+        if offset >= self.end:
+            self.done = True
+        else:
+            self._last = offset
+            self._ready.append(message)
+            self._count += 1
+            self.next_end = offset + raw_size
+            if self.next_end >= self.end or \
+                    (self._limit is not None and self._count >= self._limit):
+                self.done = True
+        assert self._wake is not None
+        self._wake.set()
+
+    async def next_batch(self, timeout: float) -> list[Message]:
+        """Messages read since the last call; waits up to ``timeout`` s for at least one.
+
+        Returns ``[]`` once the range is complete; raises ``Timeout`` when nothing arrives in
+        time and ``ConnectionClosed`` when the connection dies before the end.
+        """
+        assert self._wake is not None
+        while not self._ready and not self.done:
+            conn = self._conn
+            if conn is not None and conn.is_closed:
+                raise ConnectionClosed(
+                    f"connection to {self.leader.tcp_address} closed while reading "
+                    f"{self.topic}/{self.partition} [{self.start}, {self.end}) at "
+                    f"{self.next_end}: {conn.close_reason}")
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise Timeout(f"no message from {self.leader.tcp_address} for {timeout:g}s "
+                              f"while reading {self.topic}/{self.partition} "
+                              f"[{self.start}, {self.end}) at {self.next_end}") from None
+        batch = list(self._ready)
+        self._ready.clear()
+        return batch
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+
+def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, partition: int,
+               leader: LeaderInfo, start: int, end: int, *, ordered: bool, ext: bool,
+               rdy: int, read_timeout: float, channel: str | None, channel_prefix: str,
+               limit: int | None = None, on_end: Callable[[int], None] | None = None,
+               ) -> Iterator[Message]:
+    """Yield the messages of ``[start, end)`` in queue order (blocking; see the module doc).
+
+    ``channel`` names a fixed channel to read with (kept); ``None`` uses a temporary one,
+    deleted when the read ends. ``on_end(next_end)`` receives the offset after the last
+    message read (with ``limit``: where the limited range ends).
+    """
+    if start >= end:
+        if on_end is not None:
+            on_end(start)
+        return
+    name = channel or temporary_channel(channel_prefix)
+    client.create_channel(topic, partition, leader, name)
+    reader: RangeReader | None = None
+    try:
+        client.set_offset(topic, partition, leader, name, start)
+        reader = RangeReader(topic, partition, leader, name, start, end, ordered=ordered,
+                             ext=ext, rdy=rdy, limit=limit)
+        loop_thread.run(reader.open(), timeout=read_timeout + 5)
+        while True:
+            batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
+            if not batch:
+                break
+            yield from batch
+        if on_end is not None:
+            on_end(reader.next_end)
+    finally:
+        if reader is not None and loop_thread.running:
+            with contextlib.suppress(Exception):
+                loop_thread.run(reader.close(), timeout=10)
+        if channel is None:
+            try:
+                client.delete_channel(topic, partition, leader, name)
+            except NSQError as exc:
+                log.warning("could not delete the temporary channel %s of %s/%d: %s", name,
+                            topic, partition, exc)
+
+
+class LookupdRouteSource:
+    """Producer routes from nsqlookupd, for the sink while ``smartnsq.lookup`` is not there.
+
+    One ``/lookup?access=w&metainfo=true`` per topic and per refresh; refreshes are coalesced.
+    """
+
+    def __init__(self, lookupd: tuple[str, ...], timeout: float = 5.0) -> None:
+        self._lookupd = lookupd
+        self._timeout = timeout
+        self._callbacks: list[RoutesCallback] = []
+        self._http: httpx.AsyncClient | None = None
+        self._refreshing: dict[str, asyncio.Task[None]] = {}
+
+    async def start(self) -> None:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self._timeout, headers=_ACCEPT)
+
+    async def close(self) -> None:
+        for task in self._refreshing.values():
+            task.cancel()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def routes(self, topic: str) -> TopicRoutes:
+        await self.start()
+        assert self._http is not None
+        errors = []
+        for address in self._lookupd:
+            try:
+                answer = await self._http.get(f"http://{address}/lookup", params={
+                    "topic": topic, "access": "w", "metainfo": "true"})
+            except httpx.HTTPError as exc:
+                errors.append(f"{address}: {exc}")
+                continue
+            if answer.status_code == 404:
+                raise TopicNotFound(topic)
+            if answer.status_code != 200:
+                errors.append(f"{address}: HTTP {answer.status_code}")
+                continue
+            data = _unwrap(answer.json())
+            meta = data.get("meta") or {}
+            leaders: dict[int, Address] = {}
+            for pid, node in (data.get("partitions") or {}).items():
+                if int(pid) >= 0 and node:
+                    leaders[int(pid)] = (node["broadcast_address"], int(node["tcp_port"]))
+            nodes = tuple((n["broadcast_address"], int(n["tcp_port"]))
+                          for n in data.get("producers") or ()) if not leaders else ()
+            youzan = bool(meta) or bool(leaders)
+            if not leaders and not nodes:
+                raise TopicNotFound(topic)
+            return TopicRoutes(topic, int(meta.get("partition_num") or 0),
+                               bool(meta.get("ordered")), bool(meta.get("extend_support")),
+                               youzan if youzan else None, leaders, nodes)
+        raise LookupFailed(f"no nsqlookupd answered the lookup of {topic!r}: "
+                           + "; ".join(errors))
+
+    def refresh(self, topic: str) -> None:
+        if topic in self._refreshing:
+            return
+        self._refreshing[topic] = asyncio.get_running_loop().create_task(self._refresh(topic))
+
+    async def _refresh(self, topic: str) -> None:
+        try:
+            routes = await self.routes(topic)
+        except Exception as exc:
+            log.debug("route refresh of %r failed: %s", topic, exc)
+            return
+        finally:
+            self._refreshing.pop(topic, None)
+        for callback in list(self._callbacks):
+            callback(routes)
+
+    def subscribe(self, callback: RoutesCallback) -> None:
+        self._callbacks.append(callback)

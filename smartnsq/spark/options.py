@@ -1,0 +1,296 @@
+"""The ``format("nsq")`` options, parsed once on the driver into frozen, picklable records.
+
+Spark hands a data source its options as strings in a case-insensitive mapping. Everything is
+checked here, on the driver, so a typo fails the query before any task starts (with
+``InvalidArgument`` naming the option) instead of failing every task on every executor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidArgument
+from ..pool import parse_address
+from ..protocol import validate as v
+
+__all__ = [
+    "OFFSET_EARLIEST",
+    "OFFSET_LATEST",
+    "ClusterOptions",
+    "SinkOptions",
+    "SourceOptions",
+    "parse_offsets",
+]
+
+OFFSET_EARLIEST = "earliest"
+OFFSET_LATEST = "latest"
+
+# Offsets as Spark stores them: {"topic": {"0": 8192, "1": 0}} (keys are strings in JSON)
+Offsets = dict[str, dict[str, int]]
+OffsetSpec = str | Offsets  # "earliest", "latest" or explicit offsets
+
+SINK_OPTIONS = frozenset({
+    "lookupd", "nsqd", "topic", "topiccolumn", "bodycolumn", "shardingkeycolumn",
+    "partitioncolumn", "traceidcolumn", "headerscolumn", "batchsize", "sharding", "timeout",
+    "idempotencykey", "idempotencyheader", "idempotencyid", "maxinflight",
+})
+SOURCE_OPTIONS = frozenset({
+    "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
+    "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
+    "rdy", "httptimeout",
+})
+# Spark passes some options of its own (the path of load()/save(), checkpoint settings...)
+_SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname"})
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(val) for k, val in options.items() if val is not None}
+
+
+def _check_known(opts: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    unknown = sorted(set(opts) - known - _SPARK_OWN)
+    if unknown:
+        raise InvalidArgument(f"nsq {what} option", f"unknown option(s); known: "
+                              f"{', '.join(sorted(known))}", unknown)
+
+
+def _addresses(text: str | None, name: str) -> tuple[str, ...]:
+    if not text:
+        return ()
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if item:
+            host, port = parse_address(item, name)
+            out.append(f"{host}:{port}")
+    if not out:
+        raise InvalidArgument(name, "needs at least one 'host:port'", text)
+    return tuple(out)
+
+
+def _int(opts: Mapping[str, str], name: str, default: int, low: int = 1,
+         high: int = 2**31 - 1) -> int:
+    raw = opts.get(name.lower())
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(name, "must be an integer", raw) from None
+    if not low <= value <= high:
+        raise InvalidArgument(name, f"must be in {low}..{high}", raw)
+    return value
+
+
+def _float(opts: Mapping[str, str], name: str, default: float) -> float:
+    raw = opts.get(name.lower())
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgument(name, "must be a number of seconds", raw) from None
+    if not value > 0 or value == float("inf"):
+        raise InvalidArgument(name, "must be a positive, finite number of seconds", raw)
+    return value
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise InvalidArgument(name, "must be true or false", raw)
+
+
+def _topics(raw: str | None) -> tuple[str, ...]:
+    if not raw:
+        raise InvalidArgument("topic", "is required (a topic name, or a comma list to read "
+                              "several topics)", raw)
+    topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
+    for topic in topics:
+        v.check_topic(topic)
+    return topics
+
+
+def parse_offsets(raw: str | None, name: str, default: str,
+                  allowed: tuple[str, ...] = (OFFSET_EARLIEST, OFFSET_LATEST)) -> OffsetSpec:
+    """``earliest``/``latest`` or JSON ``{"topic": {"partition": queue_offset}}``."""
+    if raw is None or not raw.strip():
+        return default
+    text = raw.strip()
+    if text.lower() in allowed:
+        return text.lower()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise InvalidArgument(name, f"must be {' or '.join(allowed)} or JSON like "
+                              '{"topic": {"0": 8192, "1": 0}}', raw) from None
+    return check_offsets(value, name)
+
+
+def check_offsets(value: Any, name: str = "offsets") -> Offsets:
+    """Validate (and normalise) offsets as JSON gives them."""
+    if not isinstance(value, dict):
+        raise InvalidArgument(name, "must be a JSON object of topics", value)
+    out: Offsets = {}
+    for topic, parts in value.items():
+        v.check_topic(topic)
+        if not isinstance(parts, dict):
+            raise InvalidArgument(name, f"topic {topic!r} needs an object of partitions", parts)
+        checked: dict[str, int] = {}
+        for part, offset in parts.items():
+            try:
+                pid = int(part)
+            except (TypeError, ValueError):
+                raise InvalidArgument(name, f"partition {part!r} of {topic!r} is not a "
+                                      "number", part) from None
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 \
+                    or pid < 0:
+                raise InvalidArgument(name, f"partition {part!r} of {topic!r} needs a "
+                                      "non-negative integer queue offset", offset)
+            checked[str(pid)] = offset
+        out[topic] = checked
+    return out
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How to find the cluster: lookupd (normal) or nsqd nodes given directly."""
+
+    lookupd: tuple[str, ...] = ()     # "host:http_port" of nsqlookupds
+    nsqd: tuple[str, ...] = ()        # "host:tcp_port" of nsqd (sink only)
+    nsqd_http: tuple[str, ...] = ()   # "host:http_port" of nsqd (source without lookupd)
+    http_timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    cluster: ClusterOptions
+    topic: str | None
+    topic_column: str | None
+    body_column: str
+    sharding_key_column: str | None
+    partition_column: str | None
+    trace_id_column: str | None
+    headers_column: str | None
+    batch_size: int
+    sharding: str
+    timeout: float
+    max_in_flight: int
+    idempotency: bool
+    idempotency_header: str
+    idempotency_id: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        opts = _lower(options)
+        _check_known(opts, SINK_OPTIONS, "sink")
+        lookupd = _addresses(opts.get("lookupd"), "lookupd")
+        nsqd = _addresses(opts.get("nsqd"), "nsqd")
+        if bool(lookupd) == bool(nsqd):
+            raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
+                                  "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",
+                                  opts.get("lookupd"))
+        topic = opts.get("topic") or None
+        topic_column = opts.get("topiccolumn") or None
+        if (topic is None) == (topic_column is None):
+            raise InvalidArgument("topic", "give exactly one of the options topic and "
+                                  "topicColumn", topic)
+        if topic is not None:
+            v.check_topic(topic)
+        key = opts.get("shardingkeycolumn") or None
+        part = opts.get("partitioncolumn") or None
+        if key is not None and part is not None:
+            raise InvalidArgument("shardingKeyColumn", "give shardingKeyColumn or "
+                                  "partitionColumn, not both", key)
+        sharding = opts.get("sharding", "murmur3").lower()
+        if sharding not in ("murmur3", "java"):
+            raise InvalidArgument("sharding", "must be murmur3 or java", sharding)
+        header = opts.get("idempotencyheader", "spark_idempotency_key")
+        if not header:
+            raise InvalidArgument("idempotencyHeader", "must not be empty", header)
+        return cls(
+            cluster=ClusterOptions(lookupd=lookupd, nsqd=nsqd),
+            topic=topic, topic_column=topic_column,
+            body_column=opts.get("bodycolumn") or "body",
+            sharding_key_column=key, partition_column=part,
+            trace_id_column=opts.get("traceidcolumn") or None,
+            headers_column=opts.get("headerscolumn") or None,
+            batch_size=_int(opts, "batchSize", 500, 1, 100_000),
+            sharding=sharding,
+            timeout=_float(opts, "timeout", 30.0),
+            max_in_flight=_int(opts, "maxInFlight", 8, 1, 1024),
+            idempotency=_bool(opts, "idempotencyKey", False),
+            idempotency_header=header,
+            idempotency_id=opts.get("idempotencyid") or None,
+        )
+
+    def producer_key(self) -> tuple[object, ...]:
+        """What makes two writers able to share one cached producer."""
+        return (self.cluster.lookupd, self.cluster.nsqd, self.sharding, self.timeout)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    cluster: ClusterOptions
+    topics: tuple[str, ...]
+    starting: OffsetSpec
+    ending: OffsetSpec
+    max_messages_per_trigger: int | None
+    channel: str | None
+    channel_prefix: str
+    commit_channel: str | None
+    read_timeout: float
+    rdy: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+        opts = _lower(options)
+        _check_known(opts, SOURCE_OPTIONS, "source")
+        lookupd = _addresses(opts.get("lookupd"), "lookupd")
+        nsqd_http = _addresses(opts.get("nsqdhttp"), "nsqdHttp")
+        if bool(lookupd) == bool(nsqd_http):
+            raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
+                                  "(nsqlookupd HTTP addresses) or nsqdHttp (nsqd HTTP "
+                                  "addresses)", opts.get("lookupd"))
+        if "nsqd" in opts:
+            raise InvalidArgument("nsqd", "the source needs HTTP addresses: use nsqdHttp "
+                                  "(or lookupd)", opts["nsqd"])
+        if streaming and opts.get("endingoffsets"):
+            raise InvalidArgument("endingOffsets", "is for bounded reads (spark.read) only",
+                                  opts["endingoffsets"])
+        limit = opts.get("maxmessagespertrigger")
+        if limit and not streaming:
+            raise InvalidArgument("maxMessagesPerTrigger", "is for streaming reads only", limit)
+        channel = opts.get("channel") or None
+        if channel is not None:
+            v.check_channel(channel)
+        commit_channel = opts.get("commitchannel") or None
+        if commit_channel is not None:
+            v.check_channel(commit_channel)
+        prefix = opts.get("channelprefix", "spark-nsq")
+        v.check_channel(prefix + "-" + "0" * 16)
+        return cls(
+            cluster=ClusterOptions(lookupd=lookupd, nsqd_http=nsqd_http,
+                                   http_timeout=_float(opts, "httpTimeout", 5.0)),
+            topics=_topics(opts.get("topic")),
+            starting=parse_offsets(opts.get("startingoffsets"), "startingOffsets",
+                                   OFFSET_LATEST if streaming else OFFSET_EARLIEST),
+            ending=parse_offsets(opts.get("endingoffsets"), "endingOffsets", OFFSET_LATEST,
+                                 (OFFSET_LATEST,)),
+            max_messages_per_trigger=(_int(opts, "maxMessagesPerTrigger", 0)
+                                      if limit else None),
+            channel=channel,
+            channel_prefix=prefix,
+            commit_channel=commit_channel,
+            read_timeout=_float(opts, "readTimeout", 30.0),
+            rdy=_int(opts, "rdy", 500, 1, 2500),
+        )
