@@ -10,6 +10,7 @@ See docs/compat.md.
 """
 
 from .detect import Kind
+from .migration import MigrationChooser, MigrationPolicy
 from .policy import ClassicPolicy, ClassicSubscription
 
-__all__ = ["ClassicPolicy", "ClassicSubscription", "Kind"]
+__all__ = ["ClassicPolicy", "ClassicSubscription", "Kind", "MigrationChooser", "MigrationPolicy"]
