@@ -121,6 +121,10 @@ class ProducerConfig:
         "smartnsq.compat.ClassicPolicy (None: its defaults, i.e. sharding keys placed on "
         "nodes by rendezvous hash, trace ids logged but not sent, headers refused).",
         range="ClassicPolicy or None"))
+    migration: Any = field(default=None, metadata=doc(
+        "Where publishes to a topic found on both a youzan and a classic cluster go: a "
+        "smartnsq.compat.MigrationPolicy (prefer youzan, prefer classic, or a percentage "
+        "to youzan). None: youzan.", range="MigrationPolicy, MigrationChooser or None"))
 
     def __post_init__(self) -> None:
         _positive("timeout", self.timeout)
@@ -315,6 +319,10 @@ class Producer:
             self._classic: Any = DEFAULT_POLICY
         else:
             self._classic = config.classic
+        migration = config.migration
+        if migration is not None and hasattr(migration, "chooser"):
+            migration = migration.chooser()  # a compat MigrationPolicy: its route chooser
+        self._migration: Any = migration
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # start() sets
         self._started = False
         self._closed = False
@@ -524,6 +532,9 @@ class Producer:
                     last_error = exc
                     await self._backoff(topic, attempt, deadline, last_error)
                     continue
+            if routes.nodes and routes.partitioned and self._migration is not None:
+                # a topic on a youzan and a classic cluster: the compat chooser picks a side
+                routes = self._migration.choose(routes, sharding_key)
             # -- pick the target
             target: int | None
             address: Address | None
