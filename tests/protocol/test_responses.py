@@ -45,7 +45,7 @@ def replies_to(prefix: bytes) -> list[tuple[str, Event, Event]]:
 def payload(event: Event) -> bytes:
     exp = event.expected
     assert exp is not None and exp.payload is not None
-    return exp.payload
+    return bytes(exp.payload)
 
 
 # -- traced publish ------------------------------------------------------------------------
