@@ -703,9 +703,11 @@ class LookupManager:
             log.warning("no lookupd answered /listlookup; keeping %s", ", ".join(self._lookupds))
             return
         for address in answered:
-            if address not in self._lookupds:
+            lookupd = self._lookupds.get(address)
+            if lookupd is None:
                 log.info("lookupd %s discovered", address)
-                self._lookupds[address] = _Lookupd(address, False)
+                lookupd = self._lookupds[address] = _Lookupd(address, False)
+            lookupd.classic = False  # only youzan lookupds list each other
         for address, lookupd in list(self._lookupds.items()):
             if not lookupd.seed and address not in answered:
                 log.info("lookupd %s no longer listed; dropping it", address)
