@@ -18,21 +18,34 @@ go through ``self._loop_thread.iterate(...)``.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
+import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, TypeVar
 
 from . import _loop_thread
 from ._loop_thread import LoopThread
-from .errors import Timeout
+from .consumer import Consumer as AsyncConsumer
+from .errors import InvalidArgument, Timeout
+from .message import Message
 from .pool import TopicRoutes
 from .producer import BatchResult, ProducerConfig, PublishResult
 from .producer import Producer as AsyncProducer
 from .sharding import ShardingKey
 
-__all__ = ["Producer"]
+__all__ = ["Consumer", "Producer"]
 
 T = TypeVar("T")
 
@@ -194,3 +207,152 @@ class Producer(_Facade):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<smartnsq.sync.Producer {state}>"
+
+
+_handler_thread = threading.local()
+
+
+class Consumer(_Facade):
+    """``smartnsq.consumer.Consumer`` for code without an event loop: the handler runs in a
+    thread pool, so it may block (database calls, HTTP requests...).
+
+    Same arguments as the async Consumer (``handler`` is a plain function taking a
+    :class:`~smartnsq.message.Message`; return -> FIN, raise -> REQ), plus ``threads`` (the
+    pool size, which is the handler concurrency; default ``min(32, max_in_flight)``) and
+    ``loop_thread``. Subscriptions start at construction::
+
+        consumer = smartnsq.sync.Consumer("orders", "billing", lookupd=[...], handler=handle)
+        signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
+        consumer.run()          # blocks until stop(); then drains and returns
+
+    Without a handler, iterate: ``for message in consumer: ...; message.fin()``.
+    ``message.fin()/req()/touch()`` may be called from any thread. ``stop()`` is thread-safe
+    and never blocks (a handler may call it); ``close()`` stops and waits for the drain.
+    """
+
+    def __init__(self, topic: str, channel: str, lookupd: Sequence[str] | str | None = None,
+                 nsqd: Sequence[str] | str | None = None,
+                 handler: Callable[[Message], Any] | None = None, *,
+                 threads: int | None = None, loop_thread: LoopThread | None = None,
+                 **kwargs: Any) -> None:
+        if handler is not None and not callable(handler):
+            raise InvalidArgument("handler", "must be callable", handler)
+        if "concurrency" in kwargs:
+            raise InvalidArgument("concurrency", "the sync Consumer's concurrency is threads=")
+        max_in_flight = kwargs.get("max_in_flight", 100)
+        if threads is None:
+            threads = max(1, min(32, max_in_flight if isinstance(max_in_flight, int) else 1))
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise InvalidArgument("threads", "must be an int >= 1", threads)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        wrapper = None
+        if handler is not None:
+            executor = self._executor = concurrent.futures.ThreadPoolExecutor(
+                threads, thread_name_prefix=f"smartnsq-handler-{topic}")
+
+            def in_thread(msg: Message) -> Any:
+                _handler_thread.active = True
+                try:
+                    return handler(msg)
+                finally:
+                    _handler_thread.active = False
+
+            async def wrapper(msg: Message) -> None:
+                await asyncio.get_running_loop().run_in_executor(executor, in_thread, msg)
+
+        super().__init__(loop_thread)
+
+        async def create() -> AsyncConsumer:
+            consumer = AsyncConsumer(topic, channel, lookupd, nsqd, wrapper,
+                                     concurrency=threads if wrapper is not None else None,
+                                     **kwargs)
+            try:
+                return await consumer.start()
+            except BaseException:
+                await consumer.close()
+                raise
+
+        try:
+            self._consumer = self._start(create, lambda c: c.close)
+        except BaseException:
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+            raise
+        self._stopped = threading.Event()
+
+    def run(self, timeout: float | None = None) -> bool:
+        """Block until the consumer is stopped and drained (or ``timeout`` s pass: then
+        return False and keep consuming)."""
+        if self._closed and self._stopped.is_set():
+            return True
+        future = self._loop_thread.submit(self._consumer.join())
+        try:
+            future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return False
+        self._after_stop()
+        return True
+
+    def stop(self) -> None:
+        """Ask the consumer to drain and close; returns at once, from any thread."""
+        if self._consumer.closed or not self._loop_thread.running:
+            return
+
+        def begin() -> None:
+            asyncio.get_running_loop().create_task(self._consumer.close())
+
+        self._loop_thread.call_soon(begin)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Drain (within ``timeout``, default the consumer's ``drain_timeout``), close the
+        connections and release the loop thread. From a handler thread use ``stop()``."""
+        if getattr(_handler_thread, "active", False):
+            raise RuntimeError("close() from a handler would wait for itself; use stop()")
+        if self._closed:
+            return
+        if self._loop_thread.running and not self._consumer.closed:
+            drain = timeout if timeout is not None else self._consumer._drain_timeout
+            try:
+                self._run(self._consumer.close(timeout), drain + 2 * _GUARD)
+            except Exception:
+                log.warning("closing the consumer failed", exc_info=True)
+        self._after_stop()
+        super().close()
+
+    def _after_stop(self) -> None:
+        self._stopped.set()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+    def __iter__(self) -> Iterator[Message]:
+        aiterator = self._consumer.__aiter__()
+        return self._loop_thread.iterate(aiterator, getattr(aiterator, "aclose", None))
+
+    def set_max_in_flight(self, n: int) -> None:
+        self._loop_thread.call(self._consumer.set_max_in_flight, n)
+
+    def set_trace(self, enabled: bool | None) -> None:
+        self._loop_thread.call(self._consumer.set_trace, enabled)
+
+    def is_starved(self) -> bool:
+        return bool(self._loop_thread.call(self._consumer.is_starved))
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._loop_thread.call(self._consumer.stats))
+
+    @property
+    def async_consumer(self) -> AsyncConsumer:
+        """The async Consumer behind this facade (use it only on ``loop_thread.loop``)."""
+        return self._consumer
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<smartnsq.sync.Consumer {self._consumer.topic}/{self._consumer.channel} {state}>"

@@ -1,0 +1,121 @@
+"""The blocking Consumer facade: handlers in threads, run()/stop(), iteration, answers from
+other threads. The dev cluster runs on the test's event loop; the facade on its own loop
+thread, so blocking calls are made from a worker thread (``asyncio.to_thread``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from smartnsq import sync
+from smartnsq.connection import Connection
+from smartnsq.message import AlreadyResponded, Message
+from smartnsq.protocol import commands
+
+WAIT = 10.0
+
+
+async def publish(cluster: Any, topic: str, bodies: list[bytes]) -> str:
+    address = str(cluster.node_info(cluster.leader_of(topic, 0)).tcp_address)
+    host, port = address.rsplit(":", 1)
+    conn = await Connection.connect(host, int(port))
+    for body in bodies:
+        await conn.request(commands.pub(topic, body, 0))
+    await conn.close()
+    return address
+
+
+async def wait_until(condition: Any) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(poll(), WAIT)
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_blocking_handlers_run_in_threads_until_stop(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("sync", channels=["ch"])
+    bodies = [b"%d" % i for i in range(30)]
+    address = await publish(nsq_cluster, "sync", bodies)
+    seen: list[bytes] = []
+    threads: set[str] = set()
+    lock = threading.Lock()
+    consumer: sync.Consumer | None = None
+
+    def handler(msg: Message) -> None:
+        time.sleep(0.002)  # a blocking call, as real handlers make
+        with lock:
+            seen.append(msg.body)
+            threads.add(threading.current_thread().name)
+            if len(seen) == len(bodies):
+                assert consumer is not None
+                consumer.stop()  # from a handler thread: must not block
+
+    def run() -> dict[str, Any]:
+        nonlocal consumer
+        consumer = sync.Consumer("sync", "ch", nsqd=[address], handler=handler, threads=4,
+                                 max_in_flight=8)
+        with consumer:
+            assert consumer.run(timeout=WAIT)
+            return consumer.async_consumer.stats()
+
+    stats = await asyncio.to_thread(run)
+    assert sorted(seen) == sorted(bodies)
+    assert all(name.startswith("smartnsq-handler-sync") for name in threads)
+    assert stats["finished"] == len(bodies) and stats["in_flight"] == 0
+    channel = nsq_cluster.state.topics["sync"].partitions[0].channels["ch"]
+    await wait_until(lambda: channel.finish_count == len(bodies) and channel.in_flight == 0)
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_failing_blocking_handler_requeues(nsq_cluster: Any) -> None:
+    from smartnsq.backoff import BackoffPolicy, RequeuePolicy
+    await nsq_cluster.create_topic("syncfail", channels=["ch"])
+    address = await publish(nsq_cluster, "syncfail", [b"x"])
+    attempts: list[int] = []
+    done = threading.Event()
+
+    def handler(msg: Message) -> None:
+        attempts.append(msg.attempts)
+        if msg.attempts == 1:
+            raise ValueError("first time fails")
+        done.set()
+
+    def run() -> None:
+        with sync.Consumer("syncfail", "ch", nsqd=[address], handler=handler,
+                           requeue_policy=RequeuePolicy(initial=0.0),
+                           backoff_policy=BackoffPolicy(enabled=False)):
+            assert done.wait(WAIT)
+
+    await asyncio.to_thread(run)
+    assert attempts == [1, 2]
+    channel = nsq_cluster.state.topics["syncfail"].partitions[0].channels["ch"]
+    await wait_until(lambda: channel.finish_count == 1 and channel.requeue_count == 1)
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_blocking_iteration_and_answers_from_the_calling_thread(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("synciter", channels=["ch"])
+    address = await publish(nsq_cluster, "synciter", [b"a", b"b", b"c"])
+
+    def run() -> list[bytes]:
+        got = []
+        with sync.Consumer("synciter", "ch", nsqd=[address]) as consumer:
+            for msg in consumer:
+                got.append(msg.body)
+                msg.fin()
+                with pytest.raises(AlreadyResponded):
+                    msg.fin()
+                if len(got) == 3:
+                    break
+        return got
+
+    got = await asyncio.to_thread(run)
+    assert sorted(got) == [b"a", b"b", b"c"]
+    channel = nsq_cluster.state.topics["synciter"].partitions[0].channels["ch"]
+    await wait_until(lambda: channel.finish_count == 3 and channel.in_flight == 0)
