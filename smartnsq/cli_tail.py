@@ -1,0 +1,231 @@
+"""``smartnsq tail TOPIC``: print a topic's messages as they arrive.
+
+By default it reads a fresh ephemeral channel (``tail_<random>#ephemeral``): the server drops
+it when the command exits, and the channels other consumers read are not touched. A new
+channel starts at the end of each partition, so only new messages show unless ``--from``
+says where to start (SUB_ADVANCED). Ordered topics are read with SUB_ORDERED, one message in
+flight per partition, so the output of each partition is in publish order.
+
+Each message is printed, then finished (FIN): with ``--channel`` the named channel's messages
+are consumed for real, like any consumer's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import contextlib
+import random
+import string
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from .cli_util import CLIError, check_topic, cluster_addresses, dumps
+
+__all__ = ["parse_start", "run_tail"]
+
+
+def parse_start(text: str | None) -> Any:
+    """``--from`` as a ``StartPosition`` (``None`` for latest, the channel's default)."""
+    from .errors import InvalidArgument
+    from .protocol.commands import StartPosition
+
+    if text is None or text in ("latest", "end"):
+        return None
+    if text in ("earliest", "beginning", "start"):
+        return StartPosition.message_count(0)
+    kind, sep, value = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        if kind in ("timestamp", "ts", "time"):
+            if value.lstrip("-").isdigit():
+                return StartPosition.timestamp(int(value))
+            when = datetime.fromisoformat(value)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            return StartPosition.timestamp(int(when.timestamp()))
+        if kind in ("offset", "virtual_queue"):
+            return StartPosition.queue_offset(int(value))
+        if kind in ("count", "msgcount"):
+            return StartPosition.message_count(int(value))
+    except (ValueError, InvalidArgument):
+        pass
+    raise CLIError(f"bad --from {text!r}: expected earliest, latest, timestamp:UNIX_SECONDS, "
+                   "timestamp:ISO_DATE, offset:QUEUE_OFFSET or count:MESSAGES")
+
+
+def _ephemeral_channel() -> str:
+    suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=8))
+    return f"tail_{suffix}#ephemeral"
+
+
+def _row(message: Any) -> dict[str, Any]:
+    body = message.body
+    row: dict[str, Any] = {
+        "topic": message.topic,
+        "partition": message.partition,
+        "node": message.node,
+        "id": binascii.hexlify(message.id).decode(),
+        "internal_id": message.internal_id if message.youzan else None,
+        "trace_id": message.trace_id,
+        "queue_offset": message.queue_offset,
+        "raw_size": message.raw_size,
+        "attempts": message.attempts,
+        "timestamp": message.timestamp,
+        "headers": message.headers,
+    }
+    try:
+        row["body"] = body.decode("utf-8")
+    except UnicodeDecodeError:
+        row["body_base64"] = base64.b64encode(body).decode()
+    return row
+
+
+def _meta_line(message: Any) -> str:
+    when = datetime.fromtimestamp(message.timestamp / 1e9, timezone.utc)
+    parts = [when.strftime("%H:%M:%S.%f")[:-3]]
+    if message.partition is not None:
+        parts.append(f"p{message.partition}")
+    if message.queue_offset is not None:
+        parts.append(f"offset {message.queue_offset}")
+    if message.youzan:
+        parts.append(f"id {message.internal_id}")
+        if message.trace_id:
+            parts.append(f"trace {message.trace_id}")
+    else:
+        parts.append(f"id {message.id.decode('ascii', 'replace')}")
+    if message.attempts > 1:
+        parts.append(f"attempts {message.attempts}")
+    headers = message.headers
+    if headers:
+        parts.append(dumps(headers))
+    body: str = message.body.decode("utf-8", "replace")
+    return " ".join(parts) + " | " + body
+
+
+async def run_tail(args: argparse.Namespace) -> int:
+    from .consumer import Consumer
+    from .errors import LookupFailed, TopicNotFound
+
+    topic = check_topic(args.topic)
+    lookupd, nsqd = cluster_addresses(args)
+    start = parse_start(args.start)
+    if args.count is not None and args.count < 1:
+        raise CLIError("-n must be at least 1")
+    channel = args.channel or _ephemeral_channel()
+    from .protocol import validate
+
+    try:
+        validate.check_channel(channel)
+    except ValueError as exc:
+        raise CLIError(f"bad --channel {channel!r}: {exc}") from None
+    options: dict[str, Any] = {}
+    if lookupd:
+        from .cli_lookup import lookup_manager
+
+        # one lookup first: an unknown topic or a dead lookupd is an error now, not a silent
+        # consumer retrying for ever
+        manager = lookup_manager(args, lookupd)
+        try:
+            view = await manager.view(topic, "r", refresh=True)
+        except TopicNotFound:
+            await manager.close()
+            raise CLIError(f"topic {topic!r} not found") from None
+        except LookupFailed as exc:
+            await manager.close()
+            raise CLIError(f"lookup of {topic!r} failed: {exc}") from None
+        if not view.partitions and not view.producers:
+            await manager.close()
+            raise CLIError(f"topic {topic!r} not found (no node serves it)")
+        options["lookup"] = manager
+        if args.partition:
+            known = set(view.partitions)
+            if known and not set(args.partition) <= known:
+                await manager.close()
+                raise CLIError(f"--partition {sorted(set(args.partition) - known)}: topic "
+                               f"{topic!r} has partitions {sorted(known)}")
+    else:
+        options["nsqd"] = nsqd
+        manager = None
+    consumer = Consumer(topic, channel, handler=None,
+                        max_in_flight=max(1, min(args.count or 200, 200)),
+                        ordered=True if args.ordered else None, start=start,
+                        partitions=args.partition, drain_timeout=min(5.0, args.timeout),
+                        **options)
+    out = args.out
+    seen = 0
+    # a task moves messages from the consumer to a queue: waiting on the queue with a timeout
+    # is safe, while cancelling the consumer's iterator on a timeout would end it
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
+    held: set[Any] = set()  # received, not printed: given back when the command ends
+
+    async def pump() -> None:
+        async for message in consumer:
+            held.add(message)
+            await queue.put(message)
+        await queue.put(None)
+
+    try:
+        async with consumer:
+            pumping = asyncio.create_task(pump())
+            try:
+                started = time.monotonic()
+                last_message = started
+                while args.count is None or seen < args.count:
+                    wait = 0.5
+                    if args.idle_exit is not None:
+                        wait = min(wait, max(0.0, last_message + args.idle_exit
+                                             - time.monotonic()))
+                    try:
+                        message = await asyncio.wait_for(queue.get(), wait)
+                    except asyncio.TimeoutError:
+                        if pumping.done():
+                            pumping.result()  # the consumer failed: raise its error
+                            break
+                        now = time.monotonic()
+                        if args.idle_exit is not None and now - last_message >= args.idle_exit:
+                            break
+                        if seen == 0 and now - started > args.timeout:
+                            _check_subscribed(consumer, topic)
+                        continue
+                    if message is None:
+                        break
+                    held.discard(message)
+                    last_message = time.monotonic()
+                    if args.json:
+                        out.write(dumps(_row(message)) + "\n")
+                    elif args.show == "meta":
+                        out.write(_meta_line(message) + "\n")
+                    else:
+                        out.write(message.body.decode("utf-8", "replace") + "\n")
+                    out.flush()
+                    message.fin()
+                    seen += 1
+            finally:
+                pumping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pumping
+                for message in held:
+                    with contextlib.suppress(Exception):
+                        message.req(0, backoff=False)  # not printed: back to the channel
+    finally:
+        if manager is not None:
+            await manager.close()
+    return 0
+
+
+def _check_subscribed(consumer: Any, topic: str) -> None:
+    """Fail with the servers' reason when no subscription has worked for a while."""
+    stats = consumer.stats()
+    subs = stats.get("subscriptions") or stats.get("subs") or {}
+    if not isinstance(subs, dict) or not subs:
+        return
+    if any(s.get("connected") for s in subs.values()):
+        return
+    errors = [s.get("last_error") for s in subs.values() if s.get("last_error")]
+    if errors:
+        raise CLIError(f"cannot subscribe to {topic!r}: {errors[0]}")
