@@ -314,6 +314,9 @@ class LookupManager:
         await self._discover()
         self._poller = asyncio.get_running_loop().create_task(self._poll())
         self._started = True
+        for key in self._watched:  # watched before start: look them up now
+            if key not in self._views and key not in self._inflight:
+                self._spawn(self._quiet_fetch(key))
 
     async def close(self) -> None:
         """Stop polling and close the HTTP client (if this manager made it)."""
@@ -397,7 +400,8 @@ class LookupManager:
         """
         key = self._key(topic, access)
         self._watched[key] += 1
-        if key not in self._views and key not in self._inflight and not self._closed:
+        if (self._started and not self._closed and key not in self._views
+                and key not in self._inflight):
             self._spawn(self._quiet_fetch(key))
 
     def unwatch(self, topic: str, access: str = "w") -> None:
@@ -477,6 +481,8 @@ class LookupManager:
         """One round for ``key``, shared by everyone asking while it runs."""
         if self._closed:
             raise LookupFailed("the LookupManager is closed")
+        if not self._started:
+            await self.start()
         task = self._inflight.get(key)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._run(key))

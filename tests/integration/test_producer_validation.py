@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from smartnsq.errors import InvalidArgument, TopicNotFound
+from smartnsq.lookup import TopicNotWritable
 from smartnsq.producer import Producer, ProducerConfig
 
 pytestmark = pytest.mark.nsq_cluster(nodes=2, lookupds=1)
@@ -123,6 +124,12 @@ async def test_ordered_topic_refuses_unsharded_publishes(producer: Producer) -> 
 async def test_unknown_topic(producer: Producer) -> None:
     with pytest.raises(TopicNotFound):
         await producer.publish("never_created", b"x")
+
+
+async def test_topic_without_channel(cluster: Any, producer: Producer) -> None:
+    await cluster.create_topic("silent", channels=[])  # lookupd hides it from writers
+    with pytest.raises(TopicNotWritable, match="no channel"):
+        await producer.publish("silent", b"x")
 
 
 async def test_bad_timeout_and_sharding_key(producer: Producer) -> None:
