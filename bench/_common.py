@@ -175,13 +175,21 @@ class Cluster:
 
 
 @contextmanager
-def dev_cluster(mode: str = "classic", nodes: int = 1,
-                topics: Sequence[str] = ()) -> Iterator[Cluster]:
-    """``python -m smartnsq.devcluster`` in a child process; yields its addresses."""
+def dev_cluster(mode: str = "classic", nodes: int = 1, topics: Sequence[str] = (),
+                channels: Sequence[str] = ("bench",)) -> Iterator[Cluster]:
+    """``python -m smartnsq.devcluster`` in a child process; yields its addresses.
+
+    ``topics`` (``NAME[:PARTITIONS[:REPLICAS]]``) are created at start with ``channels``:
+    a youzan channel created later starts at the partition's end, so it must exist before
+    anything is published.
+    """
     cmd = [sys.executable, "-m", "smartnsq.devcluster", "--mode", mode, "--nodes", str(nodes),
            "--lookupds", "1"]
     for topic in topics:
         cmd += ["--topic", topic]
+    if topics:
+        for channel in channels:
+            cmd += ["--channel", channel]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT)
     values: dict[str, str] = {}
