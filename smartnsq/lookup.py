@@ -368,7 +368,7 @@ class LookupManager:
                 for d in self._lookupds.values()]
 
     def stats(self) -> dict[str, Any]:
-        return {**self.counters, "lookupds": [vars_of(s) for s in self.health()],
+        return {**self.counters, "lookupds": [_status_dict(s) for s in self.health()],
                 "watched": sorted(f"{t}/{a}" for t, a in self._watched)}
 
     # -- views ------------------------------------------------------------------------------
@@ -673,12 +673,15 @@ class LookupManager:
         cfg = self._config
         while True:
             await asyncio.sleep(cfg.poll_interval * (1.0 - cfg.jitter * random.random()))
-            if self._now() - self._last_discovery >= cfg.discover_interval:
-                await self._discover()
-            keys = list(self._watched)
-            if keys:
-                self.counters["polls"] += 1
-                await asyncio.gather(*(self._quiet_fetch(k) for k in keys))
+            try:
+                if self._now() - self._last_discovery >= cfg.discover_interval:
+                    await self._discover()
+                keys = list(self._watched)
+                if keys:
+                    self.counters["polls"] += 1
+                    await asyncio.gather(*(self._quiet_fetch(k) for k in keys))
+            except Exception:  # a bug here must not stop polling for good
+                log.exception("lookup poll failed")
 
     def _kick_discovery(self) -> None:
         """Re-read /listlookup soon (at most once per retry_delay_max) after a failed round."""
@@ -753,7 +756,7 @@ def _settle(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def vars_of(status: LookupdStatus) -> dict[str, Any]:
+def _status_dict(status: LookupdStatus) -> dict[str, Any]:
     return {f.name: getattr(status, f.name) for f in fields(status)}
 
 
