@@ -1,0 +1,644 @@
+"""pynsq's ``Reader``, ``Writer`` and ``run()`` on smartnsq's core: move over by changing imports.
+
+::
+
+    from smartnsq.compat import pynsq as nsq      # was: import nsq
+
+    def handler(message):
+        print(message.body)
+        return True
+
+    r = nsq.Reader(message_handler=handler, lookupd_http_addresses=["http://127.0.0.1:4161"],
+                   topic="nsq_reader", channel="asdf", lookupd_poll_interval=15)
+    nsq.run()
+
+What stays as in pynsq: the constructor arguments, a handler returning ``True`` (finish) or
+``False`` (requeue, with backoff), a raise (requeue), ``message.enable_async()`` (answer
+later), coroutine handlers, ``max_tries`` and ``giving_up()``, ``preprocess_message`` /
+``validate_message`` / ``process_message`` overrides, ``is_starved()``,
+``set_max_in_flight()``, ``Writer.pub/mpub/dpub(..., callback=)`` with ``callback(conn,
+data)`` getting ``b"OK"`` or an :class:`Error`, and a blocking ``run()``.
+
+Threads. As in pynsq, every handler and every callback runs on the thread that called
+``run()``, one at a time, on that thread's event loop (tornado's ``IOLoop.current()`` is the
+same loop, so tornado ``PeriodicCallback``\\ s and ``IOLoop.current().stop()`` keep working).
+The network side lives on smartnsq's background event loop: a slow handler delays the next
+handler, never heartbeats or other connections.
+
+What is better than pynsq: discovery, reconnection, RDY and backoff are smartnsq's, and on
+youzan NSQ the Reader reads every partition of the topic and the Writer (given
+``lookupd_http_addresses=``, an extension) publishes to partition leaders. The message also
+carries youzan's fields (``partition``, ``trace_id``, ``headers``...; see ``message.smartnsq``).
+The argument mapping is in docs/migration-pynsq.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import inspect
+import logging
+import signal
+import ssl
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from smartnsq import sync
+from smartnsq.backoff import BackoffPolicy
+from smartnsq.config import ConnectionConfig
+from smartnsq.consumer import Consumer
+from smartnsq.errors import InvalidArgument
+from smartnsq.message import Message as CoreMessage
+from smartnsq.producer import BatchResult, PublishResult
+
+__all__ = ["Error", "Message", "Reader", "SendError", "Writer", "run", "stop"]
+
+log = logging.getLogger("smartnsq.compat.pynsq")
+
+# pynsq's AsyncConn keyword arguments (what Reader/Writer accept in **kwargs)
+CONN_ARGS = frozenset({
+    "timeout", "heartbeat_interval", "requeue_delay", "tls_v1", "tls_options", "snappy",
+    "deflate", "deflate_level", "user_agent", "output_buffer_size", "output_buffer_timeout",
+    "sample_rate", "auth_secret", "msg_timeout", "hostname",
+})
+
+
+class Error(Exception):
+    """What a publish callback gets instead of ``b"OK"`` (pynsq's ``nsq.Error``).
+
+    ``error`` is the smartnsq exception behind it (``Timeout``, ``ServerError``...).
+    """
+
+    def __init__(self, message: str, error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class SendError(Error):
+    """The publish could not be delivered (pynsq's ``nsq.protocol.SendError``)."""
+
+
+# -- where handlers and callbacks run --------------------------------------------------------
+
+_loops: dict[int, asyncio.AbstractEventLoop] = {}
+_loops_lock = threading.Lock()
+
+
+def _user_loop() -> asyncio.AbstractEventLoop:
+    """The calling thread's event loop (pynsq binds to ``IOLoop.current()`` the same way)."""
+    with contextlib.suppress(RuntimeError):
+        return asyncio.get_running_loop()
+    ident = threading.get_ident()
+    with _loops_lock:
+        loop = _loops.get(ident)
+        if loop is not None and not loop.is_closed():
+            return loop
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or loop.is_closed():
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+        _loops[ident] = loop
+        return loop
+
+
+def run() -> None:
+    """Run every Reader's handlers and Writer's callbacks until :func:`stop` (or SIGTERM/INT).
+
+    As ``nsq.run()``: blocks the calling thread on its event loop. Tornado's
+    ``IOLoop.current().stop()`` stops it too.
+    """
+    loop = _user_loop()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _on_signal)
+    asyncio.set_event_loop(loop)
+    loop.run_forever()
+
+
+def stop() -> None:
+    """Make :func:`run` return: the calling thread's, or, from another thread, every one."""
+    with _loops_lock:
+        own = _loops.get(threading.get_ident())
+        targets = [own] if own is not None else list(_loops.values())
+    for target in targets:
+        if not target.is_closed():
+            target.call_soon_threadsafe(target.stop)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    log.info("signal %d: stopping", signum)
+    stop()
+
+
+def _post(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: Any) -> None:
+    """Call ``fn(*args)`` on the user loop (from the network thread)."""
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(_guarded, fn, *args)
+
+
+def _guarded(fn: Callable[..., object], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("uncaught exception in %r", fn)
+
+
+# -- connection arguments ----------------------------------------------------------------------
+
+def connection_options(kwargs: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """pynsq ``AsyncConn`` keywords as ``ConnectionConfig`` fields, plus ``requeue_delay``."""
+    unknown = set(kwargs) - CONN_ARGS
+    if unknown:
+        raise InvalidArgument("keyword arguments", "not pynsq AsyncConn arguments",
+                              sorted(unknown))
+    out: dict[str, Any] = {}
+    if "timeout" in kwargs:
+        out["connect_timeout"] = float(kwargs["timeout"])
+    if "heartbeat_interval" in kwargs:
+        out["heartbeat_interval"] = float(kwargs["heartbeat_interval"])
+    if kwargs.get("snappy"):
+        out["compression"] = "snappy"
+    if kwargs.get("deflate"):
+        if kwargs.get("snappy"):
+            raise InvalidArgument("compression", "choose snappy or deflate, not both")
+        out["compression"] = "deflate"
+    if "deflate_level" in kwargs:
+        out["deflate_level"] = kwargs["deflate_level"]
+    if kwargs.get("tls_v1"):
+        options = dict(kwargs.get("tls_options") or {})
+        out["tls"] = True
+        if options.get("cert_reqs") == ssl.CERT_NONE:
+            out["tls_verify"] = False
+        for theirs, ours in (("ca_certs", "tls_ca_file"), ("certfile", "tls_cert_file"),
+                             ("keyfile", "tls_key_file")):
+            if options.get(theirs):
+                out[ours] = options[theirs]
+    for name in ("user_agent", "sample_rate", "hostname"):
+        if kwargs.get(name) is not None:
+            out[name] = kwargs[name]
+    if kwargs.get("output_buffer_size") is not None:
+        out["output_buffer_size"] = kwargs["output_buffer_size"]
+    if kwargs.get("output_buffer_timeout") is not None:
+        out["output_buffer_timeout"] = max(10, kwargs["output_buffer_timeout"]) / 1000.0
+    if kwargs.get("msg_timeout") is not None:
+        out["msg_timeout"] = float(kwargs["msg_timeout"])
+    secret = kwargs.get("auth_secret")
+    if secret is not None:
+        out["auth_secret"] = secret.decode() if isinstance(secret, bytes) else str(secret)
+    requeue_delay = float(kwargs.get("requeue_delay", 90))
+    ConnectionConfig(**out)  # bad values fail here, with the field's name
+    return out, requeue_delay
+
+
+def _addresses(value: str | Iterable[str] | None, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable):
+        return list(value)
+    raise InvalidArgument(what, "must be an address or a list of addresses", value)
+
+
+def _lookupd(addresses: list[str]) -> list[str]:
+    out = []
+    for address in addresses:
+        text = address.strip()
+        for scheme in ("http://", "https://"):
+            if text.startswith(scheme):
+                text = text[len(scheme):]
+        out.append(text.rstrip("/"))
+    return out
+
+
+# -- Writer ------------------------------------------------------------------------------------
+
+class Conn:
+    """The ``conn`` a publish callback gets: which nsqd answered (pynsq passes its AsyncConn)."""
+
+    __slots__ = ("host", "id", "port")
+
+    def __init__(self, node: str) -> None:
+        self.id = node
+        host, _, port = node.rpartition(":")
+        self.host = host
+        self.port = int(port) if port.isdigit() else 0
+
+    def __repr__(self) -> str:
+        return f"<Conn {self.id}>"
+
+
+Callback = Callable[[Any, Any], object]
+
+
+class Writer:
+    """pynsq's ``Writer``: ``pub``, ``mpub``, ``dpub`` with ``callback(conn, data)``.
+
+    ``Writer(nsqd_tcp_addresses, reconnect_interval=15.0, name=None, **kwargs)`` as in pynsq
+    (``kwargs``: pynsq's connection arguments). Extension: ``lookupd_http_addresses=[...]``
+    instead of nsqd addresses discovers the nodes (and youzan partitions); ``producer_options``
+    go to :class:`smartnsq.producer.Producer` (``timeout``, ``classic``, ``migration``...).
+
+    Each publish returns a ``concurrent.futures.Future`` of smartnsq's ``PublishResult`` /
+    ``BatchResult``; the callback (on the ``run()`` thread) gets ``b"OK"`` or an :class:`Error`.
+    Publishes retry within the producer's timeout (10 s) before failing.
+    """
+
+    def __init__(self, nsqd_tcp_addresses: str | Sequence[str] | None = None,
+                 reconnect_interval: float = 15.0, name: str | None = None, *,
+                 lookupd_http_addresses: str | Sequence[str] | None = None,
+                 producer_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        nsqd = _addresses(nsqd_tcp_addresses, "nsqd_tcp_addresses")
+        lookupd = _lookupd(_addresses(lookupd_http_addresses, "lookupd_http_addresses"))
+        if bool(nsqd) == bool(lookupd):
+            raise InvalidArgument("nsqd_tcp_addresses", "give nsqd_tcp_addresses or "
+                                  "lookupd_http_addresses (one of them)")
+        if isinstance(reconnect_interval, bool) or \
+                not isinstance(reconnect_interval, int | float):
+            raise InvalidArgument("reconnect_interval", "must be a number of seconds",
+                                  reconnect_interval)
+        options, _ = connection_options(dict(kwargs))
+        options.update(producer_options or {})
+        self.name = name or (nsqd or lookupd)[0]
+        self.nsqd_tcp_addresses = nsqd
+        self.lookupd_http_addresses = lookupd
+        self.reconnect_interval = reconnect_interval  # smartnsq backs off by itself
+        self._loop = _user_loop()
+        self._sync = sync.Producer(lookupd=lookupd or None, nsqd=nsqd or None, **options)
+        self._thread = self._sync.loop_thread
+        self._producer = self._sync.async_producer
+
+    @property
+    def producer(self) -> sync.Producer:
+        """The blocking smartnsq Producer behind this Writer (for new code)."""
+        return self._sync
+
+    def pub(self, topic: str, msg: bytes | str, callback: Callback | None = None) \
+            -> concurrent.futures.Future[PublishResult]:
+        """Publish one message (PUB)."""
+        future = self._thread.submit(self._producer.publish(topic, _body(msg)))
+        self._answer(future, "pub", topic, callback)
+        return future
+
+    def mpub(self, topic: str, msg: bytes | str | Sequence[bytes | str],
+             callback: Callback | None = None) -> concurrent.futures.Future[BatchResult]:
+        """Publish several messages in one command (MPUB)."""
+        bodies = [msg] if isinstance(msg, bytes | str) else list(msg)
+        future = self._thread.submit(self._producer.publish_many(
+            topic, [_body(b) for b in bodies]))
+        self._answer(future, "mpub", topic, callback)
+        return future
+
+    def dpub(self, topic: str, delay_ms: int, msg: bytes | str,
+             callback: Callback | None = None) -> concurrent.futures.Future[PublishResult]:
+        """Publish one message delivered after ``delay_ms`` (DPUB; classic nsqd only)."""
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
+            raise InvalidArgument("delay_ms", "must be an int >= 0", delay_ms)
+        future = self._thread.submit(self._producer.publish(topic, _body(msg),
+                                                            delay=delay_ms / 1000.0))
+        self._answer(future, "dpub", topic, callback)
+        return future
+
+    def _answer(self, future: concurrent.futures.Future[Any], command: str, topic: str,
+                callback: Callback | None) -> None:
+        def done(fut: concurrent.futures.Future[Any]) -> None:
+            if fut.cancelled():
+                exc: BaseException | None = concurrent.futures.CancelledError()
+            else:
+                exc = fut.exception()
+            if exc is None:
+                result = fut.result()
+                conn: Any = Conn(result.node)
+                data: Any = b"OK"
+            else:
+                conn = None
+                data = SendError(f"{command} to {topic!r} failed: {exc}", exc)
+            if callback is not None:
+                _post(self._loop, callback, conn, data)
+            elif exc is not None:
+                log.error("[%s] %s to %r failed: %s", self.name, command, topic, exc)
+
+        future.add_done_callback(done)
+
+    def close(self) -> None:
+        """Close the connections (pending publishes fail)."""
+        self._sync.close()
+
+    def __repr__(self) -> str:
+        return f"<smartnsq.compat.pynsq.Writer {self.name}>"
+
+
+def _body(msg: bytes | str) -> bytes:
+    if isinstance(msg, str):
+        return msg.encode("utf-8")
+    if isinstance(msg, bytearray | memoryview):
+        return bytes(msg)
+    return msg
+
+
+# -- Reader ------------------------------------------------------------------------------------
+
+class Message:
+    """pynsq's ``nsq.Message`` over a smartnsq message.
+
+    ``id`` (str: the hex id on classic nodes, the 16 bytes in hex on youzan), ``body``,
+    ``timestamp`` (ns), ``attempts``; ``enable_async()``, ``is_async()``, ``has_responded()``,
+    ``finish()``, ``requeue(delay=None, backoff=True)``, ``touch()``. Anything else (youzan's
+    ``partition``, ``trace_id``, ``headers``...) is read from ``smartnsq``, the core message.
+    """
+
+    __slots__ = ("_async", "_reader", "smartnsq")
+
+    def __init__(self, message: CoreMessage, reader: Reader) -> None:
+        self.smartnsq = message
+        self._reader = reader
+        self._async = False
+
+    @property
+    def id(self) -> str:
+        raw = self.smartnsq.id
+        if self.smartnsq.youzan:
+            return bytes(raw).hex()
+        return bytes(raw).decode("ascii", "replace")
+
+    @property
+    def body(self) -> bytes:
+        return self.smartnsq.body
+
+    @property
+    def timestamp(self) -> int:
+        return self.smartnsq.timestamp
+
+    @property
+    def attempts(self) -> int:
+        return self.smartnsq.attempts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.smartnsq, name)
+
+    def enable_async(self) -> None:
+        """Answer later, by hand: the Reader will not finish/requeue on the handler's return."""
+        self._async = True
+
+    def is_async(self) -> bool:
+        return self._async
+
+    def has_responded(self) -> bool:
+        return self.smartnsq.has_responded
+
+    def finish(self) -> None:
+        """FIN: processed (or to be dropped)."""
+        self.smartnsq.fin()
+
+    def requeue(self, **kwargs: Any) -> None:
+        """REQ. ``delay`` (s; -1 or absent: ``requeue_delay`` x attempts), ``time_ms``,
+        ``backoff`` (default True) as in pynsq."""
+        backoff = bool(kwargs.get("backoff", True))
+        delay = kwargs.get("delay")
+        time_ms = kwargs.get("time_ms", -1)
+        if isinstance(delay, int | float) and not isinstance(delay, bool) and delay >= 0:
+            seconds = float(delay)
+        elif isinstance(time_ms, int | float) and time_ms >= 0:
+            seconds = time_ms / 1000.0
+        else:
+            seconds = self._reader.requeue_delay * self.attempts
+        self.smartnsq.req(seconds, backoff=backoff)
+
+    def touch(self) -> None:
+        self.smartnsq.touch()
+
+    def __repr__(self) -> str:
+        return f"<Message id={self.id} attempts={self.attempts} body={self.body[:40]!r}>"
+
+
+Handler = Callable[[Message], Any]
+
+
+class Reader:
+    """pynsq's ``Reader`` on :class:`smartnsq.consumer.Consumer` (arguments as in pynsq).
+
+    ``Reader(topic, channel, message_handler=None, name=None, nsqd_tcp_addresses=None,
+    lookupd_http_addresses=None, max_tries=5, max_in_flight=1, lookupd_poll_interval=60,
+    low_rdy_idle_timeout=10, max_backoff_duration=128, lookupd_poll_jitter=0.3,
+    lookupd_connect_timeout=1, lookupd_request_timeout=2, **kwargs)``; ``kwargs`` are pynsq's
+    connection arguments. Extension: ``consumer_options`` go to the Consumer (``ordered``,
+    ``classic``...). Connections open once ``run()`` runs, as in pynsq.
+    """
+
+    def __init__(self, topic: str, channel: str, message_handler: Handler | None = None,
+                 name: str | None = None,
+                 nsqd_tcp_addresses: str | Sequence[str] | None = None,
+                 lookupd_http_addresses: str | Sequence[str] | None = None,
+                 max_tries: int = 5, max_in_flight: int = 1,
+                 lookupd_poll_interval: float = 60, low_rdy_idle_timeout: float = 10,
+                 max_backoff_duration: float = 128, lookupd_poll_jitter: float = 0.3,
+                 lookupd_connect_timeout: float = 1, lookupd_request_timeout: float = 2, *,
+                 consumer_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not isinstance(topic, str) or not topic:
+            raise InvalidArgument("topic", "must be a non-empty str", topic)
+        if not isinstance(channel, str) or not channel:
+            raise InvalidArgument("channel", "must be a non-empty str", channel)
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) \
+                or max_in_flight < 0:
+            raise InvalidArgument("max_in_flight", "must be an int >= 0", max_in_flight)
+        if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 0:
+            raise InvalidArgument("max_tries", "must be an int >= 0 (0: never give up)",
+                                  max_tries)
+        if not 0 <= lookupd_poll_jitter <= 1:
+            raise InvalidArgument("lookupd_poll_jitter", "must be in 0..1", lookupd_poll_jitter)
+        nsqd = _addresses(nsqd_tcp_addresses, "nsqd_tcp_addresses")
+        lookupd = _lookupd(_addresses(lookupd_http_addresses, "lookupd_http_addresses"))
+        if not nsqd and not lookupd:
+            raise InvalidArgument("nsqd_tcp_addresses", "give nsqd_tcp_addresses and/or "
+                                  "lookupd_http_addresses")
+        conn_options, self.requeue_delay = connection_options(dict(kwargs))
+        self.topic = topic
+        self.channel = channel
+        self.name = name or f"{topic}:{channel}"
+        self.nsqd_tcp_addresses = nsqd
+        self.lookupd_http_addresses = lookupd
+        self.max_tries = max_tries
+        self.max_in_flight = max_in_flight
+        self.lookupd_poll_interval = lookupd_poll_interval
+        self.lookupd_poll_jitter = lookupd_poll_jitter
+        self.message_handler: Handler | None = None
+        if message_handler is not None:
+            self.set_message_handler(message_handler)
+        common: dict[str, Any] = {
+            "max_in_flight": max_in_flight,
+            "handler": self._deliver,
+            "auto_finish": False,
+            "low_rdy_idle_timeout": float(low_rdy_idle_timeout),
+            "backoff_policy": BackoffPolicy(initial=min(1.0, float(max_backoff_duration)),
+                                            max=float(max_backoff_duration)),
+            **conn_options,
+            **(consumer_options or {}),
+        }
+        self._specs: list[dict[str, Any]] = []
+        if lookupd:
+            self._specs.append({**common, "lookupd": lookupd, "lookup_options": {
+                "poll_interval": float(lookupd_poll_interval),
+                "jitter": float(lookupd_poll_jitter),
+                "connect_timeout": float(lookupd_connect_timeout),
+                "timeout": float(max(lookupd_request_timeout, lookupd_connect_timeout)),
+            }})
+        if nsqd:
+            self._specs.append({**common, "nsqd": nsqd})
+        self._loop = _user_loop()
+        self._facade = _ConsumerHolder()
+        self._consumers: list[Consumer] = []
+        self._closed = False
+        self._loop.call_soon_threadsafe(self._start)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        """On the user loop once ``run()`` runs: open the consumers on the network loop."""
+        if self._closed or self._consumers:
+            return
+        if self.message_handler is None:
+            raise InvalidArgument("message_handler", "you must set the Reader's "
+                                  "message_handler")
+        for spec in self._specs:
+            consumer = Consumer(self.topic, self.channel, **spec)
+            self._consumers.append(consumer)
+            future = self._facade.thread.submit(consumer.start())
+            future.add_done_callback(functools.partial(self._started, consumer))
+
+    def _started(self, consumer: Consumer, future: concurrent.futures.Future[Any]) -> None:
+        exc = None if future.cancelled() else future.exception()
+        if exc is not None:
+            log.error("[%s] cannot start consuming: %s", self.name, exc)
+
+    def close(self) -> concurrent.futures.Future[Any]:
+        """Close the connections (pynsq's ``close()``); returns a future of the drain."""
+        self._closed = True
+        consumers, self._consumers = self._consumers, []
+
+        async def close_all() -> None:
+            await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
+
+        future = self._facade.thread.submit(close_all())
+        future.add_done_callback(lambda _: self._facade.release())
+        return future
+
+    def set_message_handler(self, message_handler: Handler) -> None:
+        if not callable(message_handler):
+            raise InvalidArgument("message_handler", "must be callable", message_handler)
+        self.message_handler = message_handler
+
+    # -- what pynsq users call --------------------------------------------------------------------
+
+    def is_starved(self) -> bool:
+        """True when a connection's in-flight messages reach 85 % of its RDY (pynsq's rule:
+        time to process a batch being buffered by ``enable_async`` handlers)."""
+        return any(c.is_starved() for c in self._consumers)
+
+    def set_max_in_flight(self, max_in_flight: int) -> None:
+        """Change max_in_flight at run time; 0 pauses the Reader."""
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) \
+                or max_in_flight < 0:
+            raise InvalidArgument("max_in_flight", "must be an int >= 0", max_in_flight)
+        self.max_in_flight = max_in_flight
+        for consumer in self._consumers:
+            self._facade.thread.call_soon(consumer.set_max_in_flight, max_in_flight)
+
+    def stats(self) -> list[dict[str, Any]]:
+        """smartnsq's consumer statistics (one dict per source)."""
+        return [c.stats() for c in self._consumers]
+
+    # -- subclass hooks (as pynsq) ------------------------------------------------------------
+
+    def process_message(self, message: Message) -> Any:
+        assert self.message_handler is not None
+        return self.message_handler(message)
+
+    def giving_up(self, message: Message) -> None:
+        log.warning("[%s] giving up on message %s after %d tries (max:%d) %r", self.name,
+                    message.id, message.attempts, self.max_tries, message.body)
+
+    def preprocess_message(self, message: Message) -> Message:
+        return message
+
+    def validate_message(self, message: Message) -> bool:
+        return True
+
+    def heartbeat(self, conn: Any) -> None:
+        """Kept for subclasses; smartnsq answers heartbeats on the network loop."""
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    def _deliver(self, message: CoreMessage) -> None:
+        """On the network loop: hand the message to the user loop."""
+        _post(self._loop, self._handle, Message(message, self))
+
+    def _handle(self, message: Message) -> None:
+        result: Any = False
+        try:
+            if 0 < self.max_tries < message.attempts:
+                self.giving_up(message)
+                message.finish()
+                return
+            if not self.validate_message(self.preprocess_message(message)):
+                message.finish()
+                return
+            result = self.process_message(message)
+        except Exception:
+            log.exception("[%s] uncaught exception while handling message %s body:%r",
+                          self.name, message.id, message.body)
+            if not message.has_responded():
+                message.requeue()
+            return
+        if inspect.isawaitable(result):
+            message.enable_async()
+            task = asyncio.ensure_future(result, loop=self._loop)
+            task.add_done_callback(functools.partial(self._maybe_finish, message))
+        elif not message.is_async() and not message.has_responded():
+            if result is None:
+                log.warning("[%s] the handler returned None for message %s: requeued "
+                            "(return True to finish, False to requeue)", self.name,
+                            message.id)
+            if result:
+                message.finish()
+            else:
+                message.requeue()
+
+    def _maybe_finish(self, message: Message, task: asyncio.Future[Any]) -> None:
+        if message.has_responded():
+            return
+        try:
+            if not task.cancelled() and task.result():
+                message.finish()
+                return
+        except Exception:
+            log.exception("[%s] coroutine handler failed on message %s", self.name,
+                          message.id)
+        message.requeue()
+
+    def __repr__(self) -> str:
+        return f"<smartnsq.compat.pynsq.Reader {self.name}>"
+
+
+class _ConsumerHolder:
+    """The network loop a Reader's consumers live on (the process-wide shared one)."""
+
+    def __init__(self) -> None:
+        from smartnsq import _loop_thread
+
+        self._module = _loop_thread
+        self.thread = _loop_thread.shared()
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._module.release_shared(self.thread)
