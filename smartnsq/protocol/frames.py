@@ -100,7 +100,7 @@ class Message:
             return {}
         try:
             value = json.loads(self.ext)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
             raise ProtocolError(f"ext header is not JSON: {self.ext[:64]!r}") from exc
         if not isinstance(value, dict):
             raise ProtocolError(f"ext header is not a JSON object: {self.ext[:64]!r}")

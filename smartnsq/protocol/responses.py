@@ -50,7 +50,7 @@ def encode_publish_receipt(receipt: PublishReceipt) -> bytes:
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
         value = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise ProtocolError(f"{what} is not JSON: {bytes(data[:64])!r}") from exc
     if not isinstance(value, dict):
         raise ProtocolError(f"{what} is not a JSON object: {bytes(data[:64])!r}")
