@@ -84,6 +84,7 @@ log = logging.getLogger("smartnsq.lookup")
 Key = tuple[str, str]  # (topic, access)
 ChangeCallback = Callable[["TopicChange"], None]
 _ACCESSES = ("r", "w")
+_V1_HEADERS = {"Accept": ACCEPT_V1}
 
 
 @dataclass(frozen=True)
@@ -308,8 +309,8 @@ class LookupManager:
                 headers={"Accept": ACCEPT_V1, "User-Agent": cfg.user_agent},
                 timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout,
                                                                cfg.timeout)),
-                limits=httpx.Limits(max_keepalive_connections=32, keepalive_expiry=
-                                    max(cfg.poll_interval * 2, 30.0)),
+                limits=httpx.Limits(max_keepalive_connections=32, keepalive_expiry=min(
+                    max(cfg.poll_interval * 2, 30.0), 300.0)),
                 trust_env=cfg.trust_env, follow_redirects=False)
         await self._discover()
         self._poller = asyncio.get_running_loop().create_task(self._poll())
@@ -593,7 +594,9 @@ class LookupManager:
         lookupd.requests += 1
         self.counters["requests"] += 1
         try:
-            return await client.get(f"http://{lookupd.address}{path}", params=params)
+            # the v1 Accept header also on a client given by the caller: bare JSON, real status
+            return await client.get(f"http://{lookupd.address}{path}", params=params,
+                                    headers=_V1_HEADERS)
         except httpx.HTTPError as exc:
             error = LookupdError(0, f"{lookupd.address}: {type(exc).__name__}: {exc}",
                                  retriable=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from smartnsq.errors import LookupFailed, TopicNotFound
@@ -294,3 +295,14 @@ async def test_shared_manager_with_producers(nsq_cluster: Any) -> None:
         assert not lm.closed  # producers do not close a manager they were given
         assert lm.counters["rounds"] == 1  # the second producer used the cached view
         assert lm.stats()["watched"] == []  # and both stopped watching on close
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_shared_http_client(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("orders")
+    async with httpx.AsyncClient() as client:  # no Accept header of its own
+        async with LookupManager(nsq_cluster.lookupd_http_addresses, client=client,
+                                 **QUIET) as lm:
+            view = await lm.view("orders")
+            assert view.youzan and view.partition_num == 1
+        assert not client.is_closed  # the caller's client stays open
