@@ -56,6 +56,7 @@ from .config import ConnectionConfig
 from .connection import Connection
 from .errors import (
     Action,
+    ConnectionError_,
     InvalidArgument,
     NSQError,
     ServerError,
@@ -79,7 +80,6 @@ GiveUpHook = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007
 OrderErrorHook = Callable[[Message, str], None]
 
 _INFO: Final = logging.INFO
-_STOP: Final[Any] = object()
 _SUB_ERRORS_LEARNT: Final = frozenset({"E_SUB_EXTEND_NEED", "E_SUB_EXTEND_FORBIDDON",
                                        "E_SUB_ORDER_IS_MUST"})
 _MAX_REQ_DELAY_MS: Final = 3_600_000 * 72  # youzan's max_req_timeout default (72 h)
@@ -99,6 +99,10 @@ class _Target:
     youzan: bool | None = None
     ordered: bool | None = None
     ext: bool | None = None
+    # SUB_ADVANCED with a start position only reaches the node's default partition (the
+    # lowest it leads); for another one the start is set over HTTP (``http``) after SUB
+    inline_start: bool = True
+    http: str | None = None
 
     @property
     def key(self) -> tuple[Address, int | None]:
@@ -192,7 +196,7 @@ class _Link:
                 self.lane.append(msg)
                 return
             self.lane_busy = True
-        consumer._queue.put_nowait(msg)
+        consumer._queue.push(msg)
 
     def _check_order(self, msg: Message) -> None:
         internal_id = msg.internal_id
@@ -269,7 +273,7 @@ class _Link:
         if self.ordered:
             lane = self.lane
             if lane:
-                consumer._queue.put_nowait(lane.popleft())
+                consumer._queue.push(lane.popleft())
             else:
                 self.lane_busy = False
         if consumer._in_flight == 0 and consumer._idle_waiter is not None:
@@ -440,8 +444,10 @@ class _Subscription:
             if youzan:
                 ordered = bool(consumer._ordered if consumer._ordered is not None
                                else target.ordered or self._ordered_guess)
-            command, data = self._sub_command(youzan, ordered)
+            command, data, set_offset = self._sub_command(youzan, ordered)
             await conn.request(data, command)
+            if set_offset:
+                await self._set_offset()
             detail = command != "SUB"
             conn.layout = MessageLayout.for_subscription(
                 youzan=youzan, extend_support=ext and youzan, command=command)
@@ -449,35 +455,65 @@ class _Subscription:
             conn.on_message = link.on_message  # type: ignore[assignment]
             if command == "SUB_ADVANCED" and consumer._start is not None:
                 consumer._started_partitions.add(target.partition)
-            log.info("%s: subscribed to %s/%s with %s%s", conn.address_text, consumer.topic,
+            log.info("%s: subscribed to %s/%s with %s%s", self.name, consumer.topic,
                      consumer.channel, command, " (ext)" if ext and youzan else "")
             return link
         except BaseException:
             await conn.close()
             raise
 
-    def _sub_command(self, youzan: bool, ordered: bool) -> tuple[str, bytes]:
+    def _sub_command(self, youzan: bool, ordered: bool) -> tuple[str, bytes, bool]:
+        """(command name, bytes, whether the start must then be set over HTTP)."""
         consumer = self.consumer
-        topic, channel, partition = consumer.topic, consumer.channel, self.target.partition
+        target = self.target
+        topic, channel, partition = consumer.topic, consumer.channel, target.partition
         if not youzan:
-            return "SUB", commands.sub(topic, channel)
+            return "SUB", commands.sub(topic, channel), False
         start = consumer._start
         if start is not None and partition not in consumer._started_partitions:
             if ordered:
                 log.warning("%s: ordered topics refuse SUB_ADVANCED; start=%s ignored, "
                             "subscribing with SUB_ORDERED", self.name, start.token().decode())
+            elif target.inline_start or target.http is None or partition is None:
+                return ("SUB_ADVANCED", commands.sub_advanced(topic, channel, partition, start),
+                        False)
             else:
-                return "SUB_ADVANCED", commands.sub_advanced(topic, channel, partition, start)
+                return "SUB_ADVANCED", commands.sub_advanced(topic, channel, partition), True
         if ordered:
             if partition is None:
                 raise InvalidArgument("partitions", "ordered consumption from nsqd= "
                                       "addresses needs partitions=[...] (SUB_ORDERED names "
                                       "its partition)")
-            return "SUB_ORDERED", commands.sub_ordered(topic, channel, partition)
+            return "SUB_ORDERED", commands.sub_ordered(topic, channel, partition), False
         if start is not None:
             # keep the detail block (queue offsets) on resubscriptions, without rewinding
-            return "SUB_ADVANCED", commands.sub_advanced(topic, channel, partition)
-        return "SUB", commands.sub(topic, channel, partition)
+            return "SUB_ADVANCED", commands.sub_advanced(topic, channel, partition), False
+        return "SUB", commands.sub(topic, channel, partition), False
+
+    async def _set_offset(self) -> None:
+        """``POST /channel/setoffset`` on the leader: the start position of a partition that
+        is not the node's default one (the 5-token SUB_ADVANCED would ignore the partition).
+        Sent after SUB (the channel exists) and before the first RDY (nothing delivered)."""
+        import httpx
+
+        consumer = self.consumer
+        start = consumer._start
+        assert start is not None and self.target.http is not None
+        url = f"http://{self.target.http}/channel/setoffset"
+        params = {"topic": consumer.topic, "partition": str(self.target.partition),
+                  "channel": consumer.channel}
+        timeout = consumer._conn_config.request_timeout or 10.0
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            try:
+                answer = await client.post(url, params=params, content=start.token(),
+                                           headers={"Accept": "application/vnd.nsq; "
+                                                              "version=1.0"})
+            except httpx.HTTPError as exc:
+                raise ConnectionError_(f"setting the start of {self.name} failed: {exc}") \
+                    from exc
+        if answer.status_code != 200:
+            raise ServerError("E_SETOFFSET", f"{answer.status_code} {answer.text.strip()}",
+                              "SUB_ADVANCED", fatal=False)
 
     def _on_error(self, error: ServerError) -> None:
         consumer = self.consumer
@@ -526,6 +562,8 @@ class _Flow:
                                     backoff=success is not None)
         if cmds:
             self._apply(cmds)
+        if success and not self.ctl.backoff.active:
+            return  # the common case: nothing time-driven changed
         deadline = self.ctl.next_deadline()
         if deadline is not None and (self._timer is None or deadline < self._timer_at):
             self._arm(deadline)
@@ -570,6 +608,80 @@ class _Flow:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+class _Dispatch:
+    """The queue between the connections and the handlers, built for bursts.
+
+    ``asyncio.Queue`` wakes one waiting worker per ``put``: a read of 200 messages would cost
+    200 task switches even when the handler never waits. Here at most one idle worker is being
+    woken at a time; a worker that takes a message while more are waiting wakes the next one
+    before running its handler. A handler that does not suspend lets one worker drain the whole
+    burst in one step; handlers that do suspend still get every worker, one wake-up per handler
+    start.
+    """
+
+    __slots__ = ("_idle", "_loop", "_waking", "pending", "stopped")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.pending: deque[Message] = deque()
+        self._idle: deque[asyncio.Future[None]] = deque()
+        self._waking = 0
+        self.stopped = False
+
+    def push(self, msg: Message) -> None:
+        self.pending.append(msg)
+        if not self._waking and self._idle:
+            self.wake()
+
+    def wake(self) -> None:
+        idle = self._idle
+        while idle:
+            fut = idle.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                self._waking += 1
+                return
+
+    async def get(self) -> Message | None:
+        """The next message, waiting for one; ``None`` once stopped and empty."""
+        pending = self.pending
+        while True:
+            if pending:
+                msg = pending.popleft()
+                if pending and self._idle and not self._waking:
+                    self.wake()
+                return msg
+            if self.stopped:
+                return None
+            fut = self._loop.create_future()
+            self._idle.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    self._waking -= 1  # woken, then cancelled: pass the wake-up on
+                    if pending:
+                        self.wake()
+                raise
+            self._waking -= 1
+
+    def stop(self) -> None:
+        self.stopped = True
+        for fut in self._idle:
+            if not fut.done():
+                fut.set_result(None)
+                self._waking += 1
+        self._idle.clear()
+
+    def take_all(self) -> list[Message]:
+        items = list(self.pending)
+        self.pending.clear()
+        return items
+
+    def __len__(self) -> int:
+        return len(self.pending)
 
 
 class Consumer:
@@ -713,7 +825,7 @@ class Consumer:
         # run-time state
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._loop_thread_id = -1
-        self._queue: asyncio.Queue[Any] = None  # type: ignore[assignment]
+        self._queue: _Dispatch = None  # type: ignore[assignment]
         self._flow: _Flow = None  # type: ignore[assignment]
         self._subs: dict[tuple[Address, int | None], _Subscription] = {}
         self._workers: list[asyncio.Task[None]] = []
@@ -753,7 +865,7 @@ class Consumer:
         self._started = True
         loop = self._loop = asyncio.get_running_loop()
         self._loop_thread_id = threading.get_ident()
-        self._queue = asyncio.Queue()
+        self._queue = _Dispatch(loop)
         self._closed_event = asyncio.Event()
         self._flow = _Flow(loop, self._max_in_flight, self._backoff_policy, self._rdy_tick,
                            self._low_rdy_idle)
@@ -817,7 +929,7 @@ class Consumer:
         await asyncio.gather(*(self._close_sub(s) for s in list(self._subs.values())),
                              return_exceptions=True)
         self._subs.clear()
-        self._queue.put_nowait(_STOP)
+        self._queue.stop()
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -834,11 +946,7 @@ class Consumer:
 
     def _requeue_waiting(self) -> None:
         """Messages received but not handed to anyone yet: give them back now."""
-        queue = self._queue
-        while not queue.empty():
-            msg = queue.get_nowait()
-            if msg is _STOP:
-                continue
+        for msg in self._queue.take_all():
             self._give_back(msg)
         for sub in self._subs.values():
             link = sub.link
@@ -868,14 +976,20 @@ class Consumer:
     # -- messages -----------------------------------------------------------------------------
 
     async def _worker(self, handler: Handler) -> None:
-        get = self._queue.get
+        dispatch = self._queue
+        pending = dispatch.pending
         is_async = _is_async(handler)
         while True:
-            msg = await get()
-            if msg is _STOP:
-                self._queue.put_nowait(_STOP)
-                return
-            link = msg._responder
+            if pending:  # inline fast path of dispatch.get()
+                msg = pending.popleft()
+                if pending and dispatch._idle and not dispatch._waking:
+                    dispatch.wake()
+            else:
+                got = await dispatch.get()
+                if got is None:
+                    return
+                msg = got
+            link: _Link = msg._responder  # type: ignore[assignment]
             if link.dead:
                 self._stale += 1
                 continue
@@ -943,10 +1057,9 @@ class Consumer:
         queue = self._queue
         while True:
             msg = await queue.get()
-            if msg is _STOP:
-                queue.put_nowait(_STOP)
+            if msg is None:
                 return
-            link = msg._responder
+            link: _Link = msg._responder  # type: ignore[assignment]
             if link.dead:
                 self._stale += 1
                 continue
@@ -1022,7 +1135,7 @@ class Consumer:
             "lost_answers": self._lost_answers,
             "stale_dropped": self._stale,
             "subscribe_failures": self._sub_failures,
-            "queued": self._queue.qsize() if self._queue is not None else 0,
+            "queued": len(self._queue) if self._queue is not None else 0,
             "starved": self.is_starved(),
             "flow": self._flow.ctl.stats() if self._flow is not None else {},
         }
@@ -1149,13 +1262,20 @@ class Consumer:
         ext = bool(meta.extend_support) if meta is not None else None
         seen: set[Address] = set()
         if view.youzan:
+            lowest: dict[Address, int] = {}  # each node's default partition: the lowest it leads
+            for pid, part in view.partitions.items():
+                if part.leader is not None:
+                    address = part.leader.address
+                    lowest[address] = min(pid, lowest.get(address, pid))
             for pid, part in sorted(view.partitions.items()):
                 if self._partitions is not None and pid not in self._partitions:
                     continue
                 leader = part.leader
                 if leader is None:
                     continue  # normal for a while during a failover
-                targets.append(_Target(leader.address, pid, True, ordered, ext))
+                targets.append(_Target(leader.address, pid, True, ordered, ext,
+                                       inline_start=lowest[leader.address] == pid,
+                                       http=leader.http_address))
                 seen.add(leader.address)
         for node in view.producers:
             # classic nodes (and a classic topic's only information): plain SUB

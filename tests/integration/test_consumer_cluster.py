@@ -152,3 +152,32 @@ async def test_classic_cluster_consumption(nsq_cluster: Any) -> None:
         assert consumer.connection_count == 2
     assert sorted(m.body for m in seen) == sorted(bodies)
     assert all(m.partition is None and m.trace_id is None for m in seen)
+
+
+@pytest.mark.nsq_cluster(nodes=2, lookupds=1)
+async def test_start_position_on_every_partition_when_a_node_leads_several(
+        nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("rewind", partitions=4, replicas=1, channels=["keep"])
+    leaders = {nsq_cluster.node_info(nsq_cluster.leader_of("rewind", p)).node_id
+               for p in range(4)}
+    assert len(leaders) == 2  # so some node leads two partitions
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
+        for p in range(4):
+            for i in range(5):
+                await producer.publish("rewind", b"p%d-%d" % (p, i), partition=p)
+    from smartnsq.consumer import StartPosition
+    seen: list[Message] = []
+    done = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        seen.append(msg)
+        if len(seen) == 12:
+            done.set()
+
+    async with Consumer("rewind", "late", lookupd=nsq_cluster.lookupd_http_addresses,
+                        handler=handler, start=StartPosition.message_count(2)) as consumer:
+        await asyncio.wait_for(done.wait(), WAIT)
+        await wait_until(lambda: consumer.stats()["finished"] == 12)
+    assert sorted(m.body for m in seen) == sorted(b"p%d-%d" % (p, i) for p in range(4)
+                                                  for i in range(2, 5))
+    assert all(m.body.startswith(b"p%d-" % m.partition) for m in seen)
