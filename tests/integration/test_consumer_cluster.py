@@ -180,4 +180,4 @@ async def test_start_position_on_every_partition_when_a_node_leads_several(
         await wait_until(lambda: consumer.stats()["finished"] == 12)
     assert sorted(m.body for m in seen) == sorted(b"p%d-%d" % (p, i) for p in range(4)
                                                   for i in range(2, 5))
-    assert all(m.body.startswith(b"p%d-" % m.partition) for m in seen)
+    assert all(m.body.startswith(b"p%d-" % (m.partition or 0)) for m in seen)
