@@ -23,7 +23,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from .cli_util import CLIError, check_topic, cluster_addresses, dumps
+from .cli_util import ACCEPT_V1, CLIError, check_topic, cluster_addresses, dumps
 
 __all__ = ["parse_start", "run_tail"]
 
@@ -142,6 +142,16 @@ async def run_tail(args: argparse.Namespace) -> int:
             await manager.close()
             raise CLIError(f"topic {topic!r} not found (no node serves it)")
         options["lookup"] = manager
+        ordered = args.ordered or bool(view.meta and view.meta.ordered)
+        if start is not None and ordered:
+            # the server refuses SUB_ADVANCED on ordered subscriptions: position the channel
+            # over HTTP on each partition's leader first, then SUB_ORDERED reads from there
+            try:
+                await _position_channel(view, channel, start, args)
+            except CLIError:
+                await manager.close()
+                raise
+            start = None
         if args.partition:
             known = set(view.partitions)
             if known and not set(args.partition) <= known:
@@ -151,6 +161,9 @@ async def run_tail(args: argparse.Namespace) -> int:
     else:
         options["nsqd"] = nsqd
         manager = None
+        if start is not None and args.ordered:
+            raise CLIError("--from with --ordered needs --lookupd (the channel is positioned "
+                           "on each partition's leader over HTTP)")
     consumer = Consumer(topic, channel, handler=None,
                         max_in_flight=max(1, min(args.count or 200, 200)),
                         ordered=True if args.ordered else None, start=start,
@@ -216,6 +229,32 @@ async def run_tail(args: argparse.Namespace) -> int:
         if manager is not None:
             await manager.close()
     return 0
+
+
+async def _position_channel(view: Any, channel: str, start: Any,
+                            args: argparse.Namespace) -> None:
+    """Create ``channel`` on each partition's leader and move it to ``start`` (nsqd HTTP
+    ``/channel/create`` then ``/channel/setoffset``)."""
+    import httpx
+
+    wanted = set(args.partition or view.partitions)
+    async with httpx.AsyncClient(timeout=args.timeout, headers=ACCEPT_V1) as client:
+        for pid in sorted(wanted):
+            partition = view.partitions.get(pid)
+            if partition is None or partition.leader is None:
+                raise CLIError(f"partition {pid} of {view.topic!r} has no leader now")
+            address = partition.leader.http_address
+            params = {"topic": view.topic, "partition": str(pid), "channel": channel}
+            for path, body in (("/channel/create", b""), ("/channel/setoffset", start.token())):
+                try:
+                    response = await client.post(f"http://{address}{path}", params=params,
+                                                 content=body)
+                except httpx.HTTPError as exc:
+                    raise CLIError(f"cannot reach {address} to position the channel: "
+                                   f"{exc}") from None
+                if response.status_code >= 400:
+                    raise CLIError(f"{address} refused {path} for partition {pid}: HTTP "
+                                   f"{response.status_code} {response.text.strip()[:200]}")
 
 
 def _check_subscribed(consumer: Any, topic: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -103,6 +104,9 @@ class Progress:
         if not force and now - self._last < self.interval:
             return
         self._last = now
+        columns = shutil.get_terminal_size((100, 24)).columns
+        if len(text) >= columns:  # a wrapped line cannot be rewritten with \r
+            text = text[:max(10, columns - 2)] + "~"
         pad = max(0, self._width - len(text))
         self._width = len(text)
         self.stream.write("\r" + text + " " * pad)

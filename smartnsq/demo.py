@@ -462,6 +462,7 @@ class _Demo:
                     batch.append(more)
                 bodies = [self.body(o, s) for o, s in batch]
                 traces = [o if (o, s) in r.traced else 0 for o, s in batch]
+                sent = self.now()
                 result = await producer.publish_many(self.orders_topic, bodies,
                                                      partition=partition, trace_id=traces,
                                                      timeout=max(30.0, self.o.timeout))
@@ -475,7 +476,7 @@ class _Demo:
                 for i, (order, seq) in enumerate(batch):
                     traced = r.traced.get((order, seq))
                     if traced is not None:
-                        traced.published_at = now
+                        traced.published_at = sent
                         traced.pub_partition = result.partition
                         traced.pub_node = result.node
                         if result.internal_id is not None:
@@ -542,17 +543,14 @@ class _Demo:
         if not self.progress.enabled:
             return
         r = self.report
-        parts = " ".join(f"p{p}:{r.partitions[p].consumed}" for p in sorted(r.partitions)
-                         if p >= 0)
         note = ""
         if r.failover_at is not None:
-            note = f"  leader p{r.failover_partition} moved"
+            note = f" | p{r.failover_partition} leader moved"
             if r.consume_pause is not None:
-                note += f", resumed after {r.consume_pause * 1000:.0f} ms"
+                note += f", back in {r.consume_pause * 1000:.0f} ms"
         self.progress.update(
-            f"{bar(r.consumed / max(1, r.total))} published {r.published}/{r.total} "
-            f"consumed {r.consumed}  {parts}  audit {r.audit_received}/{r.audit_expected}"
-            f"{note}", force=force)
+            f"{bar(r.consumed / max(1, r.total), 16)} published {r.published}/{r.total} "
+            f"consumed {r.consumed} audit {r.audit_received}{note}", force=force)
 
     async def _ticker(self) -> None:
         while True:
