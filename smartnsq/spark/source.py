@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
 from .. import _loop_thread
 from ..errors import InvalidArgument
 from .cluster import ClusterClient, LeaderInfo, TopicLayout, read_range
-from .options import OFFSET_LATEST, SourceOptions, check_offsets
+from .options import OFFSET_EARLIEST, OFFSET_LATEST, SourceOptions, check_offsets
 from .schema import message_row
 
 try:  # Spark >= 4.2: admission control
@@ -93,8 +93,12 @@ class _Planner:
         return out
 
     def resolve(self, spec: Any, bounds: dict[str, dict[int, tuple[int, int]]],
-                name: str) -> Offsets:
-        """``earliest`` / ``latest`` / explicit offsets as complete offsets."""
+                name: str, missing: str = OFFSET_EARLIEST) -> Offsets:
+        """``earliest`` / ``latest`` / explicit offsets as complete offsets.
+
+        Partitions explicit offsets leave out start at ``missing`` (earliest for starting
+        offsets, latest for ending ones).
+        """
         out: Offsets = {}
         explicit = spec if isinstance(spec, dict) else {}
         for topic, parts in bounds.items():
@@ -111,10 +115,11 @@ class _Planner:
                         raise InvalidArgument(name, f"offset {offset} of {topic}/{p} is "
                                               f"outside the queue [{first}, {last}]", offset)
                     row[str(p)] = offset
-                elif spec == OFFSET_LATEST:
+                elif spec == OFFSET_LATEST or (spec != OFFSET_EARLIEST
+                                               and missing == OFFSET_LATEST):
                     row[str(p)] = last
                 else:
-                    row[str(p)] = first  # earliest, and partitions the JSON leaves out
+                    row[str(p)] = first
             out[topic] = row
         return out
 
@@ -315,7 +320,8 @@ class NSQBatchReader(DataSourceReader):
         try:
             bounds = planner.refresh()
             start = planner.resolve(self._options.starting, bounds, "startingOffsets")
-            end = planner.resolve(self._options.ending, bounds, "endingOffsets")
+            end = planner.resolve(self._options.ending, bounds, "endingOffsets",
+                                  OFFSET_LATEST)
             for topic, parts in start.items():
                 for pid, offset in parts.items():
                     if end[topic][pid] < offset:
