@@ -114,8 +114,14 @@ class LookupConfig:
         "An on-demand refresh waits this long before asking, so a burst of requests makes "
         "one round.", unit="s", range=">= 0"))
     refresh_min_interval: float = field(default=0.25, metadata=doc(
-        "Least time between the starts of two on-demand refresh rounds of one topic.",
+        "After an on-demand refresh round that found nothing new, the next one of the topic "
+        "starts at least this long after it; the gap doubles per such round. A round that "
+        "finds a change resets it, so the refresh after a leader move goes at once.",
         unit="s", range=">= 0"))
+    refresh_max_interval: float = field(default=2.0, metadata=doc(
+        "Longest gap between on-demand refresh rounds of one topic (while it keeps finding "
+        "nothing new, e.g. a partition without leader during a failover).",
+        unit="s", range=">= refresh_min_interval"))
     backoff: float = field(default=1.0, metadata=doc(
         "How long a lookupd that just failed is skipped; doubles per consecutive failure.",
         unit="s", range="> 0"))
@@ -135,7 +141,7 @@ class LookupConfig:
                      "backoff", "backoff_max"):
             _check_seconds(name, getattr(self, name), positive=True)
         for name in ("retry_delay", "retry_delay_max", "refresh_delay",
-                     "refresh_min_interval"):
+                     "refresh_min_interval", "refresh_max_interval"):
             _check_seconds(name, getattr(self, name), positive=False)
         jitter = self.jitter
         if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) \
@@ -146,6 +152,9 @@ class LookupConfig:
         if self.retry_delay_max < self.retry_delay:
             raise InvalidArgument("retry_delay_max", "must be >= retry_delay",
                                   self.retry_delay_max)
+        if self.refresh_max_interval < self.refresh_min_interval:
+            raise InvalidArgument("refresh_max_interval", "must be >= refresh_min_interval",
+                                  self.refresh_max_interval)
         if self.backoff_max < self.backoff:
             raise InvalidArgument("backoff_max", "must be >= backoff", self.backoff_max)
 
@@ -275,6 +284,7 @@ class LookupManager:
         self._inflight: dict[Key, asyncio.Task[TopicView]] = {}
         self._pending: dict[Key, asyncio.Future[TopicView | None]] = {}
         self._last_round: dict[Key, float] = {}
+        self._idle_refreshes: Counter[Key] = Counter()  # on-demand rounds that found nothing
         self._watched: Counter[Key] = Counter()
         self._subscribers: list[ChangeCallback] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -417,7 +427,8 @@ class LookupManager:
 
         ``access=None`` refreshes every access of the topic known here. Requests for a
         topic made while one is pending join it, so a burst makes one round; rounds of one
-        topic start at least ``refresh_min_interval`` apart. The future never raises.
+        topic that keep finding nothing new are spaced out (``refresh_min_interval``, doubling
+        up to ``refresh_max_interval``). The future never raises.
         """
         loop = asyncio.get_running_loop()
         if access is None:
@@ -638,6 +649,7 @@ class LookupManager:
                 return
         change = TopicChange.between(old, view)
         self.counters["changes"] += 1
+        self._idle_refreshes.pop(key, None)  # news: the next refresh may go at once
         if old is not None:
             log.info("lookup of %s/%s changed: %s", key[0], key[1], _describe_change(change))
         for callback in list(self._subscribers):
@@ -652,16 +664,23 @@ class LookupManager:
         try:
             if cfg.refresh_delay:
                 await asyncio.sleep(cfg.refresh_delay)
-            wait = self._last_round.get(key, -math.inf) + cfg.refresh_min_interval - self._now()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            idle = self._idle_refreshes[key]
+            if idle:
+                gap = min(cfg.refresh_min_interval * 2 ** min(idle - 1, 30),
+                          cfg.refresh_max_interval)
+                wait = self._last_round.get(key, -math.inf) + gap - self._now()
+                if wait > 0:
+                    await asyncio.sleep(wait)
             running = self._inflight.get(key)
             if running is not None:  # it may have asked before the news; ask again after it
                 await asyncio.wait([running])
             if self._pending.get(key) is fut:
                 del self._pending[key]  # later requests need a round of their own
             self.counters["refresh_rounds"] += 1
+            before = self._views.get(key)
             result = await self._fetch(key)
+            if result == before:
+                self._idle_refreshes[key] += 1
         except LookupFailed as exc:
             log.debug("refresh of %s/%s failed: %s", key[0], key[1], exc)
         finally:
