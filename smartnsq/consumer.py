@@ -832,6 +832,8 @@ class Consumer:
         self._closed_event: asyncio.Event | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self._refresh_handle: asyncio.TimerHandle | None = None
+        self._leaderless_handle: asyncio.TimerHandle | None = None
+        self._leaderless_rounds = 0
         self._view_task: asyncio.Task[None] | None = None
         self._started = False
         self._closing = False
@@ -913,6 +915,8 @@ class Consumer:
         timeout = self._drain_timeout if timeout is None else timeout
         if self._refresh_handle is not None:
             self._refresh_handle.cancel()
+        if self._leaderless_handle is not None:
+            self._leaderless_handle.cancel()
         if self._view_task is not None:
             self._view_task.cancel()
         self._draining = True
@@ -1220,6 +1224,8 @@ class Consumer:
         self._view_task = self._loop.create_task(self._first_view())
 
     def _unsubscribe_lookup(self) -> None:
+        with contextlib.suppress(Exception):
+            self._lookup.unwatch(self.topic, "r")
         unsubscribe = getattr(self._lookup, "unsubscribe", None)
         if unsubscribe is not None:
             with contextlib.suppress(Exception):
@@ -1254,6 +1260,43 @@ class Consumer:
     def _on_view(self, view: Any) -> None:
         self._last_view = view
         self._apply_targets(self._view_targets(view))
+        self._watch_leaderless(view)
+
+    def _watch_leaderless(self, view: Any) -> None:
+        """A partition without a leader (a failover: tens of seconds on a real cluster) is
+        looked up again on a doubling delay rather than at the next regular poll."""
+        if not view.youzan:
+            self._leaderless_rounds = 0
+            return
+        wanted = (self._partitions if self._partitions is not None
+                  else range(view.partition_num) if view.partition_num else view.partitions)
+        missing = [p for p in wanted
+                   if p not in view.partitions or view.partitions[p].leader is None]
+        if self._leaderless_handle is not None:
+            self._leaderless_handle.cancel()
+            self._leaderless_handle = None
+        if not missing or self._closing:
+            self._leaderless_rounds = 0
+            return
+        self._leaderless_rounds += 1
+        delay = self._reconnect_delay(self._leaderless_rounds)
+        log.info("%s: no leader for partitions %s now; looking again in %.1fs", self.topic,
+                 missing, delay)
+        self._leaderless_handle = self._loop.call_later(delay, self._leaderless_check)
+
+    def _leaderless_check(self) -> None:
+        self._leaderless_handle = None
+        if self._closing or self._lookup is None:
+            return
+        refreshed = self._lookup.refresh(self.topic, "r")
+        view = self._last_view
+
+        def again(_: Any) -> None:
+            # no change means no TopicChange callback: look at the (same) view again
+            if self._last_view is view and not self._closing:
+                self._watch_leaderless(view)
+
+        refreshed.add_done_callback(again)
 
     def _view_targets(self, view: Any) -> list[_Target]:
         targets: list[_Target] = []

@@ -1,0 +1,221 @@
+"""The Consumer through faults: a node restarting, connections cut, ordered failures (REQ 0,
+never skipped), order regressions reported, pausing with max_in_flight 0, backoff."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from smartnsq.backoff import BackoffPolicy, RequeuePolicy
+from smartnsq.consumer import Consumer, StartPosition
+from smartnsq.message import Message
+from smartnsq.producer import Producer
+
+WAIT = 15.0
+FAST: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),
+                        "backoff_policy": BackoffPolicy(enabled=False),
+                        "reconnect_delay": 0.05, "reconnect_delay_max": 0.5,
+                        "lookup_options": {"poll_interval": 5.0}}
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def channel_of(cluster: Any, topic: str, channel: str, partition: int = 0) -> Any:
+    return cluster.state.topics[topic].partitions[partition].channels[channel]
+
+
+async def test_node_restart_resubscribes_and_loses_nothing(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("restart", partitions=2, replicas=1, channels=["ch"])
+    seen: set[bytes] = set()
+
+    async def handler(msg: Message) -> None:
+        seen.add(msg.body)
+
+    lookupd = nsq_cluster.lookupd_http_addresses
+    async with Producer(lookupd=lookupd) as producer, \
+            Consumer("restart", "ch", lookupd=lookupd, handler=handler, **FAST) as consumer:
+        for i in range(20):
+            await producer.publish("restart", b"a%d" % i, partition=i % 2)
+        await wait_until(lambda: len(seen) == 20)
+        node = nsq_cluster.leader_of("restart", 0)
+        await nsq_cluster.stop_node(node)
+        await wait_until(lambda: consumer.connection_count == 1)
+        await nsq_cluster.start_node(node)
+        await wait_until(lambda: consumer.connection_count == 2)
+        for i in range(20):
+            await producer.publish("restart", b"b%d" % i, partition=i % 2)
+        await wait_until(lambda: len(seen) == 40)
+    assert seen == {b"a%d" % i for i in range(20)} | {b"b%d" % i for i in range(20)}
+
+
+@pytest.mark.nsq_cluster(nodes=2, lookupds=1, proxied=True)
+async def test_cut_connections_are_replaced_and_nothing_is_lost(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("cut", partitions=2, replicas=1, channels=["ch"])
+    seen: set[bytes] = set()
+    finished = 0
+    halfway = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        nonlocal finished
+        seen.add(msg.body)
+        finished += 1
+        if len(seen) == 100:
+            halfway.set()
+
+    lookupd = nsq_cluster.lookupd_http_addresses
+    bodies = [b"%d" % i for i in range(200)]
+    async with Producer(lookupd=lookupd) as producer, \
+            Consumer("cut", "ch", lookupd=lookupd, handler=handler, max_in_flight=10,
+                     **FAST) as consumer:
+        await wait_until(lambda: consumer.connection_count == 2)
+        for body in bodies[:100]:
+            await producer.publish("cut", body)
+        await asyncio.wait_for(halfway.wait(), WAIT)
+        assert nsq_cluster.cut_connections(which="tcp") >= 2
+        for body in bodies[100:]:
+            await producer.publish("cut", body)
+        await wait_until(lambda: len(seen) == 200)
+        channels = [channel_of(nsq_cluster, "cut", "ch", p) for p in (0, 1)]
+        await wait_until(lambda: all(c.in_flight == 0 and c.depth == 0 for c in channels))
+        assert consumer.connection_count == 2
+    assert seen == set(bodies)
+    # duplicates are possible (answers lost with a cut connection), losses are not
+    assert finished >= 200
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_ordered_failure_is_retried_at_once_and_never_skipped(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("ord", partitions=1, ordered=True, channels=["ch"])
+    lookupd = nsq_cluster.lookupd_http_addresses
+    async with Producer(lookupd=lookupd) as producer:
+        for i in range(5):
+            await producer.publish("ord", b"%d" % i, sharding_key="k")
+    handled: list[tuple[bytes, int]] = []
+    done = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        handled.append((msg.body, msg.attempts))
+        if msg.body == b"2" and msg.attempts <= 3:
+            raise RuntimeError("blocked message (test)")
+        if msg.body == b"4":
+            done.set()
+
+    # a long requeue delay and max_attempts: the server ignores delayed REQs on ordered
+    # channels, so the consumer sends REQ 0; max_attempts without a hook never skips
+    async with Consumer("ord", "ch", lookupd=lookupd, handler=handler, max_attempts=2,
+                        requeue_policy=RequeuePolicy(initial=600.0),
+                        backoff_policy=BackoffPolicy(enabled=False)) as consumer:
+        await asyncio.wait_for(done.wait(), WAIT)
+        stats = consumer.stats()
+    assert handled == [(b"0", 1), (b"1", 1), (b"2", 1), (b"2", 2), (b"2", 3), (b"2", 4),
+                       (b"3", 1), (b"4", 1)]
+    assert stats["give_ups"] == 2 and stats["order_errors"] == 0
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_ordered_give_up_hook_may_skip_explicitly(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("ordskip", partitions=1, ordered=True, channels=["ch"])
+    lookupd = nsq_cluster.lookupd_http_addresses
+    async with Producer(lookupd=lookupd) as producer:
+        for i in range(3):
+            await producer.publish("ordskip", b"%d" % i, sharding_key="k")
+    handled: list[bytes] = []
+    skipped: list[bytes] = []
+    done = asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        handled.append(msg.body)
+        if msg.body == b"1":
+            raise RuntimeError("poison (test)")
+        if msg.body == b"2":
+            done.set()
+
+    def skip(msg: Message) -> None:
+        skipped.append(msg.body)
+        msg.fin()  # the explicit decision to skip
+
+    async with Consumer("ordskip", "ch", lookupd=lookupd, handler=handler, max_attempts=2,
+                        on_give_up=skip, **FAST):
+        await asyncio.wait_for(done.wait(), WAIT)
+    assert handled == [b"0", b"1", b"1", b"2"] and skipped == [b"1"]
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_order_regression_is_reported(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("regress", partitions=1, channels=["ch"])
+    lookupd = nsq_cluster.lookupd_http_addresses
+    async with Producer(lookupd=lookupd) as producer:
+        for i in range(4):
+            await producer.publish("regress", b"%d" % i)
+    seen: list[Message] = []
+    reported: list[str] = []
+    async with Consumer("regress", "ch", lookupd=lookupd, handler=seen.append,
+                        start=StartPosition.message_count(0),
+                        on_order_error=lambda m, what: reported.append(what)) as consumer:
+        await wait_until(lambda: len(seen) == 4)
+        # an operator rewinds the channel under the running consumer
+        http = nsq_cluster.nsqd_http_addresses[0]
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(
+                f"http://{http}/channel/setoffset",
+                params={"topic": "regress", "partition": "0", "channel": "ch"},
+                content=b"msgcount:1")
+            assert answer.status_code == 200
+        await wait_until(lambda: len(seen) == 7)
+        assert consumer.stats()["order_errors"] == 1
+    assert len(reported) == 1 and "order regression" in reported[0]
+    assert [m.body for m in seen] == [b"0", b"1", b"2", b"3", b"1", b"2", b"3"]
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_max_in_flight_zero_pauses_and_a_positive_value_resumes(
+        nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("pause", partitions=1, channels=["ch"])
+    lookupd = nsq_cluster.lookupd_http_addresses
+    seen: list[bytes] = []
+    async with Producer(lookupd=lookupd) as producer, \
+            Consumer("pause", "ch", lookupd=lookupd,
+                     handler=lambda m: seen.append(m.body)) as consumer:
+        await wait_until(lambda: consumer.connection_count == 1)
+        channel = channel_of(nsq_cluster, "pause", "ch")
+        consumer.set_max_in_flight(0)
+        await wait_until(lambda: all(c.rdy == 0 for c in channel.consumers))
+        for i in range(5):
+            await producer.publish("pause", b"%d" % i)
+        assert channel.depth == 5 and not seen  # RDY 0 on the server: nothing is sent
+        consumer.set_max_in_flight(10)
+        await wait_until(lambda: len(seen) == 5)
+        assert consumer.max_in_flight == 10
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_failures_back_off_with_rdy_zero(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("backoff", partitions=1, channels=["ch"])
+    lookupd = nsq_cluster.lookupd_http_addresses
+    failed = asyncio.Event()
+
+    def handler(msg: Message) -> None:
+        failed.set()
+        raise RuntimeError("downstream down (test)")
+
+    async with Producer(lookupd=lookupd) as producer, \
+            Consumer("backoff", "ch", lookupd=lookupd, handler=handler,
+                     requeue_policy=RequeuePolicy(initial=0.0),
+                     backoff_policy=BackoffPolicy(initial=60.0, max=120.0)) as consumer:
+        await producer.publish("backoff", b"x")
+        await asyncio.wait_for(failed.wait(), WAIT)
+        channel = channel_of(nsq_cluster, "backoff", "ch")
+        await wait_until(lambda: all(c.rdy == 0 for c in channel.consumers))
+        stats = consumer.stats()
+        assert stats["flow"]["backoff"] == "backing_off" and stats["requeued"] == 1
+        assert channel.depth == 1  # requeued at once, but not taken while backing off
