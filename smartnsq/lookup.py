@@ -682,6 +682,7 @@ class LookupManager:
             if result == before:
                 self._idle_refreshes[key] += 1
         except LookupFailed as exc:
+            self._idle_refreshes[key] += 1  # no news either: do not hammer the lookupds
             log.debug("refresh of %s/%s failed: %s", key[0], key[1], exc)
         finally:
             if self._pending.get(key) is fut:
