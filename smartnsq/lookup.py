@@ -204,6 +204,14 @@ class TopicChange:
     added: frozenset[int] = frozenset()
     removed: frozenset[int] = frozenset()
 
+    def __reduce__(self) -> tuple[Any, ...]:  # a mappingproxy does not pickle; a dict does
+        return (TopicChange, (self.topic, self.access, self.old, self.new,
+                              dict(self.leaders_moved), self.added, self.removed))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.leaders_moved, MappingProxyType):
+            object.__setattr__(self, "leaders_moved", MappingProxyType(dict(self.leaders_moved)))
+
     @classmethod
     def between(cls, old: TopicView | None, new: TopicView | None) -> TopicChange:
         view = new if new is not None else old

@@ -138,6 +138,10 @@ class TopicMeta:
     def known(self) -> bool:
         return self.partition_num > 0
 
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable (Spark ships views to executors)
+        return (TopicMeta, (self.partition_num, self.replica, self.ordered, self.extend_support,
+                            self.multi_part, self.disable_channel_auto_create, dict(self.raw)))
+
 
 @dataclass(frozen=True)
 class Partition:
@@ -174,6 +178,11 @@ class TopicView:
     def __hash__(self) -> int:
         return hash((self.topic, self.access, self.youzan, self.meta,
                      tuple(sorted(self.partitions.items())), self.producers))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # a mappingproxy does not pickle; a dict does
+        return (TopicView, (self.topic, self.access, self.youzan, self.meta,
+                            dict(self.partitions), self.producers, self.channels,
+                            self.lookupds))
 
     @property
     def partition_num(self) -> int:

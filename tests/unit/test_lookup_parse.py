@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,16 @@ def test_youzan_writers_with_meta() -> None:
     assert node.youzan and node.http_address == "127.0.0.1:14151"  # sorted by address
     assert node.hostname == "vm" and node.distributed_id.endswith(":1")
     assert view.partition_num == 2 and not view.ordered and not view.extend_support
+
+
+def test_views_pickle() -> None:
+    view = parse_lookup("test_p2r2", "w", *capture("youzan/http_lookup_p2r2_w_metainfo_v1.txt"))
+    copy = pickle.loads(pickle.dumps(view))
+    assert copy == view and copy.channels == view.channels
+    assert copy.meta is not None and copy.meta.raw == view.meta.raw  # type: ignore[union-attr]
+    assert hash(copy) == hash(view)
+    change = TopicChange.between(None, view)
+    assert pickle.loads(pickle.dumps(change)).added == {0, 1}
 
 
 def test_wrapped_answer_reads_like_the_bare_one() -> None:
