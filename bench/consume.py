@@ -1,0 +1,300 @@
+"""Consume throughput: smartnsq's Consumer against the Python peers, same endpoint, same run.
+
+    python bench/consume.py [--quick] [--messages N] [--max-in-flight M] [--rounds R]
+                            [--clients smartnsq,smartnsq-conn,pynsq,...] [--via nsqd|lookupd]
+
+Before each run N messages (100-byte bodies) are loaded into a fresh topic's channel on one
+classic nsqd of the dev cluster (its own process, loopback); then one client, in its own
+interpreter, subscribes with max_in_flight M and finishes every message from a handler
+that only counts. The clock starts before the client connects and stops when the N-th
+message has been handled; draining and closing are not timed. The channel is checked
+afterwards: what is left in it (depth + in flight) should be nothing but the last few FINs
+a peer did not flush before stopping.
+
+Clients: ``smartnsq`` is ``smartnsq.consumer.Consumer`` with a plain-function handler (run
+on the event loop, FIN on return); ``smartnsq-conn`` is the raw ``smartnsq.connection``
+path under it (``on_message`` callback, FIN per message), which shows what the consumer's
+flow control, queue and handler dispatch cost. pynsq: ``nsq.Reader`` (tornado); gnsq:
+``gnsq.Consumer`` (gevent); ansq: ``open_connection`` + ``subscribe`` + ``messages()``;
+asyncnsq: ``create_reader`` + ``messages()``; each peer finishes the message its documented
+way. With ``--rounds R`` the clients take turns R times (the order rotates) and the best
+rate is kept. Ratios are each client's rate over smartnsq's Consumer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import sys
+import time
+from typing import Any
+
+from _common import (
+    PEERS,
+    RawClient,
+    command_line,
+    dev_cluster,
+    emit,
+    environment,
+    fmt_rate,
+    fmt_ratio,
+    peer_available,
+    run_worker,
+    table,
+)
+
+CHANNEL = "bench"
+CLIENTS = ("smartnsq", "smartnsq-conn", *PEERS)
+
+
+# -- workers ----------------------------------------------------------------------------------
+
+def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int) -> float:
+    from smartnsq.consumer import Consumer
+
+    async def run() -> float:
+        done = asyncio.get_running_loop().create_future()
+        seen = 0
+        end = 0.0
+
+        def handler(message: Any) -> None:
+            nonlocal seen, end
+            seen += 1
+            if seen == count:
+                end = time.perf_counter()
+                done.set_result(None)
+
+        where: dict[str, Any] = {"lookupd": [lookupd]} if lookupd else {"nsqd": [addr]}
+        start = time.perf_counter()
+        consumer = Consumer(topic, CHANNEL, handler=handler, max_in_flight=mif, **where)
+        async with consumer:
+            await asyncio.wait_for(done, 600)
+        return end - start
+
+    return asyncio.run(run())
+
+
+def work_smartnsq_conn(addr: str, topic: str, count: int, mif: int) -> float:
+    from smartnsq.connection import Connection
+    from smartnsq.protocol import commands
+
+    async def run() -> float:
+        done = asyncio.get_running_loop().create_future()
+        seen = 0
+        end = 0.0
+        fin = commands.fin
+        conn: Any = None
+
+        def on_message(message: Any) -> None:
+            nonlocal seen, end
+            conn.send(fin(message.id))
+            seen += 1
+            if seen == count:
+                end = time.perf_counter()
+                done.set_result(None)
+
+        host, port = addr.rsplit(":", 1)
+        start = time.perf_counter()
+        conn = await Connection.connect(host, int(port), on_message=on_message)
+        await conn.request(commands.sub(topic, CHANNEL))
+        conn.send(commands.rdy(mif))
+        await asyncio.wait_for(done, 600)
+        await conn.close()
+        return end - start
+
+    return asyncio.run(run())
+
+
+def work_pynsq(addr: str, topic: str, count: int, mif: int) -> float:
+    import nsq
+    import tornado.ioloop
+
+    loop = tornado.ioloop.IOLoop.current()
+    seen = 0
+    end = 0.0
+
+    def handler(message: Any) -> bool:
+        nonlocal seen, end
+        seen += 1
+        if seen == count:
+            end = time.perf_counter()
+            loop.add_callback(loop.stop)
+        return True  # FIN
+
+    start = time.perf_counter()
+    nsq.Reader(topic=topic, channel=CHANNEL, message_handler=handler,
+               nsqd_tcp_addresses=[addr], max_in_flight=mif)
+    loop.start()
+    return end - start
+
+
+def work_gnsq(addr: str, topic: str, count: int, mif: int) -> float:
+    from gevent import monkey
+
+    monkey.patch_all()
+    import gnsq
+
+    seen = 0
+    end = 0.0
+    consumer = gnsq.Consumer(topic, CHANNEL, nsqd_tcp_addresses=[addr], max_in_flight=mif)
+
+    @consumer.on_message.connect
+    def handler(consumer_: Any, message: Any) -> None:
+        nonlocal seen, end
+        seen += 1  # returning finishes the message
+        if seen == count:
+            end = time.perf_counter()
+            consumer.close()
+
+    start = time.perf_counter()
+    consumer.start(block=True)
+    return end - start
+
+
+def work_ansq(addr: str, topic: str, count: int, mif: int) -> float:
+    import ansq
+
+    host, port = addr.rsplit(":", 1)
+
+    async def run() -> float:
+        seen = 0
+        start = time.perf_counter()
+        conn = await ansq.open_connection(host, int(port))
+        await conn.subscribe(topic, CHANNEL, mif)
+        async for message in conn.messages():
+            await message.fin()
+            seen += 1
+            if seen == count:
+                break
+        end = time.perf_counter()
+        await conn.close()
+        return end - start
+
+    return asyncio.run(run())
+
+
+def work_asyncnsq(addr: str, topic: str, count: int, mif: int) -> float:
+    import asyncnsq
+
+    async def run() -> float:
+        seen = 0
+        start = time.perf_counter()
+        reader = await asyncnsq.create_reader(nsqd_tcp_addresses=[addr], max_in_flight=mif)
+        await reader.subscribe(topic, CHANNEL)
+        async for message in reader.messages():
+            await message.fin()
+            seen += 1
+            if seen == count:
+                break
+        end = time.perf_counter()
+        reader.close()
+        return end - start
+
+    return asyncio.run(run())
+
+
+def worker(argv: list[str]) -> int:
+    client, addr, lookupd, topic, count_s, mif_s = argv
+    count, mif = int(count_s), int(mif_s)
+    if client == "smartnsq":
+        elapsed = work_smartnsq(addr, lookupd, topic, count, mif)
+    else:
+        fn = {"smartnsq-conn": work_smartnsq_conn, "pynsq": work_pynsq, "gnsq": work_gnsq,
+              "ansq": work_ansq, "asyncnsq": work_asyncnsq}[client]
+        elapsed = fn(addr, topic, count, mif)
+    emit({"count": count, "seconds": elapsed, "rate": count / elapsed})
+    return 0
+
+
+# -- the orchestrator -----------------------------------------------------------------------
+
+def leftover(cluster: Any, topic: str) -> int | None:
+    for ch in cluster.stats(topic).get("channels") or []:
+        if ch.get("channel_name") == CHANNEL:
+            return int(ch.get("depth", 0)) + int(ch.get("in_flight_count", 0))
+    return None
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer messages, one round")
+    parser.add_argument("--messages", type=int, default=None, help="default 100k, quick 20k")
+    parser.add_argument("--max-in-flight", type=int, default=1000)
+    parser.add_argument("--body", type=int, default=100, help="body size in bytes")
+    parser.add_argument("--rounds", type=int, default=None, help="default 3, quick 1")
+    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
+                        help="how smartnsq's Consumer finds the node (auto: lookupd once "
+                             "smartnsq.lookup exists)")
+    args = parser.parse_args()
+    count = args.messages or (20_000 if args.quick else 100_000)
+    rounds = args.rounds or (1 if args.quick else 3)
+    lookup_landed = importlib.util.find_spec("smartnsq.lookup") is not None
+    via = args.via if args.via != "auto" else ("lookupd" if lookup_landed else "nsqd")
+    clients = [c for c in args.clients.split(",") if c]
+    if "smartnsq" in clients and importlib.util.find_spec("smartnsq.consumer") is None:
+        clients.remove("smartnsq")
+        print("smartnsq.consumer is not there: measuring the raw Connection path only")
+
+    unavailable: dict[str, str] = {}
+    for peer in [c for c in clients if c in PEERS]:
+        why = peer_available(peer)
+        if why:
+            unavailable[peer] = why
+    clients = [c for c in clients if c not in unavailable]
+    body = b"x" * args.body
+
+    print(f"consume: {count:,} pre-loaded messages of {args.body} bytes, max_in_flight "
+          f"{args.max_in_flight}, no-op handler + FIN; best of {rounds} round(s); smartnsq "
+          f"Consumer via {via}\n")
+    best: dict[str, dict[str, Any]] = {}
+    with dev_cluster("classic") as cluster:
+        for rnd in range(rounds):
+            shift = rnd % len(clients)
+            for client in clients[shift:] + clients[:shift]:
+                topic = f"bench_sub_{client.replace('-', '_')}"
+                cluster.fresh_topic(topic, CHANNEL)
+                loader = RawClient(cluster.tcp)
+                loader.preload(topic, count, body)
+                loader.close()
+                result = run_worker("consume.py", [
+                    client, cluster.tcp,
+                    cluster.lookupd_http[0] if (client == "smartnsq" and via == "lookupd")
+                    else "", topic, str(count), str(args.max_in_flight)])
+                if "error" not in result:
+                    result["left"] = leftover(cluster, topic)
+                cluster.drop_topic(topic)
+                prev = best.get(client)
+                if prev is None or "error" in prev or (
+                        "error" not in result and result["rate"] > prev["rate"]):
+                    best[client] = result
+
+    base = best.get("smartnsq", {}).get("rate")
+    rows = []
+    notes = []
+    for client in clients:
+        r = best[client]
+        if "error" in r:
+            rows.append([client, "failed", "-", "-"])
+            notes.append(f"{client}: {r['error']}")
+            continue
+        left = r.get("left")
+        rows.append([client, fmt_rate(r["rate"]), fmt_ratio(r["rate"], base),
+                     "?" if left is None else str(left)])
+    for peer, why in unavailable.items():
+        rows.append([peer, "not importable", "-", "-"])
+        notes.append(f"{peer}: {why}")
+    print(table(["client", "msg/s", "vs smartnsq", "left in channel"], rows))
+    for note in notes:
+        print(f"  - {note}")
+    print(f"\ncommand: {command_line()}")
+    print(environment("server: smartnsq.devcluster --mode classic, 1 nsqd, separate process, "
+                      "loopback"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
