@@ -242,8 +242,8 @@ def _show(progress: Progress, totals: _Totals, total_size: int | None, started: 
 def _summary(args: argparse.Namespace, topic: str, totals: _Totals, elapsed: float) -> None:
     out = args.out
     rate = totals.messages / elapsed if elapsed > 0 else 0.0
-    out.write(f"published {totals.messages} messages to {topic} in {totals.batches} "
-              f"commands, {elapsed:.2f} s ({rate:,.0f} msg/s)\n")
+    out.write(f"published {_plural(totals.messages, 'message')} to {topic} in "
+              f"{_plural(totals.batches, 'command')}, {elapsed:.2f} s ({rate:,.0f} msg/s)\n")
     if not totals.messages:
         return
     rows = []
@@ -254,3 +254,7 @@ def _summary(args: argparse.Namespace, topic: str, totals: _Totals, elapsed: flo
                      "" if row.first_offset is None else row.first_offset])
     out.write(format_table(["partition", "node", "messages", "commands", "first id",
                             "first offset"], rows, right=(0, 2, 3, 4, 5)) + "\n")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"

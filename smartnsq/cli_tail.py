@@ -142,6 +142,10 @@ async def run_tail(args: argparse.Namespace) -> int:
             await manager.close()
             raise CLIError(f"topic {topic!r} not found (no node serves it)")
         options["lookup"] = manager
+        if start is not None and not view.youzan:
+            await manager.close()
+            raise CLIError("--from needs youzan nsqd: classic NSQ channels cannot start "
+                           "elsewhere than where they are")
         ordered = args.ordered or bool(view.meta and view.meta.ordered)
         if start is not None and ordered:
             # the server refuses SUB_ADVANCED on ordered subscriptions: position the channel
@@ -201,6 +205,8 @@ async def run_tail(args: argparse.Namespace) -> int:
                             break
                         now = time.monotonic()
                         if args.idle_exit is not None and now - last_message >= args.idle_exit:
+                            if seen == 0:
+                                _check_subscribed(consumer, topic)
                             break
                         if seen == 0 and now - started > args.timeout:
                             _check_subscribed(consumer, topic)

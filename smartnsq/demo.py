@@ -701,7 +701,13 @@ async def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> DemoReport
     await lab.start()
     try:
         demo = _Demo(options, lab, out, err)
-        report = await demo.run()
+        # a guard, not the verdict: the run checks its own progress, but a hang anywhere must
+        # still end the command with a clear line instead of never returning
+        limit = 2 * options.duration + max(60.0, options.orders * options.events / 100)
+        try:
+            report = await asyncio.wait_for(demo.run(), limit)
+        except asyncio.TimeoutError:
+            raise CLIError(f"the demo did not finish within {limit:.0f} s") from None
     finally:
         await lab.close()
     out.write(render(report, options))
@@ -729,3 +735,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .cli import main as cli_main
 
     return cli_main(["demo", *(argv or [])])
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
