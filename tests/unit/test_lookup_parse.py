@@ -7,6 +7,8 @@ import pickle
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from smartnsq.errors import InvalidArgument, LookupFailed, ProtocolError, TopicNotFound
 from smartnsq.lookup import LookupConfig, TopicChange, normalize_lookupd
@@ -259,9 +261,10 @@ def test_lookup_params() -> None:
 def view_of(access: str, leaders: dict[int, int], extra: tuple[int, ...] = (),
             lookupd: str = "") -> TopicView:
     partitions = {pid: Partition(pid, yz_node(tcp)) for pid, tcp in leaders.items()}
-    producers = tuple(dict.fromkeys([yz_node(t) for t in leaders.values()]
-                                    + [Node("127.0.0.1", t, t + 1, version="1.3.0")
-                                       for t in extra]))
+    producers = tuple(sorted(dict.fromkeys([yz_node(t) for t in leaders.values()]
+                                           + [Node("127.0.0.1", t, t + 1, version="1.3.0")
+                                              for t in extra]),
+                             key=lambda n: n.address))  # sorted, as the parser gives them
     meta = TopicMeta(len(leaders), 1, False, False)
     return TopicView("t", access, True, meta, partitions, producers,
                      lookupds=(lookupd,) if lookupd else ())
@@ -343,3 +346,18 @@ def test_normalize_lookupd() -> None:
     for bad in ("10.0.0.1", "host:0", ":4161", "host:http"):
         with pytest.raises(InvalidArgument):
             normalize_lookupd(bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.dictionaries(st.integers(0, 5), st.integers(1, 4)), min_size=1, max_size=4))
+def test_merge_properties(answers: list[dict[int, int]]) -> None:
+    views = [view_of("w", {pid: 1000 * port for pid, port in a.items()}) for a in answers]
+    merged = merge_views(views)
+    assert {n.address for n in merged.producers} == {n.address for v in views
+                                                      for n in v.producers}
+    assert list(merged.producers) == sorted(merged.producers, key=lambda n: n.address)
+    assert set(merged.partitions) == {pid for a in answers for pid in a}
+    for pid, part in merged.partitions.items():
+        named = [v.leader(pid) for v in views if pid in v.partitions]
+        assert part.leader in named
+        assert named.count(part.leader) == max(named.count(n) for n in named)
