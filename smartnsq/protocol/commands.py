@@ -92,7 +92,10 @@ def _sized(header: bytes, body: bytes) -> bytes:
 
 def identify(data: Mapping[str, object]) -> bytes:
     """IDENTIFY with a JSON body (build the mapping with ``identify.IdentifyOptions``)."""
-    body = json.dumps(dict(data), separators=(",", ":")).encode()
+    try:
+        body = json.dumps(dict(data), separators=(",", ":")).encode()
+    except (TypeError, ValueError) as exc:  # e.g. an ext_filter holding a non-JSON value
+        raise InvalidArgument("IDENTIFY", f"must be JSON-serializable: {exc}") from None
     return _sized(b"IDENTIFY\n", body)
 
 
@@ -253,7 +256,11 @@ def encode_headers(headers: Mapping[str, str] | None) -> bytes:
     if not headers:
         return b"{}"
     v.check_headers(headers)
-    raw = json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        raw = json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate in a value
+        raise InvalidArgument("headers", "values must be valid Unicode text",
+                              exc.object[exc.start:exc.end]) from None
     if len(raw) > v.MAX_EXT_LENGTH:
         raise InvalidArgument("headers", f"encoded size {len(raw)} exceeds {v.MAX_EXT_LENGTH}",
                               f"<{len(raw)} bytes>")

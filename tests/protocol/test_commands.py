@@ -419,6 +419,9 @@ INVALID: list[Case] = [
     (lambda: commands.pub_ext("t", b"x", {"##trace_id": str(2**64)}), "header '##trace_id'"),
     (lambda: commands.pub_ext("t", b"x", [("k", "v")]), "headers"),  # type: ignore[arg-type]
     (lambda: commands.pub_ext("t", b"x", {"k": "v" * 70000}), "headers"),
+    (lambda: commands.pub_ext("t", b"x", {"k": "\ud800"}), "headers"),
+    (lambda: commands.identify({"ext_filter": {"type": object()}}), "IDENTIFY"),
+    (lambda: commands.identify({"x": float("nan"), "y": {1j}}), "IDENTIFY"),
     (lambda: commands.mpub_ext("t", []), "messages"),
     (lambda: commands.mpub_ext("t", [({"k": "v"}, b"")]), "body"),
     (lambda: commands.mpub_ext("t", [({"k k": "v"}, b"x")]), "header name"),
