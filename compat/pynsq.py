@@ -273,6 +273,7 @@ class Writer:
         self.lookupd_http_addresses = lookupd
         self.reconnect_interval = reconnect_interval  # smartnsq backs off by itself
         self._loop = _user_loop()
+        self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         self._sync = sync.Producer(lookupd=lookupd or None, nsqd=nsqd or None, **options)
         self._thread = self._sync.loop_thread
         self._producer = self._sync.async_producer
@@ -494,6 +495,7 @@ class Reader:
         if nsqd:
             self._specs.append({**common, "nsqd": nsqd})
         self._loop = _user_loop()
+        self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         self._facade = _ConsumerHolder()
         self._consumers: list[Consumer] = []
         self._closed = False
