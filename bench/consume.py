@@ -6,8 +6,10 @@
 Before each run N messages (100-byte bodies) are loaded into a fresh topic's channel on one
 classic nsqd of the dev cluster (its own process, loopback); then one client, in its own
 interpreter, subscribes with max_in_flight M and finishes every message from a handler
-that only counts. The clock starts before the client connects and stops when the N-th
-message has been handled; draining and closing are not timed. The channel is checked
+that only counts. msg/s is the steady rate, from the first message handled to the N-th;
+"first msg" is the time from creating the client to its first message (connect, IDENTIFY,
+SUB, and for smartnsq via lookupd the lookup); "overall" is N over creation-to-last.
+Draining and closing are not timed. The channel is checked
 afterwards: what is left in it (depth + in flight) should be nothing but the last few FINs
 a peer did not flush before stopping.
 
@@ -50,146 +52,168 @@ CLIENTS = ("smartnsq", "smartnsq-conn", *PEERS)
 
 # -- workers ----------------------------------------------------------------------------------
 
-def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int) -> float:
+class Clock:
+    """Created before the client connects; marks the first and the last message handled."""
+
+    def __init__(self) -> None:
+        self.created = time.perf_counter()
+        self.t_first = self.t_last = 0.0
+
+    def first(self) -> None:
+        self.t_first = time.perf_counter()
+
+    def last(self) -> None:
+        self.t_last = time.perf_counter()
+
+
+def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int) -> Clock:
     from smartnsq.consumer import Consumer
 
-    async def run() -> float:
+    async def run() -> Clock:
         done = asyncio.get_running_loop().create_future()
         seen = 0
-        end = 0.0
 
         def handler(message: Any) -> None:
-            nonlocal seen, end
+            nonlocal seen
             seen += 1
+            if seen == 1:
+                clock.first()
             if seen == count:
-                end = time.perf_counter()
+                clock.last()
                 done.set_result(None)
 
         where: dict[str, Any] = {"lookupd": [lookupd]} if lookupd else {"nsqd": [addr]}
-        start = time.perf_counter()
+        clock = Clock()
         consumer = Consumer(topic, CHANNEL, handler=handler, max_in_flight=mif, **where)
         async with consumer:
             await asyncio.wait_for(done, 600)
-        return end - start
+        return clock
 
     return asyncio.run(run())
 
 
-def work_smartnsq_conn(addr: str, topic: str, count: int, mif: int) -> float:
+def work_smartnsq_conn(addr: str, topic: str, count: int, mif: int) -> Clock:
     from smartnsq.connection import Connection
     from smartnsq.protocol import commands
 
-    async def run() -> float:
+    async def run() -> Clock:
         done = asyncio.get_running_loop().create_future()
         seen = 0
-        end = 0.0
         fin = commands.fin
         conn: Any = None
 
         def on_message(message: Any) -> None:
-            nonlocal seen, end
+            nonlocal seen
             conn.send(fin(message.id))
             seen += 1
+            if seen == 1:
+                clock.first()
             if seen == count:
-                end = time.perf_counter()
+                clock.last()
                 done.set_result(None)
 
         host, port = addr.rsplit(":", 1)
-        start = time.perf_counter()
+        clock = Clock()
         conn = await Connection.connect(host, int(port), on_message=on_message)
         await conn.request(commands.sub(topic, CHANNEL))
         conn.send(commands.rdy(mif))
         await asyncio.wait_for(done, 600)
         await conn.close()
-        return end - start
+        return clock
 
     return asyncio.run(run())
 
 
-def work_pynsq(addr: str, topic: str, count: int, mif: int) -> float:
+def work_pynsq(addr: str, topic: str, count: int, mif: int) -> Clock:
     import nsq
     import tornado.ioloop
 
     loop = tornado.ioloop.IOLoop.current()
     seen = 0
-    end = 0.0
 
     def handler(message: Any) -> bool:
-        nonlocal seen, end
+        nonlocal seen
         seen += 1
+        if seen == 1:
+            clock.first()
         if seen == count:
-            end = time.perf_counter()
+            clock.last()
             loop.add_callback(loop.stop)
         return True  # FIN
 
-    start = time.perf_counter()
+    clock = Clock()
     nsq.Reader(topic=topic, channel=CHANNEL, message_handler=handler,
                nsqd_tcp_addresses=[addr], max_in_flight=mif)
     loop.start()
-    return end - start
+    return clock
 
 
-def work_gnsq(addr: str, topic: str, count: int, mif: int) -> float:
+def work_gnsq(addr: str, topic: str, count: int, mif: int) -> Clock:
     from gevent import monkey
 
     monkey.patch_all()
     import gnsq
 
     seen = 0
-    end = 0.0
+    clock = Clock()
     consumer = gnsq.Consumer(topic, CHANNEL, nsqd_tcp_addresses=[addr], max_in_flight=mif)
 
     @consumer.on_message.connect
     def handler(consumer_: Any, message: Any) -> None:
-        nonlocal seen, end
+        nonlocal seen
         seen += 1  # returning finishes the message
+        if seen == 1:
+            clock.first()
         if seen == count:
-            end = time.perf_counter()
+            clock.last()
             consumer.close()
 
-    start = time.perf_counter()
     consumer.start(block=True)
-    return end - start
+    return clock
 
 
-def work_ansq(addr: str, topic: str, count: int, mif: int) -> float:
+def work_ansq(addr: str, topic: str, count: int, mif: int) -> Clock:
     import ansq
 
     host, port = addr.rsplit(":", 1)
 
-    async def run() -> float:
+    async def run() -> Clock:
         seen = 0
-        start = time.perf_counter()
+        clock = Clock()
         conn = await ansq.open_connection(host, int(port))
         await conn.subscribe(topic, CHANNEL, mif)
         async for message in conn.messages():
             await message.fin()
             seen += 1
+            if seen == 1:
+                clock.first()
             if seen == count:
+                clock.last()
                 break
-        end = time.perf_counter()
         await conn.close()
-        return end - start
+        return clock
 
     return asyncio.run(run())
 
 
-def work_asyncnsq(addr: str, topic: str, count: int, mif: int) -> float:
+def work_asyncnsq(addr: str, topic: str, count: int, mif: int) -> Clock:
     import asyncnsq
 
-    async def run() -> float:
+    async def run() -> Clock:
         seen = 0
-        start = time.perf_counter()
+        clock = Clock()
         reader = await asyncnsq.create_reader(nsqd_tcp_addresses=[addr], max_in_flight=mif)
         await reader.subscribe(topic, CHANNEL)
         async for message in reader.messages():
             await message.fin()
             seen += 1
+            if seen == 1:
+                clock.first()
             if seen == count:
+                clock.last()
                 break
-        end = time.perf_counter()
         reader.close()
-        return end - start
+        return clock
 
     return asyncio.run(run())
 
@@ -198,12 +222,15 @@ def worker(argv: list[str]) -> int:
     client, addr, lookupd, topic, count_s, mif_s = argv
     count, mif = int(count_s), int(mif_s)
     if client == "smartnsq":
-        elapsed = work_smartnsq(addr, lookupd, topic, count, mif)
+        clock = work_smartnsq(addr, lookupd, topic, count, mif)
     else:
         fn = {"smartnsq-conn": work_smartnsq_conn, "pynsq": work_pynsq, "gnsq": work_gnsq,
               "ansq": work_ansq, "asyncnsq": work_asyncnsq}[client]
-        elapsed = fn(addr, topic, count, mif)
-    emit({"count": count, "seconds": elapsed, "rate": count / elapsed})
+        clock = fn(addr, topic, count, mif)
+    steady = clock.t_last - clock.t_first
+    emit({"count": count, "seconds": steady, "rate": (count - 1) / steady,
+          "first": clock.t_first - clock.created,
+          "overall": count / (clock.t_last - clock.created)})
     return 0
 
 
@@ -278,16 +305,18 @@ def main() -> int:
     for client in clients:
         r = best[client]
         if "error" in r:
-            rows.append([client, "failed", "-", "-"])
+            rows.append([client, "failed", "-", "-", "-", "-"])
             notes.append(f"{client}: {r['error']}")
             continue
         left = r.get("left")
         rows.append([client, fmt_rate(r["rate"]), fmt_ratio(r["rate"], base),
+                     f"{r['first'] * 1000:.0f} ms", fmt_rate(r["overall"]),
                      "?" if left is None else str(left)])
     for peer, why in unavailable.items():
-        rows.append([peer, "not importable", "-", "-"])
+        rows.append([peer, "not importable", "-", "-", "-", "-"])
         notes.append(f"{peer}: {why}")
-    print(table(["client", "msg/s", "vs smartnsq", "left in channel"], rows))
+    print(table(["client", "msg/s", "vs smartnsq", "first msg", "overall msg/s",
+                 "left in channel"], rows))
     for note in notes:
         print(f"  - {note}")
     print(f"\ncommand: {command_line()}")
