@@ -829,6 +829,7 @@ class Consumer:
         self._flow: _Flow = None  # type: ignore[assignment]
         self._subs: dict[tuple[Address, int | None], _Subscription] = {}
         self._workers: list[asyncio.Task[None]] = []
+        self._close_task: asyncio.Task[None] | None = None
         self._closed_event: asyncio.Event | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self._refresh_handle: asyncio.TimerHandle | None = None
@@ -903,7 +904,15 @@ class Consumer:
     async def close(self, timeout: float | None = None) -> None:
         """Drain and close: RDY 0; requeue what was received but not started; wait up to
         ``timeout`` (default ``drain_timeout``) for running handlers and unanswered messages;
-        CLS (waiting for CLOSE_WAIT) and close every connection. Idempotent."""
+        CLS (waiting for CLOSE_WAIT) and close every connection. Idempotent. Called from a
+        handler it returns at once and the drain proceeds when the handler returns."""
+        current = asyncio.current_task()
+        if current is not None and current in self._workers:
+            # from a handler: the drain waits for this very handler, so it cannot be awaited
+            # here; it goes on once the handler returns
+            if not self._closing:
+                self._close_task = self._loop.create_task(self.close(timeout))
+            return
         if self._closing:
             if self._closed_event is not None:
                 await self._closed_event.wait()

@@ -343,3 +343,25 @@ async def test_trace_lines_for_traced_messages(nsq_cluster: Any,
     assert "attempts=1" in lines[0] and "local=127.0.0.1:" in lines[0]
     traced = next(m for m in got.messages if m.body == b"t-body")
     assert traced.trace_id == 424242
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_close_from_a_handler_drains_after_it_returns(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("selfclose", channels=["ch"])
+    await publish(nsq_cluster, "selfclose", [b"%d" % i for i in range(10)])
+    handled: list[bytes] = []
+    consumer: Consumer
+
+    async def handler(msg: Message) -> None:
+        handled.append(msg.body)
+        if len(handled) == 3:
+            await consumer.close()  # returns at once; the drain waits for this handler
+
+    consumer = Consumer("selfclose", "ch", nsqd=[leader_address(nsq_cluster, "selfclose")],
+                        handler=handler, concurrency=1, max_in_flight=5)
+    await consumer.start()
+    await asyncio.wait_for(consumer.join(), WAIT)
+    channel = channel_of(nsq_cluster, "selfclose", "ch")
+    await wait_until(lambda: channel.in_flight == 0)
+    assert channel.finish_count == len(handled) >= 3
+    assert channel.finish_count + channel.depth == 10
