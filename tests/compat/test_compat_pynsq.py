@@ -225,3 +225,30 @@ def test_arguments() -> None:
                        "auth_secret": "s"} and delay == 3.0
     with pytest.raises(InvalidArgument):
         nsq.connection_options({"heartbeat_interval": 100})
+
+
+def test_tornado_patterns_keep_working(cluster_of: Callable[..., DevCluster]) -> None:
+    """pynsq's Writer example: a tornado PeriodicCallback publishes, IOLoop.stop() ends run()."""
+    tornado_ioloop = pytest.importorskip("tornado.ioloop")
+    cluster = cluster_of(nodes=1, lookupds=1, mode="classic")
+    writer = nsq.Writer(cluster.nsqd_tcp_addresses)
+    answers: list[Any] = []
+    done = threading.Event()
+
+    def finish_pub(conn: Any, data: Any) -> None:
+        answers.append(data)
+        if len(answers) == 3:
+            done.set()
+            tornado_ioloop.IOLoop.current().stop()
+
+    def pub_message() -> None:
+        writer.pub("t", b"tick", finish_pub)
+
+    periodic = tornado_ioloop.PeriodicCallback(pub_message, 20)
+    periodic.start()
+    try:
+        run_until(done)
+    finally:
+        periodic.stop()
+    assert answers[:3] == [b"OK"] * 3
+    writer.close()
