@@ -3,6 +3,11 @@
     python bench/publish.py [--quick] [--messages N] [--sequential N] [--window W]
                             [--rounds R] [--clients smartnsq,pynsq,...] [--via nsqd|lookupd]
 
+Clients: ``smartnsq`` (``smartnsq.producer.Producer``, asyncio), ``smartnsq-sync`` (the
+blocking ``smartnsq.sync.Producer``, calls cross to a background event loop thread; it has no
+pipelined row), pynsq (``nsq.Writer``, tornado callbacks), gnsq (``gnsq.Producer``, gevent),
+ansq (``open_connection``), asyncnsq (``create_writer``).
+
 Three ways of publishing 100-byte messages to one classic nsqd of the dev cluster (its own
 process, loopback):
 
@@ -41,6 +46,8 @@ from _common import (
 )
 
 MODES = {"seq": "sequential", "pipe": "pipelined", "mpub": "MPUB x100"}
+CLIENTS = ("smartnsq", "smartnsq-sync", *PEERS)
+SKIP = {("smartnsq-sync", "pipe")}  # a blocking facade has no pipelining of its own
 BATCH = 100
 
 
@@ -76,6 +83,25 @@ def work_smartnsq(mode: str, addr: str, lookupd: str, topic: str, count: int, bo
             return time.perf_counter() - start
 
     return asyncio.run(run())
+
+
+def work_smartnsq_sync(mode: str, addr: str, lookupd: str, topic: str, count: int,
+                       body: bytes, window: int) -> float:
+    from smartnsq import sync
+
+    where: dict[str, Any] = {"lookupd": [lookupd]} if lookupd else {"nsqd": [addr]}
+    with sync.Producer(**where) as producer:
+        producer.publish(topic, body)  # warm-up
+        start = time.perf_counter()
+        if mode == "seq":
+            for _ in range(count):
+                producer.publish(topic, body)
+        elif mode == "mpub":
+            for n in _batches(count):
+                producer.publish_many(topic, [body] * n)
+        else:
+            raise ValueError(f"{mode}: not a blocking pattern")
+        return time.perf_counter() - start
 
 
 def work_pynsq(mode: str, addr: str, topic: str, count: int, body: bytes,
@@ -250,6 +276,8 @@ def worker(argv: list[str]) -> int:
     count, body, window = int(count_s), b"x" * int(body_s), int(window_s)
     if client == "smartnsq":
         elapsed = work_smartnsq(mode, addr, lookupd, topic, count, body, window)
+    elif client == "smartnsq-sync":
+        elapsed = work_smartnsq_sync(mode, addr, lookupd, topic, count, body, window)
     else:
         fn = {"pynsq": work_pynsq, "gnsq": work_gnsq, "ansq": work_ansq,
               "asyncnsq": work_asyncnsq}[client]
@@ -276,7 +304,7 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=1000, help="pipelined window")
     parser.add_argument("--body", type=int, default=100, help="body size in bytes")
     parser.add_argument("--rounds", type=int, default=None, help="default 3, quick 1")
-    parser.add_argument("--clients", default=",".join(("smartnsq", *PEERS)))
+    parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
                         help="how smartnsq finds the node (auto: lookupd once "
@@ -290,7 +318,7 @@ def main() -> int:
     clients = [c for c in args.clients.split(",") if c]
 
     unavailable: dict[str, str] = {}
-    for peer in [c for c in clients if c != "smartnsq"]:
+    for peer in [c for c in clients if c in PEERS]:
         why = peer_available(peer)
         if why:
             unavailable[peer] = why
@@ -307,11 +335,14 @@ def main() -> int:
                 # rotate who goes first: a shared machine's noise should not favour anyone
                 shift = rnd % len(clients)
                 for client in clients[shift:] + clients[:shift]:
-                    topic = f"bench_pub_{client}_{mode}"
+                    if (client, mode) in SKIP:
+                        continue
+                    topic = f"bench_pub_{client.replace('-', '_')}_{mode}"
                     cluster.fresh_topic(topic, channel=None)
                     result = run_worker("publish.py", [
                         client, mode, cluster.tcp,
-                        cluster.lookupd_http[0] if (client == "smartnsq" and via == "lookupd")
+                        cluster.lookupd_http[0] if (client.startswith("smartnsq")
+                                                    and via == "lookupd")
                         else "", topic, str(n), str(args.body), str(args.window)])
                     if "error" not in result:
                         stored = cluster.message_count(topic)
@@ -331,6 +362,9 @@ def main() -> int:
     for client in clients:
         row = [client]
         for mode in modes:
+            if (client, mode) in SKIP:
+                row += ["n/a", "-"]
+                continue
             r = best[(client, mode)]
             base = best.get(("smartnsq", mode), {}).get("rate")
             if "error" in r:
