@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # dev-cluster ---------------------------------------------------------------------------
     p = command("dev-cluster", "run an embedded dev cluster in the foreground",
-                add_help=False,
+                add_help=False, allow_abbrev=False,
                 description="Everything after dev-cluster goes to the dev cluster "
                             "(smartnsq dev-cluster --help).")
     p.set_defaults(handler="dev-cluster")
