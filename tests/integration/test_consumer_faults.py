@@ -219,3 +219,23 @@ async def test_failures_back_off_with_rdy_zero(nsq_cluster: Any) -> None:
         stats = consumer.stats()
         assert stats["flow"]["backoff"] == "backing_off" and stats["requeued"] == 1
         assert channel.depth == 1  # requeued at once, but not taken while backing off
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1, proxied=True)
+async def test_a_stalled_connection_is_detected_and_replaced(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("stall", partitions=1, channels=["ch"])
+    lookupd = nsq_cluster.lookupd_http_addresses
+    seen: list[bytes] = []
+    async with Producer(lookupd=lookupd) as producer, \
+            Consumer("stall", "ch", lookupd=lookupd, handler=lambda m: seen.append(m.body),
+                     heartbeat_interval=1, connect_timeout=1, **FAST) as consumer:
+        await wait_until(lambda: consumer.connection_count == 1)
+        before = consumer.connections()[0]
+        nsq_cluster.stall(which="tcp")
+        await asyncio.wait_for(before.closed, WAIT)  # silent for 2 heartbeats: stalled
+        assert "stalled" in str(before.close_reason)
+        nsq_cluster.resume(which="tcp")
+        await wait_until(lambda: consumer.connection_count == 1
+                         and consumer.connections()[0] is not before)
+        await producer.publish("stall", b"after")
+        await wait_until(lambda: seen == [b"after"])
