@@ -59,7 +59,10 @@ def config_table(dotted: str) -> str:
         "| option | default | unit / range | meaning |",
         "|---|---|---|---|",
     ]
+    hidden = {f.name for f in dataclasses.fields(cls) if f.name.startswith("_") or not f.init}
     for row in describe(cls):
+        if row.name in hidden:
+            continue
         if row.default is dataclasses.MISSING:
             field = next(f for f in dataclasses.fields(cls) if f.name == row.name)
             default = (_default(field.default_factory())  # type: ignore[operator]
