@@ -128,17 +128,24 @@ async def run_pub(args: argparse.Namespace) -> int:
     router = make_router(args.sharding)
     totals = _Totals()
     started = time.monotonic()
-    producer = Producer(lookupd=lookupd or None, nsqd=nsqd or None, timeout=args.timeout,
-                        sharding=args.sharding, connect_timeout=min(args.timeout, 5.0))
+    timeout = max(0.1, float(args.timeout))
+    lookup_options = {"timeout": timeout, "connect_timeout": min(2.0, timeout),
+                      "attempts": 2} if lookupd else None
+    producer = Producer(lookupd=lookupd or None, nsqd=nsqd or None, timeout=timeout,
+                        sharding=args.sharding, connect_timeout=min(timeout, 5.0),
+                        lookup_options=lookup_options)
     try:
         async with producer:
             try:
-                routes = await asyncio.wait_for(producer.routes(topic), args.timeout)
+                routes = await asyncio.wait_for(producer.routes(topic), timeout)
             except TopicNotFound:
                 raise CLIError(f"topic {topic!r} does not exist") from None
-            except (LookupFailed, asyncio.TimeoutError) as exc:
-                raise CLIError(f"cannot look up topic {topic!r}: "
-                               f"{exc or 'no lookupd answered in time'}") from None
+            except LookupFailed as exc:
+                raise CLIError(f"cannot look up topic {topic!r}: {exc}") from None
+            except asyncio.TimeoutError:
+                where = f"lookupd {', '.join(lookupd)}" if lookupd else f"nsqd {', '.join(nsqd)}"
+                raise CLIError(f"cannot look up topic {topic!r}: no answer from {where} "
+                               f"within {timeout:g} s") from None
             partition_num = routes.partition_num
             if routes.ordered and args.partition is None and args.sharding_key is None \
                     and key_path is None:
