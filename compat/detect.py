@@ -18,7 +18,10 @@ The facts, most reliable first:
 
 Sans-I/O: the functions take the HTTP status and the decoded JSON (or the IDENTIFY answer
 already parsed by ``smartnsq.protocol.responses``), so they are tested against the captures
-without a socket. :mod:`smartnsq.compat.probe` does the HTTP calls.
+without a socket. :mod:`smartnsq.compat.probe` does the HTTP calls. Where the core already
+decides (``smartnsq.protocol.lookup``: a ``TopicView``'s ``youzan``, ``Node.youzan`` and its
+``-HA.`` mark; ``IdentifyResponse.is_youzan``), the functions here use its verdict rather than
+a second implementation: :func:`kind_of_view`, :func:`kind_of_node`, :func:`kind_of_identify`.
 """
 
 from __future__ import annotations
@@ -28,23 +31,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from smartnsq.protocol.lookup import YOUZAN_VERSION_MARK, Node, TopicView
 from smartnsq.protocol.responses import IdentifyResponse
 
 __all__ = [
     "Kind",
     "LookupKinds",
+    "classic_nodes",
     "classify_lookup",
     "kind_of_identify",
     "kind_of_info",
     "kind_of_listlookup",
     "kind_of_lookup",
+    "kind_of_node",
     "kind_of_peer",
     "kind_of_version",
+    "kind_of_view",
     "unwrap",
 ]
 
-HA_MARK = "-HA."  # what every youzan server version contains (JV Address#isHA tests the same)
-OLD_VERSION_PID = -11  # the pseudo partition a youzan lookupd files classic nodes under
+HA_MARK = YOUZAN_VERSION_MARK  # "-HA.": the core's own mark, one definition
 
 
 class Kind(str, enum.Enum):
@@ -137,9 +143,34 @@ def kind_of_identify(answer: IdentifyResponse | Mapping[str, Any] | bytes | None
     if answer is None or isinstance(answer, bytes | bytearray):
         return None
     if isinstance(answer, IdentifyResponse):
-        return kind_of_version(answer.version)
+        if not answer.version:
+            return None
+        return Kind.YOUZAN if answer.is_youzan else Kind.CLASSIC  # the connection's verdict
     version = answer.get("version")
     return kind_of_version(version if isinstance(version, str) else None)
+
+
+def kind_of_node(node: Node) -> Kind | None:
+    """A lookup :class:`~smartnsq.protocol.lookup.Node`'s kind (the core's ``Node.youzan``)."""
+    if not node.version:
+        return None
+    return Kind.YOUZAN if node.youzan else Kind.CLASSIC
+
+
+def kind_of_view(view: TopicView) -> Kind:
+    """Which kind of lookupd answered, as the LookupManager's merged view records it.
+
+    A view merged from lookupds of both kinds (a topic in migration) is youzan: it has
+    partitions; its classic nodes are in ``view.unpartitioned`` (see :func:`classic_nodes`).
+    """
+    return Kind.YOUZAN if view.youzan else Kind.CLASSIC
+
+
+def classic_nodes(view: TopicView) -> tuple[Node, ...]:
+    """The classic nsqd serving a topic in a lookup view (no partition, no ``-HA.``)."""
+    if not view.youzan:
+        return tuple(n for n in view.producers if not n.youzan)
+    return tuple(n for n in view.unpartitioned if not n.youzan)
 
 
 @dataclass(frozen=True)

@@ -9,17 +9,21 @@ from typing import Any
 import pytest
 from smartnsq.compat.detect import (
     Kind,
+    classic_nodes,
     classify_lookup,
     kind_of_identify,
     kind_of_info,
     kind_of_listlookup,
     kind_of_lookup,
+    kind_of_node,
     kind_of_peer,
     kind_of_version,
+    kind_of_view,
     unwrap,
 )
 from smartnsq.compat.probe import group_lookupds, probe_lookupd
 
+from smartnsq.protocol.lookup import parse_lookup
 from smartnsq.protocol.responses import parse_identify_response
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -145,3 +149,18 @@ async def test_kind_changes_with_the_cluster(nsq_cluster_factory: Any) -> None:
     youzan = await nsq_cluster_factory(nodes=1, lookupds=1, lookupd_http_ports=[port])
     assert youzan.lookupd_http_addresses == [address]
     assert await probe_lookupd(address) is Kind.YOUZAN
+
+
+def test_core_views_and_nodes() -> None:
+    """The core's parsed views give the same verdicts (compat reuses them, no second parser)."""
+    _, youzan_body = http_capture("youzan", "http_lookup_p2r2_w_metainfo_v1.txt")
+    _, classic_body = http_capture("classic", "http_lookupd_lookup_v1.txt")
+    youzan = parse_lookup("test_p2r2", "w", 200, json.dumps(youzan_body))
+    classic = parse_lookup("t", "r", 200, json.dumps(classic_body))
+    assert kind_of_view(youzan) is Kind.YOUZAN and kind_of_view(classic) is Kind.CLASSIC
+    assert {kind_of_node(n) for n in youzan.producers} == {Kind.YOUZAN}
+    assert {kind_of_node(n) for n in classic.producers} == {Kind.CLASSIC}
+    assert classic_nodes(youzan) == () and classic_nodes(classic) == classic.producers
+    mixed = dict(youzan_body, producers=[*youzan_body["producers"], *classic_body["producers"]])
+    view = parse_lookup("test_p2r2", "r", 200, json.dumps(mixed))
+    assert [n.version for n in classic_nodes(view)] == ["1.3.0"]
