@@ -405,11 +405,11 @@ class _Subscription:
         """A refusal that tells what the topic is: adopt it and resubscribe at once."""
         if not isinstance(exc, ServerError) or exc.code not in _SUB_ERRORS_LEARNT:
             return False
-        if exc.code == "E_SUB_EXTEND_NEED" and self._ext_guess is not True \
-                and self.target.ext is None:
+        explicit = self.consumer._extend_support is not None
+        if exc.code == "E_SUB_EXTEND_NEED" and self._ext_guess is not True and not explicit:
             self._ext_guess = True
         elif exc.code == "E_SUB_EXTEND_FORBIDDON" and self._ext_guess is not False \
-                and self.target.ext is None:
+                and not explicit:
             self._ext_guess = False
         elif exc.code == "E_SUB_ORDER_IS_MUST" and self.consumer._ordered is None \
                 and self._ordered_guess is not True and self.target.ordered is None:
@@ -429,8 +429,17 @@ class _Subscription:
         consumer = self.consumer
         target = self.target
         host, port = target.address
-        ext = target.ext if target.ext is not None else bool(self._ext_guess
-                                                             or consumer._extend_support)
+        # precedence: the user's explicit flag, what the server's refusal taught (it is the
+        # truth; lookup meta may lag), the topic's meta, then a guess (asking for tags or
+        # filters suggests an ext topic)
+        if consumer._extend_support is not None:
+            ext = consumer._extend_support
+        elif self._ext_guess is not None:
+            ext = self._ext_guess
+        elif target.ext is not None:
+            ext = target.ext
+        else:
+            ext = consumer._ext_default
         if target.youzan is False:
             ext = False
         conn = await Connection.connect(
@@ -788,10 +797,9 @@ class Consumer:
         if extend_support not in (None, True, False):
             raise InvalidArgument("extend_support", "must be True, False or None",
                                   extend_support)
-        # desired_tag/ext_filter only exist on ext topics: asking for them implies ext
         self._extend_support = extend_support
-        if extend_support is None and (self._desired_tag or self._ext_filter is not None):
-            self._extend_support = True
+        # desired_tag/ext_filter only exist on ext topics: asking for them suggests one
+        self._ext_default = bool(self._desired_tag or self._ext_filter is not None)
         _check_int("max_attempts", max_attempts, 0)
         self._max_attempts = max_attempts
         self._on_give_up = on_give_up

@@ -365,3 +365,15 @@ async def test_close_from_a_handler_drains_after_it_returns(nsq_cluster: Any) ->
     await wait_until(lambda: channel.in_flight == 0)
     assert channel.finish_count == len(handled) >= 3
     assert channel.finish_count + channel.depth == 10
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_a_tag_on_a_plain_topic_falls_back_to_a_plain_subscription(
+        nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("plaintag", channels=["ch"])
+    await publish(nsq_cluster, "plaintag", [b"x"])
+    got = Collector(1)
+    async with Consumer("plaintag", "ch", nsqd=[leader_address(nsq_cluster, "plaintag")],
+                        handler=got, desired_tag="red"):
+        await got.wait()
+    assert got.messages[0].body == b"x" and got.messages[0].headers == {}
