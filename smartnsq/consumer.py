@@ -199,6 +199,8 @@ class _Link:
         consumer._queue.push(msg)
 
     def _check_order(self, msg: Message) -> None:
+        if msg.attempts > 1 and not self.ordered:
+            return  # a requeued or timed-out message comes back after newer ones: normal
         internal_id = msg.internal_id
         offset = msg.queue_offset if msg.queue_offset is not None else -1
         if internal_id == self.last_id:

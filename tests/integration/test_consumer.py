@@ -377,3 +377,17 @@ async def test_a_tag_on_a_plain_topic_falls_back_to_a_plain_subscription(
                         handler=got, desired_tag="red"):
         await got.wait()
     assert got.messages[0].body == b"x" and got.messages[0].headers == {}
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_requeued_messages_are_not_order_regressions_on_advanced_subscriptions(
+        nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("advreq", channels=["ch"])
+    await publish(nsq_cluster, "advreq", [b"%d" % i for i in range(6)])
+    got = Collector(7, fail=lambda m: m.body == b"1" and m.attempts == 1)
+    async with Consumer("advreq", "ch", nsqd=[leader_address(nsq_cluster, "advreq")],
+                        handler=got, start=StartPosition.message_count(0),
+                        **fast_retry()) as consumer:
+        await got.wait()
+        assert consumer.stats()["order_errors"] == 0
+    assert [m.attempts for m in got.messages if m.body == b"1"] == [1, 2]
