@@ -378,30 +378,44 @@ class _Subscription:
         consumer = self.consumer
         while self.wanted and not consumer._closing:
             try:
-                link = await self._subscribe()
+                await self._once()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                self.last_error = exc
-                if self._learn(exc):
-                    continue
+            except Exception:  # a bug here must not end the subscription for good
+                log.exception("%s: subscription loop failed; retrying", self.name)
                 self.failures += 1
-                consumer._subscribe_failed(self, exc)
                 await self._pause()
-                continue
-            self.link = link
-            self.failures = 0
+
+    async def _once(self) -> None:
+        """Subscribe, serve until the connection closes, pause before the next round."""
+        consumer = self.consumer
+        try:
+            link = await self._subscribe()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.last_error = exc
+            if self._learn(exc):
+                return
+            self.failures += 1
+            consumer._subscribe_failed(self, exc)
+            await self._pause()
+            return
+        self.link = link
+        self.failures = 0
+        try:
             consumer._flow.add(link)
             reason = await link.conn.closed
+        finally:
             self.link = None
             consumer._flow.remove(link)
             link.closed()
-            if not self.wanted or consumer._closing:
-                break
-            self.last_error = reason
-            self.failures += 1
-            consumer._link_lost(self, reason)
-            await self._pause()
+        if not self.wanted or consumer._closing:
+            return
+        self.last_error = reason
+        self.failures += 1
+        consumer._link_lost(self, reason)
+        await self._pause()
 
     def _learn(self, exc: BaseException) -> bool:
         """A refusal that tells what the topic is: adopt it and resubscribe at once."""
@@ -414,7 +428,7 @@ class _Subscription:
                 and not explicit:
             self._ext_guess = False
         elif exc.code == "E_SUB_ORDER_IS_MUST" and self.consumer._ordered is None \
-                and self._ordered_guess is not True and self.target.ordered is None:
+                and self._ordered_guess is not True:
             self._ordered_guess = True
         else:
             return False
@@ -452,9 +466,13 @@ class _Subscription:
         try:
             youzan = conn.is_youzan
             ordered = False
-            if youzan:
-                ordered = bool(consumer._ordered if consumer._ordered is not None
-                               else target.ordered or self._ordered_guess)
+            if youzan:  # the user's choice, else what the server taught, else the meta
+                if consumer._ordered is not None:
+                    ordered = consumer._ordered
+                elif self._ordered_guess is not None:
+                    ordered = self._ordered_guess
+                else:
+                    ordered = bool(target.ordered)
             command, data, set_offset = self._sub_command(youzan, ordered)
             await conn.request(data, command)
             if set_offset:

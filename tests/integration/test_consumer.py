@@ -391,3 +391,16 @@ async def test_requeued_messages_are_not_order_regressions_on_advanced_subscript
         await got.wait()
         assert consumer.stats()["order_errors"] == 0
     assert [m.attempts for m in got.messages if m.body == b"1"] == [1, 2]
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_ordered_topic_is_learnt_from_the_server_without_meta(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("ordlearn", ordered=True, channels=["ch"])
+    await publish(nsq_cluster, "ordlearn", [b"a", b"b", b"c"])
+    got = Collector(3)
+    async with Consumer("ordlearn", "ch", nsqd=[leader_address(nsq_cluster, "ordlearn")],
+                        partitions=[0], handler=got) as consumer:
+        await got.wait()
+        assert all(s["ordered"] for s in consumer.stats()["subscriptions"].values())
+    assert [m.body for m in got.messages] == [b"a", b"b", b"c"]
+    assert all(m.queue_offset is not None for m in got.messages)
