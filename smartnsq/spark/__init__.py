@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 
 from .options import SinkOptions, SourceOptions
 from .schema import READ_COLUMNS, READ_SCHEMA_DDL, read_schema
-from .sink import NSQCommitMessage, NSQStreamWriter, NSQWriter
+from .sink import NSQCommitMessage, make_stream_writer, make_writer
 from .source import NSQBatchReader, NSQRangePartition, NSQStreamReader
 
 __all__ = [
@@ -56,8 +56,8 @@ class NSQDataSource(DataSource):
     def name(cls) -> str:
         return "nsq"
 
-    def schema(self) -> str:
-        return READ_SCHEMA_DDL
+    def schema(self) -> Any:
+        return read_schema()
 
     def reader(self, schema: Any) -> DataSourceReader:
         return NSQBatchReader(SourceOptions.parse(self.options, streaming=False))
@@ -66,10 +66,10 @@ class NSQDataSource(DataSource):
         return NSQStreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
-        return NSQWriter(SinkOptions.parse(self.options), schema)
+        return make_writer(SinkOptions.parse(self.options), schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        return NSQStreamWriter(SinkOptions.parse(self.options), schema)
+        return make_stream_writer(SinkOptions.parse(self.options), schema)
 
 
 def register(spark: Any) -> None:

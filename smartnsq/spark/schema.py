@@ -44,15 +44,15 @@ def read_schema() -> Any:
     )
 
     return StructType([
-        StructField("topic", StringType(), False),
+        StructField("topic", StringType(), True),
         StructField("partition", IntegerType(), True),
         StructField("internal_id", LongType(), True),
         StructField("trace_id", LongType(), True),
         StructField("queue_offset", LongType(), True),
         StructField("raw_size", IntegerType(), True),
-        StructField("attempts", IntegerType(), False),
-        StructField("timestamp", TimestampType(), False),
-        StructField("body", BinaryType(), False),
+        StructField("attempts", IntegerType(), True),
+        StructField("timestamp", TimestampType(), True),
+        StructField("body", BinaryType(), True),
         StructField("headers", MapType(StringType(), StringType(), True), True),
         StructField("node", StringType(), True),
     ])
@@ -87,3 +87,67 @@ def message_row(topic: str, node: str, message: Message) -> tuple[Any, ...]:
         message.headers if message.ext else {},
         node,
     )
+
+
+_arrow_schema: Any = None
+
+
+def arrow_schema() -> Any:
+    """``READ_SCHEMA`` as the Arrow schema Spark expects from a reader (exact types/nullity)."""
+    global _arrow_schema
+    if _arrow_schema is None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        try:
+            _arrow_schema = to_arrow_schema(read_schema(), timezone="UTC")
+        except TypeError:  # pragma: no cover - pyspark without the timezone argument
+            _arrow_schema = to_arrow_schema(read_schema())
+    return _arrow_schema
+
+
+def message_batch(topic: str, node: str, messages: list[Message]) -> Any:
+    """Messages of one partition as one Arrow ``RecordBatch`` of ``READ_SCHEMA``.
+
+    Readers hand Spark record batches rather than tuples: Spark would otherwise convert every
+    value of every row in Python.
+    """
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    n = len(messages)
+    internal: list[int | None] = []
+    traces: list[int | None] = []
+    offsets: list[int | None] = []
+    sizes: list[int | None] = []
+    attempts: list[int] = []
+    stamps: list[int] = []
+    bodies: list[bytes] = []
+    headers: list[list[tuple[str, str]]] = []
+    for m in messages:
+        if m.youzan:
+            internal.append(signed64(m.internal_id))
+            traces.append(signed64(m.trace_id or 0))
+        else:
+            internal.append(None)
+            traces.append(None)
+        offsets.append(m.queue_offset)
+        sizes.append(m.raw_size)
+        attempts.append(m.attempts)
+        stamps.append(m.timestamp // 1000)
+        bodies.append(m.body)
+        headers.append(list(m.headers.items()) if m.ext else [])
+    partition = messages[0].partition if messages else None
+    columns = [
+        pa.array([topic] * n, schema.field("topic").type),
+        pa.array([partition] * n, schema.field("partition").type),
+        pa.array(internal, schema.field("internal_id").type),
+        pa.array(traces, schema.field("trace_id").type),
+        pa.array(offsets, schema.field("queue_offset").type),
+        pa.array(sizes, schema.field("raw_size").type),
+        pa.array(attempts, schema.field("attempts").type),
+        pa.array(stamps, pa.int64()).cast(schema.field("timestamp").type),
+        pa.array(bodies, schema.field("body").type),
+        pa.array(headers, schema.field("headers").type),
+        pa.array([node] * n, schema.field("node").type),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -33,7 +33,7 @@ from .. import _loop_thread
 from ..errors import InvalidArgument
 from .cluster import ClusterClient, LeaderInfo, TopicLayout, read_range
 from .options import OFFSET_EARLIEST, OFFSET_LATEST, SourceOptions, check_offsets
-from .schema import message_row
+from .schema import message_batch
 
 try:  # Spark >= 4.2: admission control
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -45,6 +45,8 @@ __all__ = ["NSQBatchReader", "NSQRangePartition", "NSQStreamReader", "prorate"]
 log = logging.getLogger("smartnsq.spark")
 
 Offsets = dict[str, dict[str, int]]
+
+_ARROW_BATCH = 4096  # messages per Arrow record batch handed to Spark
 
 
 @dataclass
@@ -143,7 +145,7 @@ class _Planner:
         return out
 
 
-def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[tuple[Any, ...]]:
+def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[Any]:
     """Executor side: the rows of one range, in queue order."""
     loop_thread = _loop_thread.shared()
     client = ClusterClient(options.cluster)
@@ -154,12 +156,18 @@ def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[tuple[Any
             with contextlib.suppress(Exception):
                 leader = client.layout(part.topic).leaders.get(part.partition, leader)
         node = leader.tcp_address
+        pending: list[Any] = []
         for message in read_range(loop_thread, client, part.topic, part.partition, leader,
                                   part.start, part.end, ordered=part.ordered, ext=part.ext,
                                   rdy=options.rdy, read_timeout=options.read_timeout,
                                   channel=options.channel,
                                   channel_prefix=options.channel_prefix):
-            yield message_row(part.topic, node, message)
+            pending.append(message)
+            if len(pending) >= _ARROW_BATCH:
+                yield message_batch(part.topic, node, pending)
+                pending = []
+        if pending:
+            yield message_batch(part.topic, node, pending)
     finally:
         client.close()
         _loop_thread.release_shared(loop_thread)
@@ -279,7 +287,7 @@ class NSQStreamReader(DataSourceStreamReader):
         self._last_end = end
         return self.planner.partitions(check_offsets(start, "start"), check_offsets(end, "end"))
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NSQRangePartition)
         return _read(self._options, partition)
 
@@ -333,7 +341,7 @@ class NSQBatchReader(DataSourceReader):
             planner.close()
         return ranges
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NSQRangePartition)
         return _read(self._options, partition)
 
