@@ -131,14 +131,16 @@ class _Link:
         "ordered",
         "partition",
         "rdy",
+        "rdy_cap",
         "sub",
         "topic",
         "youzan",
     )
 
     def __init__(self, sub: _Subscription, conn: Connection, *, ordered: bool,
-                 detail: bool) -> None:
+                 detail: bool, rdy_cap: int | None = None) -> None:
         self.sub = sub
+        self.rdy_cap = rdy_cap
         self.consumer = sub.consumer
         self.conn = conn
         self.topic = sub.consumer.topic
@@ -395,6 +397,9 @@ class _Subscription:
             raise
         except Exception as exc:
             self.last_error = exc
+            if isinstance(exc, InvalidArgument):
+                consumer._fail(exc)  # the configuration cannot work: retrying would not help
+                return
             if self._learn(exc):
                 return
             self.failures += 1
@@ -466,6 +471,7 @@ class _Subscription:
         try:
             youzan = conn.is_youzan
             ordered = False
+            rdy_cap: int | None = None
             if youzan:  # the user's choice, else what the server taught, else the meta
                 if consumer._ordered is not None:
                     ordered = consumer._ordered
@@ -473,6 +479,14 @@ class _Subscription:
                     ordered = self._ordered_guess
                 else:
                     ordered = bool(target.ordered)
+            else:
+                # classic nsqd has no ordered or positioned subscription: the compat policy
+                # refuses (InvalidArgument, fatal) or says how to degrade
+                plan = consumer._classic_policy().classic_subscription(
+                    consumer.topic, ordered=consumer._ordered, start=consumer._start,
+                    node=conn.address_text)
+                ordered = bool(getattr(plan, "best_effort_order", False))
+                rdy_cap = getattr(plan, "rdy_cap", None)
             command, data, set_offset = self._sub_command(youzan, ordered)
             await conn.request(data, command)
             if set_offset:
@@ -480,7 +494,7 @@ class _Subscription:
             detail = command != "SUB"
             conn.layout = MessageLayout.for_subscription(
                 youzan=youzan, extend_support=ext and youzan, command=command)
-            link = _Link(self, conn, ordered=ordered, detail=detail)
+            link = _Link(self, conn, ordered=ordered, detail=detail, rdy_cap=rdy_cap)
             conn.on_message = link.on_message  # type: ignore[assignment]
             if command == "SUB_ADVANCED" and consumer._start is not None:
                 consumer._started_partitions.add(target.partition)
@@ -575,6 +589,8 @@ class _Flow:
 
     def add(self, link: _Link) -> None:
         max_rdy = 1 if link.ordered else max(1, link.conn.max_rdy_count or 2500)
+        if link.rdy_cap is not None:
+            max_rdy = max(1, min(max_rdy, link.rdy_cap))
         self._apply(self.ctl.add(link, max_rdy, self._loop.time()))
         self._arm()
 
@@ -762,7 +778,8 @@ class Consumer:
                  reconnect_delay: float = 1.0, reconnect_delay_max: float = 60.0,
                  low_rdy_idle_timeout: float = 10.0, rdy_tick_interval: float = 2.0,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
-                 config: ConnectionConfig | None = None, **connection_options: Any) -> None:
+                 classic: Any = None, config: ConnectionConfig | None = None,
+                 **connection_options: Any) -> None:
         v.check_topic(topic)
         v.check_channel(channel)
         self.topic = topic
@@ -781,6 +798,7 @@ class Consumer:
         self._lookup = lookup
         self._own_lookup = lookup is None and bool(self._lookupd)
         self._lookup_options = dict(lookup_options or {})
+        self._classic = classic  # smartnsq.compat.ClassicPolicy; None: its defaults
         self._partitions: frozenset[int] | None = None
         if partitions is not None:
             self._partitions = frozenset(v.check_partition(p) for p in partitions)
@@ -858,6 +876,7 @@ class Consumer:
         self._subs: dict[tuple[Address, int | None], _Subscription] = {}
         self._workers: list[asyncio.Task[None]] = []
         self._close_task: asyncio.Task[None] | None = None
+        self._fatal: BaseException | None = None
         self._closed_event: asyncio.Event | None = None
         self._idle_waiter: asyncio.Future[None] | None = None
         self._refresh_handle: asyncio.TimerHandle | None = None
@@ -923,11 +942,34 @@ class Consumer:
         await self.close()
 
     async def join(self) -> None:
-        """Wait until the consumer is closed (by ``close()`` from elsewhere)."""
+        """Wait until the consumer is closed (by ``close()`` from elsewhere). Raises the
+        configuration error (``InvalidArgument``) that closed it, if one did."""
         if not self._started:
             await self.start()
         assert self._closed_event is not None
         await self._closed_event.wait()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _fail(self, error: BaseException) -> None:
+        """A subscription found the configuration unworkable: close, report from join()."""
+        if self._fatal is None:
+            self._fatal = error
+            log.error("%s/%s: %s; closing the consumer", self.topic, self.channel, error)
+        if not self._closing and self._close_task is None:
+            self._close_task = self._loop.create_task(self.close())
+
+    @property
+    def error(self) -> BaseException | None:
+        """The configuration error that closed the consumer, if any."""
+        return self._fatal
+
+    def _classic_policy(self) -> Any:
+        if self._classic is None:
+            from smartnsq.compat.policy import DEFAULT_POLICY  # the documented hook object
+
+            self._classic = DEFAULT_POLICY
+        return self._classic
 
     async def close(self, timeout: float | None = None) -> None:
         """Drain and close: RDY 0; requeue what was received but not started; wait up to
@@ -1099,6 +1141,8 @@ class Consumer:
         while True:
             msg = await queue.get()
             if msg is None:
+                if self._fatal is not None:
+                    raise self._fatal
                 return
             link: _Link = msg._responder  # type: ignore[assignment]
             if link.dead:
