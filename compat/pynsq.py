@@ -44,6 +44,8 @@ import signal
 import ssl
 import threading
 import warnings
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -52,7 +54,9 @@ from smartnsq.backoff import BackoffPolicy
 from smartnsq.config import ConnectionConfig
 from smartnsq.consumer import Consumer
 from smartnsq.errors import InvalidArgument
+from smartnsq.message import AlreadyResponded
 from smartnsq.message import Message as CoreMessage
+from smartnsq.pool import parse_address
 from smartnsq.producer import BatchResult, PublishResult
 
 __all__ = ["Error", "Message", "Reader", "SendError", "Writer", "run", "stop"]
@@ -139,17 +143,64 @@ def _on_signal(signum: int, frame: Any) -> None:
     stop()
 
 
-def _post(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: Any) -> None:
-    """Call ``fn(*args)`` on the user loop (from the network thread)."""
-    if not loop.is_closed():
-        loop.call_soon_threadsafe(_guarded, fn, *args)
+class _Mailbox:
+    """Calls handed to one event loop from other threads, one wake-up per batch.
+
+    ``call_soon_threadsafe`` per call writes to the loop's wake-up pipe every time; a burst
+    of deliveries (or publishes, or FINs) crossing threads then costs a syscall and a loop
+    iteration each. Here only the call that finds the mailbox empty wakes the loop, which then
+    runs everything queued meanwhile (up to ``BATCH`` per iteration, to stay fair).
+    """
+
+    BATCH = 2048
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
+        self._armed = False
+        self._lock = threading.Lock()
+
+    def post(self, fn: Callable[..., object], *args: Any) -> None:
+        self._items.append((fn, args))
+        if self._armed:
+            return
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+        try:
+            self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: nothing will run there any more
+            log.debug("dropping calls to a closed event loop")
+
+    def _drain(self) -> None:
+        with self._lock:
+            self._armed = False
+        items = self._items
+        for _ in range(min(len(items), self.BATCH)):
+            fn, args = items.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("uncaught exception in %r", fn)
+        if items and not self._armed:
+            with self._lock:
+                if self._armed:
+                    return
+                self._armed = True
+            self._loop.call_soon(self._drain)
 
 
-def _guarded(fn: Callable[..., object], *args: Any) -> None:
-    try:
-        fn(*args)
-    except Exception:
-        log.exception("uncaught exception in %r", fn)
+_mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = \
+    weakref.WeakKeyDictionary()
+
+
+def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
+    with _loops_lock:
+        box = _mailboxes.get(loop)
+        if box is None:
+            box = _mailboxes[loop] = _Mailbox(loop)
+        return box
 
 
 # -- connection arguments ----------------------------------------------------------------------
@@ -277,6 +328,19 @@ class Writer:
         self._sync = sync.Producer(lookupd=lookupd or None, nsqd=nsqd or None, **options)
         self._thread = self._sync.loop_thread
         self._producer = self._sync.async_producer
+        self._user = _mailbox(self._loop)
+        self._net = _mailbox(self._thread.loop)
+        if nsqd:  # pynsq connects at start: so do we, rather than on the first publish
+            self._thread.submit(self._connect([parse_address(a, "nsqd") for a in nsqd]))
+
+    async def _connect(self, addresses: list[tuple[str, int]]) -> None:
+        pool = self._producer.pool
+        results = await asyncio.gather(*(pool.acquire(a) for a in addresses),
+                                       return_exceptions=True)
+        for address, result in zip(addresses, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("[%s] cannot connect to %s:%d yet: %s", self.name, *address,
+                            result)
 
     @property
     def producer(self) -> sync.Producer:
@@ -286,17 +350,17 @@ class Writer:
     def pub(self, topic: str, msg: bytes | str, callback: Callback | None = None) \
             -> concurrent.futures.Future[PublishResult]:
         """Publish one message (PUB)."""
-        future = self._thread.submit(self._producer.publish(topic, _body(msg)))
-        self._answer(future, "pub", topic, callback)
+        future: concurrent.futures.Future[PublishResult] = concurrent.futures.Future()
+        self._net.post(self._send, future, "pub", topic, callback, _body(msg), None)
         return future
 
     def mpub(self, topic: str, msg: bytes | str | Sequence[bytes | str],
              callback: Callback | None = None) -> concurrent.futures.Future[BatchResult]:
         """Publish several messages in one command (MPUB)."""
         bodies = [msg] if isinstance(msg, bytes | str) else list(msg)
-        future = self._thread.submit(self._producer.publish_many(
-            topic, [_body(b) for b in bodies]))
-        self._answer(future, "mpub", topic, callback)
+        future: concurrent.futures.Future[BatchResult] = concurrent.futures.Future()
+        self._net.post(self._send, future, "mpub", topic, callback,
+                       [_body(b) for b in bodies], None)
         return future
 
     def dpub(self, topic: str, delay_ms: int, msg: bytes | str,
@@ -304,31 +368,42 @@ class Writer:
         """Publish one message delivered after ``delay_ms`` (DPUB; classic nsqd only)."""
         if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
             raise InvalidArgument("delay_ms", "must be an int >= 0", delay_ms)
-        future = self._thread.submit(self._producer.publish(topic, _body(msg),
-                                                            delay=delay_ms / 1000.0))
-        self._answer(future, "dpub", topic, callback)
+        future: concurrent.futures.Future[PublishResult] = concurrent.futures.Future()
+        self._net.post(self._send, future, "dpub", topic, callback, _body(msg),
+                       delay_ms / 1000.0)
         return future
 
-    def _answer(self, future: concurrent.futures.Future[Any], command: str, topic: str,
-                callback: Callback | None) -> None:
-        def done(fut: concurrent.futures.Future[Any]) -> None:
-            if fut.cancelled():
-                exc: BaseException | None = concurrent.futures.CancelledError()
-            else:
-                exc = fut.exception()
-            if exc is None:
-                result = fut.result()
-                conn: Any = Conn(result.node)
-                data: Any = b"OK"
-            else:
-                conn = None
-                data = SendError(f"{command} to {topic!r} failed: {exc}", exc)
-            if callback is not None:
-                _post(self._loop, callback, conn, data)
-            elif exc is not None:
-                log.error("[%s] %s to %r failed: %s", self.name, command, topic, exc)
+    def _send(self, future: concurrent.futures.Future[Any], command: str, topic: str,
+              callback: Callback | None, payload: bytes | list[bytes],
+              delay: float | None) -> None:
+        """On the network loop: start the publish; its end answers the future and callback."""
+        if not future.set_running_or_notify_cancel():
+            return
+        coro: Any
+        if isinstance(payload, list):
+            coro = self._producer.publish_many(topic, payload)
+        else:
+            coro = self._producer.publish(topic, payload, delay=delay)
+        task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(functools.partial(self._sent, future, command, topic, callback))
 
-        future.add_done_callback(done)
+    def _sent(self, future: concurrent.futures.Future[Any], command: str, topic: str,
+              callback: Callback | None, task: asyncio.Task[Any]) -> None:
+        exc: BaseException | None = asyncio.CancelledError() if task.cancelled() \
+            else task.exception()
+        if exc is None:
+            result = task.result()
+            future.set_result(result)
+            conn: Any = Conn(result.node)
+            data: Any = b"OK"
+        else:
+            future.set_exception(exc)
+            conn = None
+            data = SendError(f"{command} to {topic!r} failed: {exc}", exc)
+        if callback is not None:
+            self._user.post(callback, conn, data)
+        elif exc is not None:
+            log.error("[%s] %s to %r failed: %s", self.name, command, topic, exc)
 
     def close(self) -> None:
         """Close the connections (pending publishes fail)."""
@@ -357,12 +432,13 @@ class Message:
     ``partition``, ``trace_id``, ``headers``...) is read from ``smartnsq``, the core message.
     """
 
-    __slots__ = ("_async", "_reader", "smartnsq")
+    __slots__ = ("_async", "_reader", "_responded", "smartnsq")
 
     def __init__(self, message: CoreMessage, reader: Reader) -> None:
         self.smartnsq = message
         self._reader = reader
         self._async = False
+        self._responded = False
 
     @property
     def id(self) -> str:
@@ -394,11 +470,18 @@ class Message:
         return self._async
 
     def has_responded(self) -> bool:
-        return self.smartnsq.has_responded
+        return self._responded
+
+    def _settle(self) -> None:
+        if self._responded:
+            raise AlreadyResponded(f"message {self.id} was already answered")
+        self._responded = True
 
     def finish(self) -> None:
         """FIN: processed (or to be dropped)."""
-        self.smartnsq.fin()
+        self._settle()
+        # answered on the network loop, batched with the other answers of this loop turn
+        self._reader._net.post(self.smartnsq.fin)
 
     def requeue(self, **kwargs: Any) -> None:
         """REQ. ``delay`` (s; -1 or absent: ``requeue_delay`` x attempts), ``time_ms``,
@@ -412,10 +495,13 @@ class Message:
             seconds = time_ms / 1000.0
         else:
             seconds = self._reader.requeue_delay * self.attempts
-        self.smartnsq.req(seconds, backoff=backoff)
+        self._settle()
+        self._reader._net.post(self.smartnsq.req, seconds, backoff)
 
     def touch(self) -> None:
-        self.smartnsq.touch()
+        if self._responded:
+            raise AlreadyResponded(f"message {self.id} was already answered")
+        self._reader._net.post(self.smartnsq.touch)
 
     def __repr__(self) -> str:
         return f"<Message id={self.id} attempts={self.attempts} body={self.body[:40]!r}>"
@@ -497,6 +583,8 @@ class Reader:
         self._loop = _user_loop()
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         self._facade = _ConsumerHolder()
+        self._user = _mailbox(self._loop)
+        self._net = _mailbox(self._facade.thread.loop)
         self._consumers: list[Consumer] = []
         self._closed = False
         self._loop.call_soon_threadsafe(self._start)
@@ -581,7 +669,7 @@ class Reader:
 
     def _deliver(self, message: CoreMessage) -> None:
         """On the network loop: hand the message to the user loop."""
-        _post(self._loop, self._handle, Message(message, self))
+        self._user.post(self._handle, Message(message, self))
 
     def _handle(self, message: Message) -> None:
         result: Any = False
