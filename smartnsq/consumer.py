@@ -1084,7 +1084,7 @@ class Consumer:
                     await handler(msg)
                 else:
                     result = handler(msg)
-                    if inspect.isawaitable(result):
+                    if result is not None and inspect.isawaitable(result):
                         await result
             except asyncio.CancelledError:
                 if msg._state == 0 and not link.dead:
