@@ -77,14 +77,9 @@ async def test_classic_nodes_beside_youzan_ones(nsq_cluster_factory: Any) -> Non
 
 
 # -- the consumer rows of the feature table -------------------------------------------------------
-# The Consumer asks ClassicPolicy.classic_subscription() before subscribing to a classic node
-# (docs/compat.md); until it does, these document the expected behaviour.
-
-CONSUMER_HOOK = pytest.mark.xfail(
-    reason="the Consumer does not call ClassicPolicy.classic_subscription() yet", strict=False)
+# The Consumer asks ClassicPolicy.classic_subscription() before subscribing to a classic node.
 
 
-@CONSUMER_HOOK
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic")
 async def test_ordered_on_classic_is_refused(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("plain", channels=["c"])
@@ -95,7 +90,6 @@ async def test_ordered_on_classic_is_refused(nsq_cluster: Any) -> None:
             await asyncio.wait_for(consumer.join(), HOOK_WAIT)
 
 
-@CONSUMER_HOOK
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic")
 async def test_start_position_on_classic_is_refused(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("plain", channels=["c"])
@@ -106,7 +100,6 @@ async def test_start_position_on_classic_is_refused(nsq_cluster: Any) -> None:
             await asyncio.wait_for(consumer.join(), HOOK_WAIT)
 
 
-@CONSUMER_HOOK
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic")
 async def test_best_effort_order_on_classic(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("plain", channels=["c"])
