@@ -234,6 +234,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
             result = asyncio.run(result)
         return int(result or 0)
     except KeyboardInterrupt:
+        if args.command == "tail":
+            return EXIT_OK  # Ctrl-C is how a tail without -n ends
         err.write("interrupted\n")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
