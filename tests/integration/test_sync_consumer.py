@@ -119,3 +119,41 @@ async def test_blocking_iteration_and_answers_from_the_calling_thread(nsq_cluste
     assert sorted(got) == [b"a", b"b", b"c"]
     channel = nsq_cluster.state.topics["synciter"].partitions[0].channels["ch"]
     await wait_until(lambda: channel.finish_count == 3 and channel.in_flight == 0)
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_answers_later_from_another_thread_and_close_is_refused_in_handlers(
+        nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("synclater", channels=["ch"])
+    address = await publish(nsq_cluster, "synclater", [b"job"])
+    taken: list[Message] = []
+    refused: list[BaseException] = []
+    ready = threading.Event()
+    consumer: sync.Consumer | None = None
+
+    def handler(msg: Message) -> None:
+        assert consumer is not None
+        try:
+            consumer.close()
+        except RuntimeError as exc:
+            refused.append(exc)
+        msg.disable_auto_response()  # answered later, by another thread
+        taken.append(msg)
+        ready.set()
+
+    def run() -> dict[str, Any]:
+        nonlocal consumer
+        consumer = sync.Consumer("synclater", "ch", nsqd=[address], handler=handler)
+        with consumer:
+            assert ready.wait(WAIT)
+            worker = threading.Thread(target=taken[0].fin)
+            worker.start()
+            worker.join()
+        # the drain on close waited for the answer to reach the loop
+        return consumer.async_consumer.stats()
+
+    stats = await asyncio.to_thread(run)
+    assert len(refused) == 1 and "stop()" in str(refused[0])
+    assert stats["finished"] == 1 and stats["in_flight"] == 0
+    channel = nsq_cluster.state.topics["synclater"].partitions[0].channels["ch"]
+    await wait_until(lambda: channel.finish_count == 1 and channel.in_flight == 0)
