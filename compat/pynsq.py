@@ -571,15 +571,17 @@ class Reader:
             **(consumer_options or {}),
         }
         self._specs: list[dict[str, Any]] = []
+        shares = _split(max_in_flight, int(bool(lookupd)) + int(bool(nsqd)))
         if lookupd:
-            self._specs.append({**common, "lookupd": lookupd, "lookup_options": {
+            self._specs.append({**common, "max_in_flight": shares[0], "lookupd": lookupd,
+                                "lookup_options": {
                 "poll_interval": float(lookupd_poll_interval),
                 "jitter": float(lookupd_poll_jitter),
                 "connect_timeout": float(lookupd_connect_timeout),
                 "timeout": float(max(lookupd_request_timeout, lookupd_connect_timeout)),
             }})
         if nsqd:
-            self._specs.append({**common, "nsqd": nsqd})
+            self._specs.append({**common, "max_in_flight": shares[-1], "nsqd": nsqd})
         self._loop = _user_loop()
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         self._facade = _ConsumerHolder()
@@ -639,8 +641,9 @@ class Reader:
                 or max_in_flight < 0:
             raise InvalidArgument("max_in_flight", "must be an int >= 0", max_in_flight)
         self.max_in_flight = max_in_flight
-        for consumer in self._consumers:
-            self._facade.thread.call_soon(consumer.set_max_in_flight, max_in_flight)
+        for consumer, share in zip(self._consumers, _split(max_in_flight, len(self._consumers)),
+                                   strict=False):
+            self._facade.thread.call_soon(consumer.set_max_in_flight, share)
 
     def stats(self) -> list[dict[str, Any]]:
         """smartnsq's consumer statistics (one dict per source)."""
@@ -716,6 +719,17 @@ class Reader:
 
     def __repr__(self) -> str:
         return f"<smartnsq.compat.pynsq.Reader {self.name}>"
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """``max_in_flight`` shared by the Reader's sources (lookupd and nsqd), as pynsq shares
+    it over its connections: each at least 1 unless the total is 0."""
+    if parts <= 1:
+        return [total]
+    if total == 0:
+        return [0] * parts
+    base, extra = divmod(total, parts)
+    return [max(1, base + (1 if i < extra else 0)) for i in range(parts)]
 
 
 class _ConsumerHolder:

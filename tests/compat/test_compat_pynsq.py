@@ -142,13 +142,14 @@ def test_handler_semantics(cluster_of: Callable[..., DevCluster]) -> None:
             held.pop().finish()
         check_done()
 
-    MyReader("t", "c", handler, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
-             max_in_flight=5, max_tries=2, requeue_delay=0, max_backoff_duration=0.05)
+    reader = MyReader("t", "c", handler, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
+                      max_in_flight=5, max_tries=2, requeue_delay=0, max_backoff_duration=0.05)
     run_until_with(done, release_held)
     assert seen[b"ok"] == [1]
     assert seen[b"false-once"] == [1, 2] and seen[b"raise-once"] == [1, 2]
     assert seen[b"never"] == [1, 2] and gave_up == [b"never"]  # 3rd delivery: giving_up
     assert seen[b"async"] == [1]
+    reader.close().result(10)
     writer.close()
 
 
@@ -251,4 +252,40 @@ def test_tornado_patterns_keep_working(cluster_of: Callable[..., DevCluster]) ->
     finally:
         periodic.stop()
     assert answers[:3] == [b"OK"] * 3
+    writer.close()
+
+
+def test_answers_by_hand_and_both_sources(cluster_of: Callable[..., DevCluster]) -> None:
+    """requeue(delay=0, backoff=False), touch(), a second answer refused; nsqd + lookupd."""
+    cluster = cluster_of(nodes=1, lookupds=1, mode="classic")
+    writer = nsq.Writer(cluster.nsqd_tcp_addresses)
+    writer.pub("t", b"again").result(10)
+    seen: list[int] = []
+    refused: list[BaseException] = []
+    done = threading.Event()
+
+    def handler(message: nsq.Message) -> None:
+        seen.append(message.attempts)
+        message.enable_async()
+        message.touch()
+        if message.attempts == 1:
+            message.requeue(delay=0, backoff=False)
+        else:
+            message.finish()
+            try:
+                message.finish()
+            except Exception as exc:  # a second answer
+                refused.append(exc)
+            done.set()
+            nsq.stop()
+
+    reader = nsq.Reader("t", "c", handler, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
+                        lookupd_http_addresses=cluster.lookupd_http_addresses,
+                        max_in_flight=3)
+    run_until(done)
+    assert seen == [1, 2] and len(refused) == 1 and reader.message_handler is handler
+    assert [s["topic"] for s in reader.stats()] == ["t", "t"]  # one consumer per source
+    assert nsq._split(3, 2) == [2, 1] and nsq._split(1, 2) == [1, 1]
+    assert nsq._split(0, 2) == [0, 0] and nsq._split(7, 1) == [7]
+    reader.close().result(10)
     writer.close()
