@@ -590,6 +590,10 @@ class _Demo:
                     r.timed_out = True
                     r.problems.append(f"not everything arrived within {limit:.0f} s after "
                                       "publishing ended")
+                regressions = orders.stats().get("order_errors", 0)
+                if regressions:
+                    r.problems.append(f"the consumer saw internal ids or queue offsets go "
+                                      f"backwards {regressions} times")
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.gather(orders.close(), audits.close()),
                                            5.0)
