@@ -165,3 +165,20 @@ def test_policy_validation_and_chooser() -> None:
     more = MigrationChooser(MigrationPolicy(youzan_percent=60))
     assert all(more.side_for("t", f"k{i}") == "youzan" for i in range(500)
                if keyed.side_for("t", f"k{i}") == "youzan")
+
+
+async def test_a_lookupd_changing_kind(nsq_cluster_factory: Any) -> None:
+    """A migration in place: the address answers classic, then youzan; the next lookup decides."""
+    classic = await nsq_cluster_factory(nodes=1, lookupds=1, mode="classic")
+    await classic.create_topic("t")
+    address = classic.lookupd_http_addresses[0]
+    port = int(address.rsplit(":", 1)[1])
+    async with Producer(lookupd=[address],
+                        lookup_options={"poll_interval": 0.2, "discover_interval": 0.2}) as p:
+        before = await p.publish("t", b"to classic")
+        await classic.stop()
+        youzan = await nsq_cluster_factory(nodes=1, lookupds=1, lookupd_http_ports=[port])
+        await youzan.create_topic("t", partitions=2)
+        after = await p.publish("t", b"to youzan", timeout=10)
+    assert before.partition is None and after.partition is not None
+    assert youzan_bodies(youzan, "t") == [b"to youzan"]
