@@ -21,6 +21,7 @@ from .policy import ClassicPolicy, ClassicSubscription
 __all__ = [
     "ClassicPolicy",
     "ClassicSubscription",
+    "Error",
     "Kind",
     "Message",
     "MigrationChooser",

@@ -21,7 +21,7 @@ data)`` getting ``b"OK"`` or an :class:`Error`, and a blocking ``run()``.
 
 Threads. As in pynsq, every handler and every callback runs on the thread that called
 ``run()``, one at a time, on that thread's event loop (tornado's ``IOLoop.current()`` is the
-same loop, so tornado ``PeriodicCallback``\\ s and ``IOLoop.current().stop()`` keep working).
+same loop, so tornado's ``PeriodicCallback`` and ``IOLoop.current().stop()`` keep working).
 The network side lives on smartnsq's background event loop: a slow handler delays the next
 handler, never heartbeats or other connections.
 
