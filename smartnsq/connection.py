@@ -689,6 +689,15 @@ class Connection(asyncio.Protocol):
         return f"{self._host}:{self._port}"
 
     @property
+    def local_address(self) -> str:
+        """This end's ``host:port`` (what a trace line names as the client), ``"?"`` if closed."""
+        transport = self._transport
+        sock = None if transport is None else transport.get_extra_info("sockname")
+        if isinstance(sock, tuple) and len(sock) >= 2:
+            return f"{sock[0]}:{sock[1]}"
+        return "?" if sock is None else str(sock)
+
+    @property
     def config(self) -> ConnectionConfig:
         return self._config
 

@@ -157,7 +157,7 @@ class _Link:
         self.lane_busy = False
         self.last_id = -1
         self.last_offset = -1
-        self.local = _local_address(conn)
+        self.local = conn.local_address
         self._send = conn.send
         self._fin = commands.fin
         self._req = commands.req
@@ -314,16 +314,6 @@ class _Link:
 
     def __repr__(self) -> str:
         return f"<_Link {self.node} {self.topic}/{self.partition} in_flight={self.in_flight}>"
-
-
-def _local_address(conn: Connection) -> str:
-    transport = getattr(conn, "_transport", None)
-    if transport is None:
-        return "?"
-    sock = transport.get_extra_info("sockname")
-    if isinstance(sock, tuple) and len(sock) >= 2:
-        return f"{sock[0]}:{sock[1]}"
-    return str(sock)
 
 
 class _Subscription:
