@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -34,6 +35,25 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 _DEFAULT_LOOKUPD_ENV = "SMARTNSQ_LOOKUPD"
+
+
+_streams = threading.local()  # where argparse writes during one main() call, per thread
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse writing to ``main``'s streams instead of the process-wide ``sys.stdout``/
+    ``sys.stderr``, so concurrent in-process calls (tests, embedding) do not mix outputs."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not message:
+            return
+        out = getattr(_streams, "out", None)
+        err = getattr(_streams, "err", None)
+        if file is None or file is sys.stderr:
+            file = err or sys.stderr
+        elif file is sys.stdout:
+            file = out or sys.stdout
+        file.write(message)
 
 
 def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -60,7 +80,7 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="smartnsq",
         description="Partition-aware tools for youzan NSQ (and classic NSQ). "
                     "Start with: smartnsq demo")
@@ -119,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("pub", "publish lines from stdin or files",
                 description="Publish each non-empty line as one message (MPUB batches).")
     p.add_argument("topic")
-    p.add_argument("files", nargs="*", metavar="FILE",
+    p.add_argument("files", nargs="*", metavar="FILE", default=[],
                    help="files to read ('-' or none: stdin)")
     key = p.add_mutually_exclusive_group()
     key.add_argument("--sharding-key", metavar="KEY",
@@ -203,13 +223,15 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     parser = build_parser()
+    _streams.out, _streams.err = out, err
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            args, extra = parser.parse_known_args(argv)
-            if extra and args.command != "dev-cluster":
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command != "dev-cluster":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse printed usage or help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    finally:
+        _streams.out = _streams.err = None
     if args.command is None:
         parser.print_help(out)
         return EXIT_USAGE
