@@ -149,5 +149,9 @@ class MigrationChooser:
         self.counts[counter] = self.counts.get(counter, 0) + 1
         return chosen
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # shipped to other processes (Spark executors) as its policy: counts stay local
+        return (MigrationChooser, (self.policy,))
+
     def __repr__(self) -> str:
         return f"<MigrationChooser {self.policy}>"
