@@ -155,7 +155,8 @@ async def run_pub(args: argparse.Namespace) -> int:
                     args.partition >= partition_num:
                 raise CLIError(f"--partition {args.partition}: topic {topic!r} has "
                                f"{partition_num} partitions (0..{partition_num - 1})")
-            chunk_size = args.batch * _CHUNK_BATCHES * max(1, partition_num)
+            lanes = max(1, partition_num or len(routes.nodes))
+            chunk_size = args.batch * _CHUNK_BATCHES * lanes
 
             async def send_group(target: int | None, bodies: list[bytes]) -> None:
                 for i in range(0, len(bodies), args.batch):
@@ -183,7 +184,20 @@ async def run_pub(args: argparse.Namespace) -> int:
                 groups: dict[int | None, list[bytes]] = {}
                 for target, body in chunk:
                     groups.setdefault(target, []).append(body)
-                await asyncio.gather(*(send_group(t, b) for t, b in groups.items()))
+                jobs = []
+                for target, bodies in groups.items():
+                    if target is None and args.sharding_key is None and lanes > 1:
+                        # unsharded: no order to keep, so batches go out over several lanes
+                        # at once and the producer spreads them over the partitions
+                        size = args.batch
+                        batches = [bodies[i:i + size] for i in range(0, len(bodies), size)]
+                        for lane in range(lanes):
+                            mine = [b for part in batches[lane::lanes] for b in part]
+                            if mine:
+                                jobs.append(send_group(None, mine))
+                    else:
+                        jobs.append(send_group(target, bodies))
+                await asyncio.gather(*jobs)
 
             chunk: list[tuple[int | None, bytes]] = []
             for source in sources:
