@@ -212,9 +212,13 @@ def _setup_logging(debug: bool, stderr: TextIO) -> None:
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
     elif not logger.handlers and not logging.getLogger().handlers:
-        # the library logs retries and failovers as warnings; without --debug the CLI says
-        # what matters itself, in one line, so keep Python's last-resort handler quiet
+        # the library logs retries and failovers as warnings (and asyncio its own complaints
+        # at shutdown); without --debug the CLI says what matters itself, in one line, so
+        # keep Python's last-resort handler quiet
         logger.addHandler(logging.NullHandler())
+        asyncio_logger = logging.getLogger("asyncio")
+        if not asyncio_logger.handlers:
+            asyncio_logger.addHandler(logging.NullHandler())
 
 
 def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
