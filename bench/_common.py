@@ -253,6 +253,30 @@ def peer_available(peer: str) -> str | None:
     return (out.stderr.strip().splitlines() or ["import failed"])[-1][:160]
 
 
+class Span:
+    """Wall-clock and process CPU time of a measured stretch.
+
+    CPU time is the client's own cost (every thread of its interpreter), which the load of a
+    shared machine and the server's speed disturb far less than wall-clock rates.
+    """
+
+    __slots__ = ("_cpu0", "_wall0", "cpu", "wall")
+
+    def __init__(self) -> None:
+        self._wall0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+        self.wall = self.cpu = 0.0
+
+    @classmethod
+    def begin(cls) -> Span:
+        return cls()
+
+    def end(self) -> Span:
+        self.wall = time.perf_counter() - self._wall0
+        self.cpu = time.process_time() - self._cpu0
+        return self
+
+
 # -- a minimal blocking client, for pre-loading and for measuring the server ------------------
 
 class RawClient:

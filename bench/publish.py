@@ -16,11 +16,14 @@ process, loopback):
 * MPUB x100: batches of 100 messages, each batch awaited before the next.
 
 Each client runs in its own interpreter (gevent's monkeypatching stays with gnsq) after a
-one-message warm-up that opens its connection; the clock covers the publishes only. Every
+one-message warm-up that opens its connection; the clock covers the publishes only. Two
+figures per run: msg/s (wall clock) and the client's CPU time per message (every thread of
+its interpreter), the library's own cost, which the server's speed and the machine's other
+load disturb much less than a rate. Every
 run gets a fresh topic, and the server's message count is checked afterwards (``ok``).
 With ``--rounds R`` the clients take turns R times (the order rotates each round) and the
-best rate of each is kept, which evens out the noise of a shared machine. Ratios are each
-client's rate over smartnsq's.
+best rate and lowest CPU cost of each are kept, which evens out the noise of a shared
+machine. Ratios are each client's figure over smartnsq's.
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ import argparse
 import asyncio
 import importlib.util
 import sys
-import time
 from typing import Any
 
 from _common import (
     PEERS,
+    Span,
     command_line,
     dev_cluster,
     emit,
@@ -62,15 +65,15 @@ def _windows(count: int, window: int) -> list[int]:
 # -- workers: each runs in its own interpreter -------------------------------------------------
 
 def work_smartnsq(mode: str, addr: str, lookupd: str, topic: str, count: int, body: bytes,
-                  window: int) -> float:
+                  window: int) -> Span:
     from smartnsq.producer import Producer
 
-    async def run() -> float:
+    async def run() -> Span:
         where: dict[str, Any] = {"lookupd": [lookupd]} if lookupd else {"nsqd": [addr]}
         async with Producer(**where) as producer:
             publish = producer.publish
             await publish(topic, body)  # warm-up: connection and routes
-            start = time.perf_counter()
+            start = Span.begin()
             if mode == "seq":
                 for _ in range(count):
                     await publish(topic, body)
@@ -80,19 +83,19 @@ def work_smartnsq(mode: str, addr: str, lookupd: str, topic: str, count: int, bo
             else:
                 for n in _batches(count):
                     await producer.publish_many(topic, [body] * n)
-            return time.perf_counter() - start
+            return start.end()
 
     return asyncio.run(run())
 
 
 def work_smartnsq_sync(mode: str, addr: str, lookupd: str, topic: str, count: int,
-                       body: bytes, window: int) -> float:
+                       body: bytes, window: int) -> Span:
     from smartnsq import sync
 
     where: dict[str, Any] = {"lookupd": [lookupd]} if lookupd else {"nsqd": [addr]}
     with sync.Producer(**where) as producer:
         producer.publish(topic, body)  # warm-up
-        start = time.perf_counter()
+        start = Span.begin()
         if mode == "seq":
             for _ in range(count):
                 producer.publish(topic, body)
@@ -101,18 +104,17 @@ def work_smartnsq_sync(mode: str, addr: str, lookupd: str, topic: str, count: in
                 producer.publish_many(topic, [body] * n)
         else:
             raise ValueError(f"{mode}: not a blocking pattern")
-        return time.perf_counter() - start
+        return start.end()
 
 
 def work_pynsq(mode: str, addr: str, topic: str, count: int, body: bytes,
-               window: int) -> float:
+               window: int) -> Span:
     import nsq
     import tornado.ioloop
 
     loop = tornado.ioloop.IOLoop.current()
     writer = nsq.Writer([addr])
-    state: dict[str, Any] = {"left": count, "pending": 0, "error": None, "start": 0.0,
-                             "end": 0.0}
+    state: dict[str, Any] = {"left": count, "pending": 0, "error": None, "span": None}
     batches = _batches(count)
 
     def fail(data: Any) -> bool:
@@ -123,7 +125,7 @@ def work_pynsq(mode: str, addr: str, topic: str, count: int, body: bytes,
         return False
 
     def finish() -> None:
-        state["end"] = time.perf_counter()
+        state["span"].end()
         loop.stop()
 
     def seq_cb(conn: Any, data: Any) -> None:
@@ -163,7 +165,7 @@ def work_pynsq(mode: str, addr: str, topic: str, count: int, body: bytes,
     def begin(conn: Any, data: Any) -> None:
         if fail(data):
             return
-        state["start"] = time.perf_counter()
+        state["span"] = Span.begin()
         if mode == "seq":
             seq_cb(conn, data)
         elif mode == "pipe":
@@ -181,10 +183,11 @@ def work_pynsq(mode: str, addr: str, topic: str, count: int, body: bytes,
     loop.start()
     if state["error"]:
         raise RuntimeError(state["error"])
-    return float(state["end"] - state["start"])
+    span: Span = state["span"]
+    return span
 
 
-def work_gnsq(mode: str, addr: str, topic: str, count: int, body: bytes, window: int) -> float:
+def work_gnsq(mode: str, addr: str, topic: str, count: int, body: bytes, window: int) -> Span:
     from gevent import monkey
 
     monkey.patch_all()
@@ -193,7 +196,7 @@ def work_gnsq(mode: str, addr: str, topic: str, count: int, body: bytes, window:
     producer = gnsq.Producer([addr])
     producer.start()
     producer.publish(topic, body)  # warm-up
-    start = time.perf_counter()
+    start = Span.begin()
     if mode == "seq":
         for _ in range(count):
             producer.publish(topic, body)
@@ -205,12 +208,12 @@ def work_gnsq(mode: str, addr: str, topic: str, count: int, body: bytes, window:
     else:
         for n in _batches(count):
             producer.multipublish(topic, [body] * n)
-    elapsed = time.perf_counter() - start
+    elapsed = start.end()
     producer.close()
     return elapsed
 
 
-def work_ansq(mode: str, addr: str, topic: str, count: int, body: bytes, window: int) -> float:
+def work_ansq(mode: str, addr: str, topic: str, count: int, body: bytes, window: int) -> Span:
     import ansq
 
     host, port = addr.rsplit(":", 1)
@@ -219,10 +222,10 @@ def work_ansq(mode: str, addr: str, topic: str, count: int, body: bytes, window:
         if not response.is_ok:
             raise RuntimeError(repr(response))
 
-    async def run() -> float:
+    async def run() -> Span:
         conn = await ansq.open_connection(host, int(port))
         check(await conn.pub(topic, body))
-        start = time.perf_counter()
+        start = Span.begin()
         if mode == "seq":
             for _ in range(count):
                 check(await conn.pub(topic, body))
@@ -233,7 +236,7 @@ def work_ansq(mode: str, addr: str, topic: str, count: int, body: bytes, window:
         else:
             for n in _batches(count):
                 check(await conn.mpub(topic, *([body] * n)))
-        elapsed = time.perf_counter() - start
+        elapsed = start.end()
         await conn.close()
         return elapsed
 
@@ -241,7 +244,7 @@ def work_ansq(mode: str, addr: str, topic: str, count: int, body: bytes, window:
 
 
 def work_asyncnsq(mode: str, addr: str, topic: str, count: int, body: bytes,
-                  window: int) -> float:
+                  window: int) -> Span:
     import asyncnsq
 
     host, port = addr.rsplit(":", 1)
@@ -250,10 +253,10 @@ def work_asyncnsq(mode: str, addr: str, topic: str, count: int, body: bytes,
         if response != b"OK":
             raise RuntimeError(repr(response))
 
-    async def run() -> float:
+    async def run() -> Span:
         writer = await asyncnsq.create_writer(host, int(port))
         check(await writer.pub(topic, body))
-        start = time.perf_counter()
+        start = Span.begin()
         if mode == "seq":
             for _ in range(count):
                 check(await writer.pub(topic, body))
@@ -264,7 +267,7 @@ def work_asyncnsq(mode: str, addr: str, topic: str, count: int, body: bytes,
         else:
             for n in _batches(count):
                 check(await writer.mpub(topic, *([body] * n)))
-        elapsed = time.perf_counter() - start
+        elapsed = start.end()
         writer.close()
         return elapsed
 
@@ -275,14 +278,15 @@ def worker(argv: list[str]) -> int:
     client, mode, addr, lookupd, topic, count_s, body_s, window_s = argv
     count, body, window = int(count_s), b"x" * int(body_s), int(window_s)
     if client == "smartnsq":
-        elapsed = work_smartnsq(mode, addr, lookupd, topic, count, body, window)
+        span = work_smartnsq(mode, addr, lookupd, topic, count, body, window)
     elif client == "smartnsq-sync":
-        elapsed = work_smartnsq_sync(mode, addr, lookupd, topic, count, body, window)
+        span = work_smartnsq_sync(mode, addr, lookupd, topic, count, body, window)
     else:
         fn = {"pynsq": work_pynsq, "gnsq": work_gnsq, "ansq": work_ansq,
               "asyncnsq": work_asyncnsq}[client]
-        elapsed = fn(mode, addr, topic, count, body, window)
-    emit({"count": count, "seconds": elapsed, "rate": count / elapsed})
+        span = fn(mode, addr, topic, count, body, window)
+    emit({"count": count, "seconds": span.wall, "rate": count / span.wall,
+          "cpu_us": span.cpu / count * 1e6})
     return 0
 
 
@@ -350,37 +354,49 @@ def main() -> int:
                         result["stored"] = stored
                     cluster.drop_topic(topic)
                     prev = best.get((client, mode))
-                    if prev is None or "error" in prev or (
-                            "error" not in result and result["rate"] > prev["rate"]):
+                    if prev is None or "error" in prev:
                         best[(client, mode)] = result
+                    elif "error" not in result:
+                        # keep the best rate and, separately, the lowest CPU cost
+                        cpu = min(prev["cpu_us"], result["cpu_us"])
+                        if result["rate"] > prev["rate"]:
+                            best[(client, mode)] = result
+                        best[(client, mode)]["cpu_us"] = cpu
 
-    headers = ["client"]
-    for mode in modes:
-        headers += [f"{MODES[mode]} msg/s", "vs smartnsq"]
     rows = []
+    cpu_rows = []
     notes = []
     for client in clients:
         row = [client]
+        cpu_row = [client]
         for mode in modes:
             if (client, mode) in SKIP:
-                row += ["n/a", "-"]
+                row.append("n/a")
+                cpu_row.append("n/a")
                 continue
             r = best[(client, mode)]
-            base = best.get(("smartnsq", mode), {}).get("rate")
+            base = best.get(("smartnsq", mode), {})
             if "error" in r:
-                row += ["failed", "-"]
+                row.append("failed")
+                cpu_row.append("failed")
                 notes.append(f"{client} {MODES[mode]}: {r['error']}")
                 continue
             mark = "" if r["verified"] else " (!)"
             if not r["verified"]:
                 notes.append(f"{client} {MODES[mode]}: server stored {r['stored']} messages, "
                              f"expected {r['count'] + 1}")
-            row += [fmt_rate(r["rate"]) + mark, fmt_ratio(r["rate"], base)]
+            row.append(f"{fmt_rate(r['rate'])}{mark} ({fmt_ratio(r['rate'], base.get('rate'))})")
+            cpu_row.append(f"{r['cpu_us']:.1f} ({fmt_ratio(r['cpu_us'], base.get('cpu_us'))})")
         rows.append(row)
+        cpu_rows.append(cpu_row)
     for peer, why in unavailable.items():
-        rows.append([peer] + ["not importable", "-"] * len(modes))
+        rows.append([peer] + ["not importable"] * len(modes))
+        cpu_rows.append([peer] + ["-"] * len(modes))
         notes.append(f"{peer}: {why}")
-    print(table(headers, rows))
+    print("throughput, msg/s (x smartnsq's rate; higher is faster)\n")
+    print(table(["client", *(MODES[m] for m in modes)], rows))
+    print("\nclient CPU per message, microseconds (x smartnsq's cost; lower is cheaper)\n")
+    print(table(["client", *(MODES[m] for m in modes)], cpu_rows))
     print("\nevery run's message count was checked on the server" +
           ("" if not notes else "; notes:"))
     for note in notes:
