@@ -289,3 +289,22 @@ def test_answers_by_hand_and_both_sources(cluster_of: Callable[..., DevCluster])
     assert nsq._split(0, 2) == [0, 0] and nsq._split(7, 1) == [7]
     reader.close().result(10)
     writer.close()
+
+
+def test_writer_over_both_clusters(cluster_of: Callable[..., DevCluster]) -> None:
+    """The Writer's lookupd extension with a migration policy: one pynsq Writer, two clusters."""
+    from smartnsq.compat import MigrationPolicy
+
+    old = cluster_of("moving", nodes=1, lookupds=1, mode="classic")
+    new = cluster_of("moving", nodes=1, lookupds=1)
+    writer = nsq.Writer(lookupd_http_addresses=[*old.lookupd_http_addresses,
+                                                *new.lookupd_http_addresses],
+                        producer_options={"migration": MigrationPolicy(prefer="classic")})
+    classic_result = writer.pub("moving", b"x").result(10)
+    writer.close()
+    writer = nsq.Writer(lookupd_http_addresses=[*old.lookupd_http_addresses,
+                                                *new.lookupd_http_addresses])
+    youzan_result = writer.pub("moving", b"y").result(10)
+    writer.close()
+    assert classic_result.node == old.nsqd_tcp_addresses[0] and classic_result.partition is None
+    assert youzan_result.node == new.nsqd_tcp_addresses[0] and youzan_result.partition is not None
