@@ -72,6 +72,7 @@ class _Conn:
     share: int = 0          # allotment in the current distribution (0 or 1 in low-RDY mode)
     primed: bool = False    # has delivered a message since it was added
     last_message: float = -1.0   # -1: never
+    last_finished: float = -1.0
     granted_at: float = -1.0     # when RDY last went from 0 to >= 1; -1: never
 
     @property
@@ -79,7 +80,7 @@ class _Conn:
         return max(self.rdy, self.in_flight)
 
     def idle_since(self) -> float:
-        return max(self.last_message, self.granted_at, self.added_at)
+        return max(self.last_message, self.last_finished, self.granted_at, self.added_at)
 
 
 class _Changes:
@@ -275,6 +276,7 @@ class RdyController:
         if c is not None and c.in_flight > 0:
             freed = c.in_flight > c.rdy
             c.in_flight -= 1
+            c.last_finished = now
         if (self.backoff.state, self.backoff.level) != before:
             self._rebalance_into(out, now)
         else:

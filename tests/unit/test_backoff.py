@@ -54,10 +54,10 @@ def test_failure_backs_off_then_probes() -> None:
     assert (b.state, b.level, b.until) == ("backing_off", 1, 11.0)
     assert b.state_at(10.9) == "backing_off"
     assert b.state_at(11.0) == "probing"
-    assert b.state == "backing_off"  # state_at changes nothing
+    assert b.state_at(0.0) == "backing_off"  # state_at changes nothing
     assert not b.update(10.5)
     assert b.update(11.0)
-    assert b.state == "probing"
+    assert b.state_at(11.0) == b.state == "probing"
     assert b.until == 0.0
 
 
