@@ -136,26 +136,57 @@ class Cluster:
     def http(self) -> str:
         return self.nsqd_http[0]
 
-    # classic nsqd HTTP API: topics are created and deleted per run so that every client
-    # starts from an empty topic and the server's memory does not grow across runs
-    def post(self, path: str, **params: str) -> bytes:
-        url = f"http://{self.http}{path}?{urllib.parse.urlencode(params)}"
+    # Topics are created and deleted per run so that every client starts from an empty topic
+    # and the server's memory does not grow across runs. Classic: nsqd's HTTP API. Youzan:
+    # as an operator does it (protocol.md 2.x): create on the lookupd, wait for a leader,
+    # create the channel on the leader (a youzan channel created later would start at the
+    # partition's end, and writers do not see a partition without a channel).
+    def post(self, path: str, host: str | None = None, **params: str) -> bytes:
+        url = f"http://{host or self.http}{path}?{urllib.parse.urlencode(params)}"
         req = urllib.request.Request(url, data=b"", method="POST")
         with urllib.request.urlopen(req, timeout=30) as resp:
             return bytes(resp.read())
 
+    def _lookup(self, topic: str, access: str) -> dict[str, Any]:
+        url = (f"http://{self.lookupd_http[0]}/lookup?"
+               f"{urllib.parse.urlencode({'topic': topic, 'access': access})}")
+        req = urllib.request.Request(url, headers={"Accept": "application/vnd.nsq; version=1.0"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                data: dict[str, Any] = json.loads(resp.read())
+        except OSError:
+            return {}
+        return dict(data.get("data", data))
+
+    def _wait_lookup(self, topic: str, access: str) -> None:
+        deadline = time.monotonic() + 30
+        while not self._lookup(topic, access).get("partitions"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: no partition in access={access} lookups")
+            time.sleep(0.01)  # a benchmark's set-up poll, not a test
+
     def fresh_topic(self, topic: str, channel: str | None = "bench") -> None:
-        if self.mode != "classic":
-            raise RuntimeError("fresh_topic needs a classic cluster")
-        with suppress(OSError):  # did not exist
-            self.post("/topic/delete", topic=topic)
-        self.post("/topic/create", topic=topic)
-        if channel:
-            self.post("/channel/create", topic=topic, channel=channel)
+        if self.mode == "classic":
+            with suppress(OSError):  # did not exist
+                self.post("/topic/delete", topic=topic)
+            self.post("/topic/create", topic=topic)
+            if channel:
+                self.post("/channel/create", topic=topic, channel=channel)
+            return
+        lookupd = self.lookupd_http[0]
+        with suppress(OSError):
+            self.post("/topic/delete", lookupd, topic=topic, partition="**")
+        self.post("/topic/create", lookupd, topic=topic, partition_num="1", replicator="1")
+        self._wait_lookup(topic, "r")
+        self.post("/channel/create", topic=topic, partition="0", channel=channel or "bench")
+        self._wait_lookup(topic, "w")
 
     def drop_topic(self, topic: str) -> None:
         with suppress(OSError):
-            self.post("/topic/delete", topic=topic)
+            if self.mode == "classic":
+                self.post("/topic/delete", topic=topic)
+            else:
+                self.post("/topic/delete", self.lookupd_http[0], topic=topic, partition="**")
 
     def stats(self, topic: str) -> dict[str, Any]:
         url = f"http://{self.http}/stats?format=json&topic={topic}"

@@ -4,7 +4,8 @@
                             [--clients smartnsq,smartnsq-conn,pynsq,...] [--via nsqd|lookupd]
 
 Before each run N messages (100-byte bodies) are loaded into a fresh topic's channel on one
-classic nsqd of the dev cluster (its own process, loopback); then one client, in its own
+classic nsqd of the dev cluster (its own process, loopback; ``--cluster youzan``: one youzan
+nsqd, a one-partition topic, peers subscribing without a partition); then one client, in its own
 interpreter, subscribes with max_in_flight M and finishes every message from a handler
 that only counts. msg/s is the steady rate, from the first message handled to the N-th;
 "first msg" is the time from creating the client to its first message (connect, IDENTIFY,
@@ -48,6 +49,8 @@ from _common import (
     run_worker,
     table,
 )
+
+from smartnsq.protocol.frames import CLASSIC_LAYOUT, YOUZAN_LAYOUT
 
 CHANNEL = "bench"
 CLIENTS = ("smartnsq", "smartnsq-conn", *PEERS)
@@ -101,6 +104,7 @@ def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int) -> 
 def work_smartnsq_conn(addr: str, topic: str, count: int, mif: int) -> Clock:
     from smartnsq.connection import Connection
     from smartnsq.protocol import commands
+    from smartnsq.protocol.frames import MessageLayout
 
     async def run() -> Clock:
         done = asyncio.get_running_loop().create_future()
@@ -121,7 +125,9 @@ def work_smartnsq_conn(addr: str, topic: str, count: int, mif: int) -> Clock:
         host, port = addr.rsplit(":", 1)
         clock = Clock()
         conn = await Connection.connect(host, int(port), on_message=on_message)
-        await conn.request(commands.sub(topic, CHANNEL))
+        conn.layout = MessageLayout.for_subscription(youzan=conn.is_youzan,
+                                                     extend_support=False, command="SUB")
+        await conn.request(commands.sub(topic, CHANNEL, 0 if conn.is_youzan else None))
         conn.send(commands.rdy(mif))
         await asyncio.wait_for(done, 600)
         await conn.close()
@@ -260,6 +266,10 @@ def main() -> int:
     parser.add_argument("--body", type=int, default=100, help="body size in bytes")
     parser.add_argument("--rounds", type=int, default=None, help="default 3, quick 1")
     parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--cluster", choices=("classic", "youzan"), default="classic",
+                        help="the dev cluster's flavour (youzan: peers SUB without a "
+                             "partition and get the node's default one, with binary ids)")
+    parser.add_argument("--timeout", type=float, default=300, help="per client run, seconds")
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
                         help="how smartnsq's Consumer finds the node (auto: lookupd once "
                              "smartnsq.lookup exists)")
@@ -283,21 +293,23 @@ def main() -> int:
 
     print(f"consume: {count:,} pre-loaded messages of {args.body} bytes, max_in_flight "
           f"{args.max_in_flight}, no-op handler + FIN; best of {rounds} round(s); smartnsq "
-          f"Consumer via {via}\n")
+          f"Consumer via {via}; {args.cluster} nsqd\n")
     best: dict[str, dict[str, Any]] = {}
-    with dev_cluster("classic") as cluster:
+    with dev_cluster(args.cluster) as cluster:
         for rnd in range(rounds):
             shift = rnd % len(clients)
             for client in clients[shift:] + clients[:shift]:
                 topic = f"bench_sub_{client.replace('-', '_')}"
                 cluster.fresh_topic(topic, CHANNEL)
-                loader = RawClient(cluster.tcp)
-                loader.preload(topic, count, body)
+                youzan = args.cluster == "youzan"
+                loader = RawClient(cluster.tcp, YOUZAN_LAYOUT if youzan else CLASSIC_LAYOUT)
+                loader.preload(topic, count, body, partition=0 if youzan else None)
                 loader.close()
                 result = run_worker("consume.py", [
                     client, cluster.tcp,
                     cluster.lookupd_http[0] if (client == "smartnsq" and via == "lookupd")
-                    else "", topic, str(count), str(args.max_in_flight)])
+                    else "", topic, str(count), str(args.max_in_flight)],
+                    timeout=args.timeout)
                 if "error" not in result:
                     result["left"] = leftover(cluster, topic)
                 cluster.drop_topic(topic)
@@ -317,7 +329,7 @@ def main() -> int:
     for client in clients:
         r = best[client]
         if "error" in r:
-            rows.append([client, "failed", "-", "-", "-", "-", "-"])
+            rows.append([client, "failed", "-", "-", "-", "-", "-", "-"])
             notes.append(f"{client}: {r['error']}")
             continue
         left = r.get("left")
@@ -326,15 +338,15 @@ def main() -> int:
                      f"{r['first'] * 1000:.0f} ms", fmt_rate(r["overall"]),
                      "?" if left is None else str(left)])
     for peer, why in unavailable.items():
-        rows.append([peer, "not importable", "-", "-", "-", "-", "-"])
+        rows.append([peer, "not importable", "-", "-", "-", "-", "-", "-"])
         notes.append(f"{peer}: {why}")
     print(table(["client", "msg/s", "vs smartnsq", "CPU us/msg", "vs smartnsq", "first msg",
                  "overall msg/s", "left in channel"], rows))
     for note in notes:
         print(f"  - {note}")
     print(f"\ncommand: {command_line()}")
-    print(environment("server: smartnsq.devcluster --mode classic, 1 nsqd, separate process, "
-                      "loopback"))
+    print(environment(f"server: smartnsq.devcluster --mode {args.cluster}, 1 nsqd, separate "
+                      "process, loopback"))
     return 0
 
 

@@ -9,7 +9,8 @@ pipelined row), pynsq (``nsq.Writer``, tornado callbacks), gnsq (``gnsq.Producer
 ansq (``open_connection``), asyncnsq (``create_writer``).
 
 Three ways of publishing 100-byte messages to one classic nsqd of the dev cluster (its own
-process, loopback):
+process, loopback; ``--cluster youzan``: one youzan nsqd and a one-partition topic, which the
+peers write without naming the partition):
 
 * sequential: one publish at a time, each awaited (acknowledged) before the next;
 * pipelined: windows of W concurrent publishes on one connection, each window awaited;
@@ -310,6 +311,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None, help="default 3, quick 1")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--cluster", choices=("classic", "youzan"), default="classic",
+                        help="the dev cluster's flavour (youzan: peers PUB without a "
+                             "partition, which a youzan nsqd writes to its default one)")
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
                         help="how smartnsq finds the node (auto: lookupd once "
                              "smartnsq.lookup exists)")
@@ -330,9 +334,9 @@ def main() -> int:
 
     print(f"publish: {count:,} messages pipelined (window {args.window}) and in MPUB x{BATCH}, "
           f"{seq_count:,} sequential; {args.body}-byte bodies; best of {rounds} round(s); "
-          f"smartnsq via {via}\n")
+          f"smartnsq via {via}; {args.cluster} nsqd\n")
     best: dict[tuple[str, str], dict[str, Any]] = {}
-    with dev_cluster("classic") as cluster:
+    with dev_cluster(args.cluster) as cluster:
         for rnd in range(rounds):
             for mode in modes:
                 n = seq_count if mode == "seq" else count
@@ -402,8 +406,8 @@ def main() -> int:
     for note in notes:
         print(f"  - {note}")
     print(f"\ncommand: {command_line()}")
-    print(environment("server: smartnsq.devcluster --mode classic, 1 nsqd, separate process, "
-                      "loopback"))
+    print(environment(f"server: smartnsq.devcluster --mode {args.cluster}, 1 nsqd, separate "
+                      "process, loopback"))
     return 0
 
 

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             spark = (SparkSession.builder.master(f"local[{cores}]")
                      .appName(f"smartnsq-bench-{cores}")
                      .config("spark.ui.enabled", "false")
+                     .config("spark.ui.showConsoleProgress", "false")
                      .config("spark.sql.shuffle.partitions", str(cores))
                      .getOrCreate())
             spark.sparkContext.setLogLevel("ERROR")
