@@ -19,7 +19,7 @@ State*) with a few fixes:
   Hence both ``total_rdy <= max_in_flight`` and, whenever RDY is raised, the number of
   messages that can be in flight stays within ``max_in_flight``.
 * With fewer ``max_in_flight`` than connections, ``RDY 1`` goes to a subset; :meth:`tick`
-  takes it back from connections with nothing in flight and no message for
+  takes it back from connections with nothing in flight and no message (nor finish) for
   ``low_rdy_idle_timeout`` and gives it to the connections that waited longest (random among
   equals), so every nsqd is eventually drained.
 * :meth:`is_starved` compares in-flight with the RDY *currently* set, so it is also true while
@@ -27,7 +27,9 @@ State*) with a few fixes:
   batch).
 * Backoff (:class:`~smartnsq.backoff.Backoff`): RDY 0 everywhere while backing off; when the
   window expires, RDY 1 on one random connection (the probe); full distribution again once
-  successes bring the level back to 0.
+  successes bring the level back to 0. A probe that gets no message for
+  ``low_rdy_idle_timeout`` (its partition may be empty) moves to another connection, so the
+  consumer cannot stay stuck probing an idle nsqd.
 
 Ordered subscriptions get at most one message in flight per partition whatever RDY says, and
 a real server was seen to duplicate the first message with RDY > 1 (protocol.md, "RDY on
@@ -302,6 +304,8 @@ class RdyController:
             self._rebalance_into(out, now)
         if self.low_rdy_mode and self.backoff.state == NORMAL:
             self._rotate(out, now)
+        elif self.backoff.state == PROBING:
+            self._rotate_probe(out, now)
         if self._blocked:
             self._retry_blocked(out)
         return out.result(self._conns)
@@ -419,6 +423,20 @@ class RdyController:
         for c in self._longest_waiting(waiting, len(idle)):
             c.share = 1
             self._update(c, out, force=True)
+
+    def _rotate_probe(self, out: _Changes, now: float) -> None:
+        """A probe on a connection with nothing to deliver would keep the consumer probing
+        for ever (the result never comes): after ``low_rdy_idle_timeout`` move it on."""
+        probe = self._conns.get(self._probe) if self._probe is not None else None
+        if probe is None or len(self._conns) < 2 or probe.rdy == 0 or probe.in_flight \
+                or now - probe.idle_since() < self.low_rdy_idle_timeout:
+            return
+        others = [c for c in self._conns.values() if c is not probe]
+        preferred = [c for c in others if c.share > 0] or others
+        (successor,) = self._longest_waiting(preferred, 1)
+        self._probe = successor.key
+        self._send(probe, 0, out)
+        self._update(successor, out, force=True)
 
     def _choose_probe(self) -> None:
         if self.backoff.state != PROBING:

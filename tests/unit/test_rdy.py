@@ -412,3 +412,16 @@ def test_stats_snapshot() -> None:
     s = ctl.stats()
     assert s["total_rdy"] == 1 and s["backoff"] == "normal"
     assert "a" in s["connections"]  # type: ignore[operator]
+
+
+def test_probe_on_an_idle_connection_moves_on() -> None:
+    ctl = make(10, "a", "b", "c", idle=5.0)
+    prime(ctl)
+    ctl.on_message("a", 2.0)
+    ctl.on_finished("a", 2.0, success=False)
+    (probe, _n), = ctl.tick(3.0)
+    assert ctl.tick(7.9) == []  # not idle for 5 s yet
+    out = ctl.tick(8.0)
+    assert out[0] == (probe, 0) and out[1][1] == 1 and out[1][0] != probe
+    assert ctl.total_rdy == 1
+    assert ctl.backoff.state == "probing"
