@@ -192,3 +192,13 @@ def test_requeue_rejects_bad_values(kwargs: dict[str, float]) -> None:
 def test_requeue_rejects_bad_attempts() -> None:
     with pytest.raises(InvalidArgument):
         RequeuePolicy().delay(1.5)  # type: ignore[arg-type]
+
+
+def test_flow_control_doc_tables_match_the_code() -> None:
+    from pathlib import Path
+
+    from smartnsq.reference import config_table
+
+    doc = (Path(__file__).parents[2] / "docs" / "flow-control.md").read_text()
+    for dotted in ("smartnsq.backoff.BackoffPolicy", "smartnsq.backoff.RequeuePolicy"):
+        assert config_table(dotted).strip() in doc, f"regenerate the {dotted} table"
