@@ -33,7 +33,8 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
 )
 
-from .options import SinkOptions, SourceOptions
+from .ack_source import NSQAckStreamReader
+from .options import AckSourceOptions, SinkOptions, SourceOptions, source_mode
 from .schema import READ_COLUMNS, READ_SCHEMA_DDL, read_schema
 from .sink import NSQCommitMessage, make_stream_writer, make_writer
 from .source import NSQBatchReader, NSQRangePartition, NSQStreamReader
@@ -63,6 +64,8 @@ class NSQDataSource(DataSource):
         return NSQBatchReader(SourceOptions.parse(self.options, streaming=False))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        if source_mode(self.options) == "ack":
+            return NSQAckStreamReader(AckSourceOptions.parse(self.options))
         return NSQStreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:

@@ -19,6 +19,7 @@ from ..protocol import validate as v
 __all__ = [
     "OFFSET_EARLIEST",
     "OFFSET_LATEST",
+    "AckSourceOptions",
     "ClusterOptions",
     "SinkOptions",
     "SourceOptions",
@@ -40,7 +41,11 @@ SINK_OPTIONS = frozenset({
 SOURCE_OPTIONS = frozenset({
     "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
     "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
-    "rdy", "httptimeout",
+    "rdy", "httptimeout", "mode",
+})
+ACK_SOURCE_OPTIONS = frozenset({
+    "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
+    "touchinterval",
 })
 # Spark passes some options of its own (the path of load()/save(), checkpoint settings...)
 _SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname"})
@@ -255,6 +260,10 @@ class SourceOptions:
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         opts = _lower(options)
         _check_known(opts, SOURCE_OPTIONS, "source")
+        mode = opts.get("mode", "replay").lower()
+        if mode != "replay":
+            raise InvalidArgument("mode", "must be replay (or ack, for streaming reads only)",
+                                  opts.get("mode"))
         lookupd = _addresses(opts.get("lookupd"), "lookupd")
         nsqd_http = _addresses(opts.get("nsqdhttp"), "nsqdHttp")
         if bool(lookupd) == bool(nsqd_http):
@@ -293,4 +302,51 @@ class SourceOptions:
             commit_channel=commit_channel,
             read_timeout=_float(opts, "readTimeout", 30.0),
             rdy=_int(opts, "rdy", 500, 1, 2500),
+        )
+
+
+def source_mode(options: Mapping[str, str]) -> str:
+    """``replay`` (queue offsets, youzan) or ``ack`` (driver-held consumer, FIN on commit)."""
+    mode = _lower(options).get("mode", "replay").lower()
+    if mode not in ("replay", "ack"):
+        raise InvalidArgument("mode", "must be replay or ack", mode)
+    return mode
+
+
+@dataclass(frozen=True)
+class AckSourceOptions:
+    """``mode=ack``: a consumer on the driver; messages are FINed when Spark commits."""
+
+    cluster: ClusterOptions
+    topic: str
+    channel: str
+    max_in_flight: int
+    max_messages_per_trigger: int | None
+    touch_interval: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> AckSourceOptions:
+        opts = _lower(options)
+        _check_known(opts, ACK_SOURCE_OPTIONS, "source (mode=ack)")
+        lookupd = _addresses(opts.get("lookupd"), "lookupd")
+        nsqd = _addresses(opts.get("nsqd"), "nsqd")
+        if bool(lookupd) == bool(nsqd):
+            raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
+                                  "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",
+                                  opts.get("lookupd"))
+        topics = _topics(opts.get("topic"))
+        if len(topics) != 1:
+            raise InvalidArgument("topic", "mode=ack reads one topic", opts.get("topic"))
+        channel = opts.get("channel")
+        if not channel:
+            raise InvalidArgument("channel", "mode=ack consumes a channel: name it", channel)
+        v.check_channel(channel)
+        limit = opts.get("maxmessagespertrigger")
+        max_in_flight = _int(opts, "maxInFlight", 1000, 1, 1_000_000)
+        return cls(
+            cluster=ClusterOptions(lookupd=lookupd, nsqd=nsqd),
+            topic=topics[0], channel=channel, max_in_flight=max_in_flight,
+            max_messages_per_trigger=(_int(opts, "maxMessagesPerTrigger", 0, 1, max_in_flight)
+                                      if limit else None),
+            touch_interval=_float(opts, "touchInterval", 20.0),
         )

@@ -220,6 +220,13 @@ class NSQStreamReader(DataSourceStreamReader):
         self._last_end: Offsets | None = None  # for Spark < 4.2 (no start in latestOffset)
         self._available_now: Offsets | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to call read() on executors: only the options travel
+        return {"_options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["_options"])  # type: ignore[misc]
+
     @property
     def planner(self) -> _Planner:
         if self._planner is None:

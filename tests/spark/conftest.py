@@ -38,6 +38,7 @@ def spark() -> Iterator[Any]:
 
     session = (SparkSession.builder.master("local[2]").appName("smartnsq-tests")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
                .config("spark.sql.streaming.stopTimeout", "30s")

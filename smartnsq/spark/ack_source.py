@@ -1,0 +1,229 @@
+"""Acknowledging streaming source (``mode=ack``): classic clusters, or youzan when asked.
+
+Classic nsqd has no queue offsets, so nothing can be replayed by position. This source keeps
+one ``smartnsq.consumer.Consumer`` on the driver (in Spark's long-lived Python process that
+plans the query's micro-batches) with ``auto_finish=False``, and numbers the messages it
+receives: the offset is ``{"seq": n}``, the count of messages received so far.
+
+* ``latestOffset`` is the newest sequence number (``maxMessagesPerTrigger`` caps the step);
+* ``partitions(start, end)`` ships the messages ``(start, end]`` themselves to the executors
+  inside the input partitions (so throughput is bounded by the driver);
+* ``commit(end)`` FINs them: only once Spark has made the micro-batch durable. Until then
+  they stay in flight, and a background task TOUCHes them every half ``msg_timeout`` so a long
+  batch is not redelivered meanwhile;
+* ``stop()`` requeues what was not committed; if the driver dies, its connections close and
+  nsqd redelivers every message that was not FINed. Delivery is at least once.
+
+Limits (also in docs/spark.md): every message passes through the driver; the messages of
+one micro-batch must fit ``maxInFlight`` (the consumer's RDY budget: unacknowledged messages
+stay in flight until commit) and a batch must be committed before the server's
+``max_msg_timeout`` (TOUCH cannot extend a message beyond it). After a restart Spark re-runs
+the micro-batch it had planned but not committed: its messages are gone with the old driver
+(nsqd redelivers them), so the re-run takes as many messages as are buffered now, up to the
+batch's size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from .. import _loop_thread
+from ..consumer import Consumer
+from ..message import Message
+from ..protocol import frames
+from .options import AckSourceOptions
+from .schema import message_batch
+
+__all__ = ["NSQAckPartition", "NSQAckStreamReader"]
+
+log = logging.getLogger("smartnsq.spark")
+
+_ROWS_PER_PARTITION = 10_000
+
+
+@dataclass
+class _Shipped:
+    """The picklable part of a message: what the row needs."""
+
+    timestamp: int
+    attempts: int
+    id: bytes
+    body: bytes
+    ext_version: int
+    ext: bytes | None
+    queue_offset: int | None
+    raw_size: int | None
+    youzan: bool
+    node: str
+
+
+class NSQAckPartition(InputPartition):
+    """A slice of one micro-batch's messages, carried to the executor."""
+
+    def __init__(self, topic: str, messages: list[_Shipped]) -> None:
+        super().__init__(len(messages))
+        self.topic = topic
+        self.messages = messages
+
+
+class NSQAckStreamReader(DataSourceStreamReader):
+    """See the module docstring."""
+
+    def __init__(self, options: AckSourceOptions) -> None:
+        self._options = options
+        self._lock = threading.Lock()
+        self._buffer: list[Message] = []       # received, not yet numbered
+        self._numbered: dict[int, Message] = {}  # seq -> message, until committed
+        self._seq = 0                          # the highest number given
+        self._loop_thread: _loop_thread.LoopThread | None = None
+        self._consumer: Consumer | None = None
+        self._tasks: list[concurrent.futures.Future[None]] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to call read() on executors: only the options travel
+        return {"_options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["_options"])  # type: ignore[misc]
+
+    # -- the driver-held consumer ----------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if self._consumer is not None:
+            return
+        options = self._options
+        loop_thread = self._loop_thread = _loop_thread.shared()
+        kwargs: dict[str, Any] = {"max_in_flight": options.max_in_flight,
+                                  "auto_finish": False}
+        if options.cluster.lookupd:
+            kwargs["lookupd"] = list(options.cluster.lookupd)
+        else:
+            kwargs["nsqd"] = list(options.cluster.nsqd)
+
+        async def start() -> Consumer:
+            consumer = Consumer(options.topic, options.channel, **kwargs)
+            await consumer.start()
+            return consumer
+
+        self._consumer = consumer = loop_thread.run(start(), timeout=30)
+        self._tasks.append(loop_thread.submit(self._pull(consumer)))
+        self._tasks.append(loop_thread.submit(self._keep_alive()))
+
+    async def _pull(self, consumer: Consumer) -> None:
+        async for message in consumer:
+            with self._lock:
+                self._buffer.append(message)
+
+    async def _keep_alive(self) -> None:
+        interval = self._options.touch_interval
+        while True:
+            await asyncio.sleep(interval)
+            with self._lock:
+                waiting = [*self._numbered.values(), *self._buffer]
+            for message in waiting:
+                with contextlib.suppress(Exception):  # answered meanwhile, or link gone
+                    message.touch()
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:  # type: ignore[type-arg]
+        return {"seq": 0}
+
+    def latestOffset(self, start: dict | None = None,  # type: ignore[type-arg]
+                     limit: Any = None) -> dict:  # type: ignore[type-arg]
+        self._ensure_started()
+        base = int(start["seq"]) if start else self._seq
+        cap = self._options.max_messages_per_trigger
+        if limit is not None and hasattr(limit, "max_rows"):
+            cap = int(limit.max_rows)
+        elif limit is not None:
+            cap = None  # ReadAllAvailable
+        with self._lock:
+            self._seq = max(self._seq, base)  # after a restart: continue from the checkpoint
+            available = len(self._buffer)
+            take = available if cap is None else min(cap, available)
+            for message in self._buffer[:take]:
+                self._seq += 1
+                self._numbered[self._seq] = message
+            del self._buffer[:take]
+            return {"seq": self._seq}
+
+    def getDefaultReadLimit(self) -> Any:
+        limit = self._options.max_messages_per_trigger
+        if limit:
+            with contextlib.suppress(ImportError):
+                from pyspark.sql.streaming.datasource import ReadMaxRows
+
+                return ReadMaxRows(limit)
+        return super().getDefaultReadLimit()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
+        self._ensure_started()
+        first, last = int(start["seq"]) + 1, int(end["seq"])
+        with self._lock:
+            missing = [s for s in range(first, last + 1) if s not in self._numbered]
+            if missing:
+                # a batch planned by a driver that died: its messages were redelivered to
+                # nsqd; stand in with what is buffered now (at least once)
+                log.info("re-running batch (%d, %d]: %d of its messages are gone with the "
+                         "old driver; taking buffered ones instead", first - 1, last,
+                         len(missing))
+                for seq in missing:
+                    if not self._buffer:
+                        break
+                    self._numbered[seq] = self._buffer.pop(0)
+                self._seq = max(self._seq, last)
+            batch = [self._numbered[s] for s in range(first, last + 1) if s in self._numbered]
+        shipped = [_Shipped(m.timestamp, m.attempts, m.id, m.body, m.ext_version, m.ext,
+                            m.queue_offset, m.raw_size, m.youzan, m.node) for m in batch]
+        return [NSQAckPartition(self._options.topic, shipped[i:i + _ROWS_PER_PARTITION])
+                for i in range(0, len(shipped), _ROWS_PER_PARTITION)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, NSQAckPartition)
+        by_node: dict[str, list[frames.Message]] = {}
+        for s in partition.messages:
+            message = frames.Message(s.timestamp, s.attempts, s.id, s.body, s.ext_version, s.ext,
+                              s.queue_offset, s.raw_size, s.youzan)
+            by_node.setdefault(s.node, []).append(message)
+        for node, messages in by_node.items():
+            yield message_batch(partition.topic, node, messages)
+
+    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+        last = int(end["seq"])
+        with self._lock:
+            done = [seq for seq in self._numbered if seq <= last]
+            messages = [self._numbered.pop(seq) for seq in done]
+        for message in messages:
+            try:
+                message.fin()
+            except Exception as exc:  # the link closed: nsqd redelivers it (at least once)
+                log.debug("FIN after commit failed: %s", exc)
+
+    def stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        loop_thread, self._loop_thread = self._loop_thread, None
+        if consumer is None or loop_thread is None:
+            return
+        for task in self._tasks:
+            task.cancel()
+        with self._lock:
+            waiting = [*self._numbered.values(), *self._buffer]
+            self._numbered.clear()
+            self._buffer.clear()
+        for message in waiting:
+            with contextlib.suppress(Exception):
+                message.req(0, backoff=False)
+        try:
+            loop_thread.run(consumer.close(timeout=5), timeout=15)
+        finally:
+            _loop_thread.release_shared(loop_thread)

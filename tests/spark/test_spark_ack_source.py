@@ -1,0 +1,121 @@
+"""The acknowledging source (``mode=ack``) on a classic dev cluster, in a real local Spark."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from smartnsq import sync
+
+pytestmark = pytest.mark.spark
+
+WAIT = 120.0
+
+
+@pytest.fixture(scope="module")
+def classic(spark: Any) -> Any:
+    from smartnsq.spark.testing import SparkDevCluster
+
+    with SparkDevCluster(mode="classic", nodes=1, lookupds=1) as cluster:
+        yield cluster
+
+
+class _RowsSeen:
+    """A listener counting input rows of one query; ``wait(n)`` blocks until n were seen."""
+
+    def __init__(self, spark: Any) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        outer = self
+        self.rows = 0
+        self.target = 1
+        self.reached = threading.Event()
+        self.spark = spark
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                outer.rows += event.progress.numInputRows
+                if outer.rows >= outer.target:
+                    outer.reached.set()
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        self.listener = Listener()
+        spark.streams.addListener(self.listener)
+
+    def wait(self, target: int) -> None:
+        self.target = target
+        if self.rows < target:
+            assert self.reached.wait(WAIT), f"saw {self.rows} of {target} rows"
+
+    def close(self) -> None:
+        self.spark.streams.removeListener(self.listener)
+
+
+def waiting_in_channel(cluster: Any, topic: str, channel: str) -> int:
+    stats = httpx.get(f"http://{cluster.nsqd_http}/stats",
+                      params={"format": "json", "topic": topic}).json()
+    stats = stats.get("data", stats)
+    total = 0
+    for entry in stats["topics"]:
+        for ch in entry["channels"]:
+            if ch["channel_name"] == channel:
+                total += ch["depth"] + ch["in_flight_count"] + ch["deferred_count"]
+    return total
+
+
+def start_query(spark: Any, classic: Any, name: str, tmp_path: Any) -> Any:
+    stream = (spark.readStream.format("nsq").option("mode", "ack").option("nsqd", classic.nsqd_tcp)
+              .option("topic", "acked").option("channel", "spark")
+              .option("maxMessagesPerTrigger", "40").load())
+    return (stream.writeStream.format("memory").queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(processingTime="0 seconds").start())
+
+
+def test_ack_source_fins_only_committed_batches(spark: Any, classic: Any,
+                                                tmp_path: Any) -> None:
+    classic.create_topic("acked", channels=["spark"])
+    with sync.Producer(nsqd=classic.nsqd_tcp.split(",")) as producer:
+        producer.publish_many("acked", [f"m{i}".encode() for i in range(100)])
+
+        seen = _RowsSeen(spark)
+        try:
+            query = start_query(spark, classic, "acked_1", tmp_path)
+            seen.wait(100)
+            query.stop()
+        finally:
+            seen.close()
+        first = {r.body for r in spark.sql("SELECT body FROM acked_1").collect()}
+        assert first == {f"m{i}".encode() for i in range(100)}
+
+        # what the first query had not committed went back to the channel (REQ at stop)
+        left = waiting_in_channel(classic, "acked", "spark")
+        assert left < 100  # at least one micro-batch was committed: its messages FINed
+        producer.publish_many("acked", [f"n{i}".encode() for i in range(20)])
+
+        seen = _RowsSeen(spark)
+        try:
+            query = start_query(spark, classic, "acked_2", tmp_path)
+            seen.wait(left + 20)
+            query.stop()
+        finally:
+            seen.close()
+    second = [r.body for r in spark.sql("SELECT body FROM acked_2").collect()]
+    assert {f"n{i}".encode() for i in range(20)} <= set(second)
+    assert first | set(second) == {f"m{i}".encode() for i in range(100)} | \
+        {f"n{i}".encode() for i in range(20)}
+    assert len(second) >= left + 20
