@@ -35,6 +35,7 @@ class RdyMachine(RuleBasedStateMachine):
         self.max_rdy: dict[str, int] = {}
         self.removed: set[str] = set()
         self.committed_before = 0
+        self.on_the_wire: dict[str, int] = {}  # may still arrive under an old, larger window
         self.ceiling = 0  # max_in_flight, or the in-flight total when it was lowered below
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -55,6 +56,9 @@ class RdyMachine(RuleBasedStateMachine):
             assert key in self.rdy, f"RDY {count} to a removed/unknown connection {key}"
             assert count != self.rdy[key], f"no-op RDY reported: {out}"
             assert 0 <= count <= self.max_rdy[key]
+            if count < self.rdy[key]:
+                spare = self.rdy[key] - max(count, self.in_flight[key])
+                self.on_the_wire[key] = max(self.on_the_wire.get(key, 0), spare)
             self.rdy[key] = count
 
     def step(self, dt: float) -> None:
@@ -90,6 +94,7 @@ class RdyMachine(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(sorted(self.rdy)))
         self.step(dt)
         del self.rdy[name], self.in_flight[name], self.max_rdy[name]
+        self.on_the_wire.pop(name, None)
         self.removed.add(name)
         self.committed_before = self.committed()
         self.apply(self.c.remove(name, self.now))
@@ -102,6 +107,20 @@ class RdyMachine(RuleBasedStateMachine):
         self.step(dt)
         self.in_flight[name] += 1
         self.apply(self.c.on_message(name, self.now))
+
+    @precondition(lambda self: any(self.on_the_wire.values()))
+    @rule(data=st.data())
+    def deliver_raced(self, data: st.DataObject) -> None:
+        """A message the server sent under a window since lowered: it arrives after the RDY
+        that lowered it was sent, beyond the new window."""
+        name = data.draw(st.sampled_from(sorted(k for k, v in self.on_the_wire.items() if v)))
+        self.step(0.0)
+        self.on_the_wire[name] -= 1
+        self.in_flight[name] += 1
+        self.apply(self.c.on_message(name, self.now))
+        # not asked for: the in-flight bound allows for it
+        self.committed_before = self.committed()
+        self.ceiling += 1
 
     @precondition(lambda self: any(self.in_flight.values()))
     @rule(data=st.data(), success=st.booleans(), backoff=st.booleans(), dt=DT)
@@ -137,6 +156,7 @@ class RdyMachine(RuleBasedStateMachine):
     def drain_and_recover(self) -> None:
         """Liveness: with everything finished and time passing, every connection gets RDY
         (or exactly max_in_flight of them do, in low-RDY mode)."""
+        self.on_the_wire.clear()
         for name in sorted(self.in_flight):
             while self.in_flight[name]:
                 self.step(0.0)
@@ -204,6 +224,7 @@ class RdyMachine(RuleBasedStateMachine):
     @invariant()
     def in_flight_within_max_in_flight(self) -> None:
         # a lowered max_in_flight drains: in-flight never grows past the old level meanwhile
+        # (plus messages that were already on the wire when a window was lowered)
         assert sum(self.in_flight.values()) <= self.ceiling
 
     @invariant()
