@@ -248,6 +248,8 @@ class RdyController:
             return []
         c.in_flight += 1
         c.last_message = now
+        if c.primed and c.rdy == c.share and self._mif and self.backoff.state == NORMAL:
+            return []  # the per-message fast path: steady flow, nothing to change
         out = _Changes()
         if self.backoff.update(now):
             self._rebalance_into(out, now)
@@ -265,6 +267,14 @@ class RdyController:
         a connection removed meanwhile still count towards backoff.
         """
         self._now = now
+        c = self._conns.get(conn)
+        if success and c is not None and c.primed and c.in_flight > 0 and c.rdy == c.share \
+                and self._mif and self.backoff.state == NORMAL \
+                and not (self._blocked and c.in_flight > c.rdy):
+            # the per-message fast path: a success in steady flow changes nothing
+            c.in_flight -= 1
+            c.last_finished = now
+            return []
         out = _Changes()
         before = (self.backoff.state, self.backoff.level)
         if success:
@@ -273,7 +283,6 @@ class RdyController:
             self.backoff.failure(now)
         else:
             self.backoff.update(now)
-        c = self._conns.get(conn)
         freed = False
         if c is not None and c.in_flight > 0:
             freed = c.in_flight > c.rdy
