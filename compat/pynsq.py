@@ -589,6 +589,9 @@ class Reader:
         self._net = _mailbox(self._facade.thread.loop)
         self._consumers: list[Consumer] = []
         self._closed = False
+        # handed to the run() loop, not yet taken by a handler (claimed once: set ops are
+        # atomic, so a message is either handled or given back by close(), never both)
+        self._waiting: set[Message] = set()
         self._loop.call_soon_threadsafe(self._start)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -617,6 +620,16 @@ class Reader:
         consumers, self._consumers = self._consumers, []
 
         async def close_all() -> None:
+            # what no handler took yet goes back at once: after run() returned nothing will
+            # take it, and the consumers' drain would wait for it in vain
+            while self._waiting:
+                try:
+                    message = self._waiting.pop()
+                except KeyError:
+                    break
+                if not message._responded:
+                    message._responded = True
+                    message.smartnsq.req(0, backoff=False)
             await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
 
         future = self._facade.thread.submit(close_all())
@@ -672,9 +685,18 @@ class Reader:
 
     def _deliver(self, message: CoreMessage) -> None:
         """On the network loop: hand the message to the user loop."""
-        self._user.post(self._handle, Message(message, self))
+        if self._closed:  # closing: nothing will handle it here
+            message.req(0, backoff=False)
+            return
+        wrapped = Message(message, self)
+        self._waiting.add(wrapped)
+        self._user.post(self._handle, wrapped)
 
     def _handle(self, message: Message) -> None:
+        try:
+            self._waiting.remove(message)
+        except KeyError:
+            return  # given back by close()
         result: Any = False
         try:
             if 0 < self.max_tries < message.attempts:

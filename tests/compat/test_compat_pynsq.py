@@ -308,3 +308,39 @@ def test_writer_over_both_clusters(cluster_of: Callable[..., DevCluster]) -> Non
     writer.close()
     assert classic_result.node == old.nsqd_tcp_addresses[0] and classic_result.partition is None
     assert youzan_result.node == new.nsqd_tcp_addresses[0] and youzan_result.partition is not None
+
+
+def test_close_after_run_gives_back_what_no_handler_took(
+        cluster_of: Callable[..., DevCluster]) -> None:
+    cluster = cluster_of(nodes=1, lookupds=1, mode="classic")
+    writer = nsq.Writer(cluster.nsqd_tcp_addresses)
+    writer.mpub("t", [b"%d" % i for i in range(5)]).result(10)
+    first: list[bytes] = []
+    done = threading.Event()
+
+    def stop_at_first(message: nsq.Message) -> bool:
+        first.append(message.body)
+        done.set()
+        nsq.stop()  # the other deliveries wait on the stopped loop
+        return True
+
+    reader = nsq.Reader("t", "c", stop_at_first, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
+                        max_in_flight=5)
+    run_until(done)
+    reader.close().result(10)  # no drain wait for messages nobody will handle
+    rest: list[nsq.Message] = []
+    done = threading.Event()
+
+    def take(message: nsq.Message) -> bool:
+        rest.append(message)
+        if len(rest) + len(first) == 5:
+            done.set()
+            nsq.stop()
+        return True
+
+    second = nsq.Reader("t", "c", take, nsqd_tcp_addresses=cluster.nsqd_tcp_addresses,
+                        max_in_flight=5)
+    run_until(done)
+    assert sorted(first + [m.body for m in rest]) == [b"%d" % i for i in range(5)]
+    second.close().result(10)
+    writer.close()
