@@ -35,10 +35,17 @@ from .cluster import ClusterClient, LeaderInfo, TopicLayout, read_range
 from .options import OFFSET_EARLIEST, OFFSET_LATEST, SourceOptions, check_offsets
 from .schema import message_batch
 
-try:  # Spark >= 4.2: admission control
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    _MIXINS: tuple[type, ...] = (SupportsTriggerAvailableNow,)
 except ImportError:  # pragma: no cover - Spark 4.0/4.1
-    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    _MIXINS = ()
 
 __all__ = ["NSQBatchReader", "NSQRangePartition", "NSQStreamReader", "prorate"]
 
@@ -211,7 +218,7 @@ def prorate(limit: int, backlog: dict[tuple[str, str], int]) -> dict[tuple[str, 
     return {k: max(1, s) for k, s in shares.items()}
 
 
-class NSQStreamReader(DataSourceStreamReader):
+class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
     """Micro-batch source; see the module docstring."""
 
     def __init__(self, options: SourceOptions) -> None:

@@ -8,6 +8,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("pyspark")
@@ -161,7 +162,8 @@ def test_streaming_restart_keeps_every_message_in_partition_order(spark: Any, ns
         def start() -> Any:
             stream = (spark.readStream.format("nsq").option("lookupd", nsq.lookupd)
                       .option("topic", topic).option("startingOffsets", "earliest")
-                      .option("maxMessagesPerTrigger", "60").load())
+                      .option("maxMessagesPerTrigger", "60")
+                      .option("commitChannel", "default").load())
             return (stream.writeStream.format("parquet").option("path", str(tmp_path / "out"))
                     .option("checkpointLocation", str(tmp_path / "checkpoint"))
                     .trigger(processingTime="0 seconds").start())
@@ -180,6 +182,12 @@ def test_streaming_restart_keeps_every_message_in_partition_order(spark: Any, ns
         finally:
             spark.streams.removeListener(progress.listener)
 
+    # commitChannel moved the business channel to the committed end of every partition;
+    # Spark confirms a batch to its source when it plans the next one, so the last batch
+    # (at most maxMessagesPerTrigger messages) is still ahead of the channel's cursor
+    depths = channel_depths(nsq, topic, "default")
+    assert set(depths) == {0, 1, 2} and sum(depths.values()) <= 60
+
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     positions = [(r.partition, r.queue_offset) for r in rows]
     assert len(positions) == len(set(positions)) == 450  # all there, none twice (file sink)
@@ -195,6 +203,19 @@ def test_streaming_restart_keeps_every_message_in_partition_order(spark: Any, ns
             assert murmur3_partition(key, 3) == part
             assert seq_after(last_seq.get(key), int(seq))
             last_seq[key] = int(seq)
+
+
+def channel_depths(nsq: Any, topic: str, channel: str) -> dict[int, int]:
+    depths = {}
+    for address in nsq.nsqd_http.split(","):
+        stats = httpx.get(f"http://{address}/stats", params={
+            "format": "json", "topic": topic, "leaderOnly": "true"}).json()
+        stats = stats.get("data", stats)  # the v0 envelope (no v1 Accept header)
+        for entry in stats.get("topics") or ():
+            for ch in entry["channels"]:
+                if ch["channel_name"] == channel:
+                    depths[int(entry["topic_partition"])] = ch["depth"]
+    return depths
 
 
 def seq_after(previous: int | None, seq: int) -> bool:
