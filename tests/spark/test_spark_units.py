@@ -1,0 +1,126 @@
+"""Option parsing, offset checks, backlog proration and row conversion (no SparkSession)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from smartnsq.errors import InvalidArgument
+from smartnsq.protocol.frames import Message, youzan_message_id
+from smartnsq.spark.options import (
+    AckSourceOptions,
+    SinkOptions,
+    SourceOptions,
+    parse_offsets,
+    source_mode,
+)
+from smartnsq.spark.schema import arrow_schema, message_batch, message_row, signed64
+from smartnsq.spark.source import prorate
+
+pytestmark = pytest.mark.spark
+
+LOOKUPD = {"lookupd": "127.0.0.1:4161"}
+
+
+def test_sink_options_defaults_and_case_insensitivity() -> None:
+    opts = SinkOptions.parse({**LOOKUPD, "Topic": "orders", "SHARDINGKEYCOLUMN": "k"})
+    assert opts.topic == "orders" and opts.sharding_key_column == "k"
+    assert opts.body_column == "body" and opts.batch_size == 500
+    assert opts.cluster.lookupd == ("127.0.0.1:4161",)
+
+
+@pytest.mark.parametrize("options, name", [
+    ({"topic": "t"}, "lookupd"),
+    ({**LOOKUPD, "nsqd": "127.0.0.1:4150", "topic": "t"}, "lookupd"),
+    ({**LOOKUPD}, "topic"),
+    ({**LOOKUPD, "topic": "t", "topicColumn": "c"}, "topic"),
+    ({**LOOKUPD, "topic": "bad topic"}, "topic"),
+    ({**LOOKUPD, "topic": "t", "shardingKeyColumn": "k", "partitionColumn": "p"},
+     "shardingKeyColumn"),
+    ({**LOOKUPD, "topic": "t", "batchSize": "0"}, "batchSize"),
+    ({**LOOKUPD, "topic": "t", "sharding": "crc"}, "sharding"),
+    ({**LOOKUPD, "topic": "t", "timeout": "-1"}, "timeout"),
+    ({**LOOKUPD, "topic": "t", "idempotencyKey": "maybe"}, "idempotencyKey"),
+    ({**LOOKUPD, "topic": "t", "bogus": "1"}, "nsq sink option"),
+    ({"lookupd": "nohost", "topic": "t"}, "lookupd"),
+])
+def test_sink_options_refuse_bad_input(options: dict[str, str], name: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        SinkOptions.parse(options)
+    assert info.value.field == name
+
+
+def test_source_options() -> None:
+    stream = SourceOptions.parse({**LOOKUPD, "topic": "a,b", "maxMessagesPerTrigger": "10"},
+                                 streaming=True)
+    assert stream.topics == ("a", "b") and stream.starting == "latest"
+    assert stream.max_messages_per_trigger == 10
+    batch = SourceOptions.parse({**LOOKUPD, "topic": "a"}, streaming=False)
+    assert batch.starting == "earliest" and batch.ending == "latest"
+    with pytest.raises(InvalidArgument):
+        SourceOptions.parse({**LOOKUPD, "topic": "a", "endingOffsets": "latest"},
+                            streaming=True)
+    with pytest.raises(InvalidArgument):
+        SourceOptions.parse({**LOOKUPD, "topic": "a", "maxMessagesPerTrigger": "5"},
+                            streaming=False)
+    with pytest.raises(InvalidArgument):
+        SourceOptions.parse({"nsqd": "127.0.0.1:4150", "topic": "a"}, streaming=True)
+    with pytest.raises(InvalidArgument):
+        SourceOptions.parse({**LOOKUPD, "topic": "a", "mode": "ack"}, streaming=False)
+
+
+def test_ack_source_options() -> None:
+    assert source_mode({"MODE": "Ack"}) == "ack" and source_mode({}) == "replay"
+    opts = AckSourceOptions.parse({"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c",
+                                   "mode": "ack"})
+    assert opts.channel == "c" and opts.max_in_flight == 1000
+    with pytest.raises(InvalidArgument):
+        AckSourceOptions.parse({"nsqd": "127.0.0.1:4150", "topic": "t", "mode": "ack"})
+    with pytest.raises(InvalidArgument):
+        AckSourceOptions.parse({"nsqd": "127.0.0.1:4150", "topic": "a,b", "channel": "c"})
+    with pytest.raises(InvalidArgument):
+        source_mode({"mode": "fast"})
+
+
+def test_offsets_json() -> None:
+    assert parse_offsets(None, "x", "earliest") == "earliest"
+    assert parse_offsets(" LATEST ", "x", "earliest") == "latest"
+    assert parse_offsets(json.dumps({"t": {"0": 8192, "1": 0}}), "x", "earliest") == \
+        {"t": {"0": 8192, "1": 0}}
+    for bad in ('{"t": {"0": -1}}', '{"t": {"x": 1}}', '{"t": [1]}', "[1]", "soon",
+                '{"bad topic": {"0": 1}}', '{"t": {"0": true}}'):
+        with pytest.raises(InvalidArgument):
+            parse_offsets(bad, "startingOffsets", "earliest")
+    with pytest.raises(InvalidArgument):
+        parse_offsets("earliest", "endingOffsets", "latest", ("latest",))
+
+
+def test_prorate_by_backlog() -> None:
+    shares = prorate(100, {("t", "0"): 3000, ("t", "1"): 1000, ("t", "2"): 0})
+    assert shares == {("t", "0"): 75, ("t", "1"): 25}
+    shares = prorate(10, {("t", "0"): 1, ("t", "1"): 1, ("t", "2"): 1})
+    assert sum(shares.values()) == 10 and min(shares.values()) == 3
+    assert prorate(1, {("t", str(p)): 5 for p in range(4)}) == \
+        {("t", str(p)): 1 for p in range(4)}  # every partition with a backlog moves
+    assert prorate(5, {("t", "0"): 0}) == {}
+
+
+def test_rows_and_arrow_batches() -> None:
+    internal = (2 << 50) | 7
+    msg = Message(1_700_000_000_123_456_789, 2, youzan_message_id(internal, 2**64 - 1),
+                  b"body", 4, b'{"k":"v"}', 4096, 60, True)
+    row = message_row("orders", "127.0.0.1:4150", msg)
+    assert row[:7] == ("orders", 2, internal, -1, 4096, 60, 2)
+    assert row[7] == dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.timezone.utc)
+    assert row[8:] == (b"body", {"k": "v"}, "127.0.0.1:4150")
+    assert signed64(2**63) == -(2**63)
+    batch = message_batch("orders", "127.0.0.1:4150", [msg, msg])
+    assert batch.schema.equals(arrow_schema())
+    first = batch.to_pylist()[0]
+    assert first["internal_id"] == internal and first["trace_id"] == -1
+    assert first["headers"] == [("k", "v")] and first["body"] == b"body"
