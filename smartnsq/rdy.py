@@ -289,6 +289,7 @@ class RdyController:
             c.in_flight -= 1
             c.last_finished = now
         if (self.backoff.state, self.backoff.level) != before:
+            self._log_backoff(before[0])
             self._rebalance_into(out, now)
         else:
             if c is not None:
@@ -320,6 +321,15 @@ class RdyController:
         return out.result(self._conns)
 
     # -- internals --------------------------------------------------------------------------
+
+    def _log_backoff(self, before: str) -> None:
+        b = self.backoff
+        if b.state == BACKING_OFF:
+            level = logging.INFO if before == NORMAL else logging.DEBUG
+            log.log(level, "backing off: level %d, RDY 0 for %.1f s", b.level,
+                    b.until - self._now)
+        elif b.state == NORMAL:
+            log.info("backoff over: back to max_in_flight %d", self._mif)
 
     def _rebalance(self, now: float) -> RdyCommands:
         out = _Changes()
