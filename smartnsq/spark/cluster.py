@@ -43,7 +43,7 @@ from ..errors import (
     Timeout,
     TopicNotFound,
 )
-from ..pool import Address, RoutesCallback, TopicRoutes, parse_address
+from ..pool import parse_address
 from ..protocol import commands
 from ..protocol.frames import Message, MessageLayout
 from .options import ClusterOptions
@@ -51,7 +51,6 @@ from .options import ClusterOptions
 __all__ = [
     "ClusterClient",
     "LeaderInfo",
-    "LookupdRouteSource",
     "RangeReader",
     "TopicLayout",
     "read_range",
@@ -386,80 +385,3 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
             except NSQError as exc:
                 log.warning("could not delete the temporary channel %s of %s/%d: %s", name,
                             topic, partition, exc)
-
-
-class LookupdRouteSource:
-    """Producer routes from nsqlookupd, for the sink while ``smartnsq.lookup`` is not there.
-
-    One ``/lookup?access=w&metainfo=true`` per topic and per refresh; refreshes are coalesced.
-    """
-
-    def __init__(self, lookupd: tuple[str, ...], timeout: float = 5.0) -> None:
-        self._lookupd = lookupd
-        self._timeout = timeout
-        self._callbacks: list[RoutesCallback] = []
-        self._http: httpx.AsyncClient | None = None
-        self._refreshing: dict[str, asyncio.Task[None]] = {}
-
-    async def start(self) -> None:
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=self._timeout, headers=_ACCEPT)
-
-    async def close(self) -> None:
-        for task in self._refreshing.values():
-            task.cancel()
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
-
-    async def routes(self, topic: str) -> TopicRoutes:
-        await self.start()
-        assert self._http is not None
-        errors = []
-        for address in self._lookupd:
-            try:
-                answer = await self._http.get(f"http://{address}/lookup", params={
-                    "topic": topic, "access": "w", "metainfo": "true"})
-            except httpx.HTTPError as exc:
-                errors.append(f"{address}: {exc}")
-                continue
-            if answer.status_code == 404:
-                raise TopicNotFound(topic)
-            if answer.status_code != 200:
-                errors.append(f"{address}: HTTP {answer.status_code}")
-                continue
-            data = _unwrap(answer.json())
-            meta = data.get("meta") or {}
-            leaders: dict[int, Address] = {}
-            for pid, node in (data.get("partitions") or {}).items():
-                if int(pid) >= 0 and node:
-                    leaders[int(pid)] = (node["broadcast_address"], int(node["tcp_port"]))
-            nodes = tuple((n["broadcast_address"], int(n["tcp_port"]))
-                          for n in data.get("producers") or ()) if not leaders else ()
-            youzan = bool(meta) or bool(leaders)
-            if not leaders and not nodes:
-                raise TopicNotFound(topic)
-            return TopicRoutes(topic, int(meta.get("partition_num") or 0),
-                               bool(meta.get("ordered")), bool(meta.get("extend_support")),
-                               youzan if youzan else None, leaders, nodes)
-        raise LookupFailed(f"no nsqlookupd answered the lookup of {topic!r}: "
-                           + "; ".join(errors))
-
-    def refresh(self, topic: str) -> None:
-        if topic in self._refreshing:
-            return
-        self._refreshing[topic] = asyncio.get_running_loop().create_task(self._refresh(topic))
-
-    async def _refresh(self, topic: str) -> None:
-        try:
-            routes = await self.routes(topic)
-        except Exception as exc:
-            log.debug("route refresh of %r failed: %s", topic, exc)
-            return
-        finally:
-            self._refreshing.pop(topic, None)
-        for callback in list(self._callbacks):
-            callback(routes)
-
-    def subscribe(self, callback: RoutesCallback) -> None:
-        self._callbacks.append(callback)

@@ -55,7 +55,6 @@ from ..pool import TopicRoutes
 from ..producer import BatchResult
 from ..protocol import commands
 from ..sharding import make_router
-from .cluster import LookupdRouteSource
 from .options import SinkOptions
 
 __all__ = [
@@ -94,10 +93,7 @@ def cached_producer(options: SinkOptions) -> sync.Producer:
         if cluster.nsqd:
             producer = sync.Producer(nsqd=list(cluster.nsqd), **kwargs)
         else:
-            try:
-                producer = sync.Producer(lookupd=list(cluster.lookupd), **kwargs)
-            except NotImplementedError:  # smartnsq.lookup not available: a minimal source
-                producer = sync.Producer(source=LookupdRouteSource(cluster.lookupd), **kwargs)
+            producer = sync.Producer(lookupd=list(cluster.lookupd), **kwargs)
         _producers[key] = producer
         return producer
 

@@ -23,12 +23,7 @@ WAIT = 120.0  # generous: the machine is shared; nothing waits this long when th
 
 
 def make_producer(nsq: Any) -> sync.Producer:
-    try:
-        return sync.Producer(lookupd=nsq.lookupd.split(","))
-    except NotImplementedError:  # smartnsq.lookup not there: the connector's own source
-        from smartnsq.spark.cluster import LookupdRouteSource
-
-        return sync.Producer(source=LookupdRouteSource(tuple(nsq.lookupd.split(","))))
+    return sync.Producer(lookupd=nsq.lookupd.split(","))
 
 
 def read_topic(spark: Any, nsq: Any, topic: str, **options: str) -> list[Any]:
