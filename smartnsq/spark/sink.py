@@ -260,6 +260,7 @@ class _Publisher:
         self.counts[name] = self.counts.get(name, 0) + result.count
 
     def finish(self) -> None:
+        """Send what is buffered and wait until every batch is acknowledged."""
         try:
             for slot in list(self._open):
                 self._flush(slot)
@@ -267,8 +268,14 @@ class _Publisher:
                 oldest = next(iter(self._inflight))
                 self._settle(self._inflight.pop(oldest))
         finally:
-            for future in self._inflight.values():
-                future.cancel()
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Give up: drop what is buffered, cancel what is in flight (the task is failing)."""
+        self._open.clear()
+        for future in self._inflight.values():
+            future.cancel()
+        self._inflight.clear()
 
 
 def _write(options: SinkOptions, schema: Any, rows: Iterator[Any],
@@ -282,8 +289,10 @@ def _write(options: SinkOptions, schema: Any, rows: Iterator[Any],
     try:
         for row in rows:
             publisher.add(row)
-    finally:
         publisher.finish()
+    except BaseException:
+        publisher.cancel()  # the task fails: Spark re-runs it (at least once)
+        raise
     return NSQCommitMessage(publisher.rows, publisher.batches, publisher.counts, partition_id)
 
 
