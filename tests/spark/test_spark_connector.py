@@ -215,3 +215,29 @@ def channel_depths(nsq: Any, topic: str, channel: str) -> dict[int, int]:
 
 def seq_after(previous: int | None, seq: int) -> bool:
     return previous is None or seq > previous
+
+
+def test_streaming_sink_with_idempotency_keys(spark: Any, nsq: Any, tmp_path: Any) -> None:
+    nsq.create_topic("spark_relay_in", partitions=2)
+    nsq.create_topic("spark_relay_out", partitions=2, ext=True)
+    with make_producer(nsq) as producer:
+        for i in range(40):
+            producer.publish("spark_relay_in", f"r{i}".encode(), sharding_key=f"k{i % 5}")
+    stream = (spark.readStream.format("nsq").option("lookupd", nsq.lookupd)
+              .option("topic", "spark_relay_in").option("startingOffsets", "earliest")
+              .option("maxMessagesPerTrigger", "15").load()
+              .selectExpr("body", "concat('k', cast(partition AS STRING)) AS key"))
+    query = (stream.writeStream.format("nsq").option("lookupd", nsq.lookupd)
+             .option("topic", "spark_relay_out").option("shardingKeyColumn", "key")
+             .option("idempotencyKey", "true")
+             .option("checkpointLocation", str(tmp_path / "relay"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(WAIT)
+    got = read_topic(spark, nsq, "spark_relay_out")
+    assert sorted(r.body for r in got) == sorted(f"r{i}".encode() for i in range(40))
+    keys = [r.headers["spark_idempotency_key"] for r in got]
+    assert len(set(keys)) == 40
+    query_ids = {k.split(":")[0] for k in keys}
+    batch_ids = {int(k.split(":")[1]) for k in keys}
+    assert query_ids == {str(query.id)}
+    assert len(batch_ids) >= 3  # 40 rows at 15 per trigger: one key space per micro-batch
