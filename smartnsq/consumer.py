@@ -1139,7 +1139,15 @@ class Consumer:
                 self._stale += 1
                 continue
             self._handled += 1
-            yield msg
+            try:
+                yield msg
+            except BaseException:
+                # the loop body raised, broke out or was cancelled (GeneratorExit or the
+                # exception thrown in here): a message it never answered would hold up
+                # close() for the whole drain_timeout, so give it back now
+                if msg._state == 0 and not link.dead:
+                    link.respond_now(msg, False, 0.0, False, state=2)
+                raise
 
     def _requeue_delay(self, msg: Message) -> float:
         return float(self._requeue.delay(msg.attempts))
