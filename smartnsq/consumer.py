@@ -487,7 +487,7 @@ class _Subscription:
             link = _Link(self, conn, ordered=ordered, detail=detail, rdy_cap=rdy_cap)
             conn.on_message = link.on_message  # type: ignore[assignment]
             if command == "SUB_ADVANCED" and consumer._start is not None:
-                consumer._started_partitions.add(target.partition)
+                consumer._start_done.add(consumer._start_key(target))
             log.info("%s: subscribed to %s/%s with %s%s", self.name, consumer.topic,
                      consumer.channel, command, " (ext)" if ext and youzan else "")
             return link
@@ -503,7 +503,7 @@ class _Subscription:
         if not youzan:
             return "SUB", commands.sub(topic, channel), False
         start = consumer._start
-        if start is not None and partition not in consumer._started_partitions:
+        if start is not None and consumer._start_key(target) not in consumer._start_done:
             if ordered:
                 log.warning("%s: ordered topics refuse SUB_ADVANCED; start=%s ignored, "
                             "subscribing with SUB_ORDERED", self.name, start.token().decode())
@@ -815,7 +815,10 @@ class Consumer:
             raise InvalidArgument("partitions", "ordered consumption from nsqd= addresses "
                                   "needs partitions=[...]")
         self._start = start
-        self._started_partitions: set[int | None] = set()
+        # what already got its start position (a resubscription must not rewind): with
+        # nsqd= each (node, partition) target, since nodes given without partitions= all
+        # use partition None; with lookupd each partition, wherever its leader moves
+        self._start_done: set[object] = set()
         if desired_tag is not None and (not isinstance(desired_tag, str)
                                         or len(desired_tag) > v.MAX_DESIRED_TAG_LENGTH):
             raise InvalidArgument("desired_tag", "must be a str of at most 100 characters",
@@ -1148,6 +1151,9 @@ class Consumer:
                 if msg._state == 0 and not link.dead:
                     link.respond_now(msg, False, 0.0, False, state=2)
                 raise
+
+    def _start_key(self, target: _Target) -> object:
+        return target.key if self._nsqd else target.partition
 
     def _requeue_delay(self, msg: Message) -> float:
         return float(self._requeue.delay(msg.attempts))

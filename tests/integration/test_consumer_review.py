@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from smartnsq.connection import Connection
-from smartnsq.consumer import Consumer
+from smartnsq.consumer import Consumer, StartPosition
 from smartnsq.message import Message
 from smartnsq.protocol import commands
 
@@ -84,3 +84,38 @@ async def test_breaking_out_of_async_for_does_not_hold_up_close(nsq_cluster: Any
     await asyncio.wait_for(consumer.close(), WAIT)
     assert taken[0].requeued
     assert consumer.stats()["requeued"] == 1
+
+
+@pytest.mark.nsq_cluster(nodes=2, lookupds=1)
+async def test_each_nsqd_target_gets_the_start_position(nsq_cluster: Any) -> None:
+    # no channel yet: a subscription without the start position would begin at the end
+    await nsq_cluster.create_topic("startboth", partitions=2, channels=())
+    a, b = leader_address(nsq_cluster, "startboth", 0), leader_address(nsq_cluster, "startboth", 1)
+    if a == b:
+        await nsq_cluster.move_leader("startboth", 1)
+        b = leader_address(nsq_cluster, "startboth", 1)
+    assert a != b
+    await publish(nsq_cluster, "startboth", [b"p0-%d" % i for i in range(3)], partition=0)
+    await publish(nsq_cluster, "startboth", [b"p1-%d" % i for i in range(3)], partition=1)
+    # b comes up only after a subscribed (and recorded its start as done): both targets
+    # have partition None, so keying by partition alone made b subscribe without a start
+    node_b = nsq_cluster.leader_of("startboth", 1)
+    await nsq_cluster.stop_node(node_b)
+    got: list[bytes] = []
+    first, every = asyncio.Event(), asyncio.Event()
+
+    async def handler(msg: Message) -> None:
+        got.append(msg.body)
+        if len(got) == 3:
+            first.set()
+        if len(got) == 6:
+            every.set()
+
+    async with Consumer("startboth", "ch", nsqd=[a, b], handler=handler,
+                        start=StartPosition.message_count(0), reconnect_delay=0.05,
+                        reconnect_delay_max=0.2):
+        await asyncio.wait_for(first.wait(), WAIT)
+        await nsq_cluster.start_node(node_b)
+        await asyncio.wait_for(every.wait(), WAIT)
+    assert sorted(got) == sorted([b"p0-%d" % i for i in range(3)]
+                                 + [b"p1-%d" % i for i in range(3)])
