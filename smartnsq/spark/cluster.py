@@ -53,6 +53,7 @@ __all__ = [
     "LeaderInfo",
     "RangeReader",
     "TopicLayout",
+    "offset_at_time",
     "read_range",
     "temporary_channel",
 ]
@@ -202,8 +203,27 @@ class ClusterClient:
 
     def set_offset(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
                    offset: int) -> None:
-        self._post(leader, "/channel/setoffset", topic, partition, channel,
-                   f"virtual_queue:{offset}".encode())
+        self.set_position(topic, partition, leader, channel, f"virtual_queue:{offset}")
+
+    def set_position(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
+                     position: str) -> None:
+        """``/channel/setoffset`` with any position (``timestamp:T``, ``msgcount:N``...)."""
+        self._post(leader, "/channel/setoffset", topic, partition, channel, position.encode())
+
+    def channel_depth(self, topic: str, partition: int, leader: LeaderInfo,
+                      channel: str) -> int:
+        """Messages waiting on ``channel`` of the partition (from the leader's stats)."""
+        stats = self._get_json(f"http://{leader.http_address}/stats",
+                               {"format": "json", "topic": topic, "partition": str(partition),
+                                "channel": channel, "leaderOnly": "true"})
+        for entry in stats.get("topics") or ():
+            if str(entry.get("topic_partition")) != str(partition):
+                continue
+            for ch in entry.get("channels") or ():
+                if ch.get("channel_name") == channel:
+                    return int(ch.get("depth") or 0)
+        raise ClusterError(f"{leader.http_address} does not list channel {channel} of "
+                           f"{topic}/{partition}")
 
     def delete_channel(self, topic: str, partition: int, leader: LeaderInfo,
                        channel: str) -> None:
@@ -385,3 +405,36 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
             except NSQError as exc:
                 log.warning("could not delete the temporary channel %s of %s/%d: %s", name,
                             topic, partition, exc)
+
+
+def offset_at_time(loop_thread: LoopThread, client: ClusterClient, topic: str,
+                   partition: int, leader: LeaderInfo, unix_seconds: int, end: int, *,
+                   ordered: bool, ext: bool, read_timeout: float, channel_prefix: str) -> int:
+    """The queue offset of the first message published at or after ``unix_seconds``.
+
+    The server does the search (``/channel/setoffset`` with ``timestamp:T`` on a temporary
+    channel); the first message the channel then delivers tells its offset. ``end`` when
+    there is no such message before ``end``.
+    """
+    name = temporary_channel(channel_prefix)
+    client.create_channel(topic, partition, leader, name)
+    reader: RangeReader | None = None
+    try:
+        client.set_position(topic, partition, leader, name, f"timestamp:{unix_seconds}")
+        if client.channel_depth(topic, partition, leader, name) == 0:
+            return end
+        reader = RangeReader(topic, partition, leader, name, 0, end, ordered=ordered, ext=ext,
+                             rdy=1, limit=1)
+        loop_thread.run(reader.open(), timeout=read_timeout + 5)
+        batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
+        offset = batch[0].queue_offset if batch else None
+        return end if offset is None else min(offset, end)
+    finally:
+        if reader is not None and loop_thread.running:
+            with contextlib.suppress(Exception):
+                loop_thread.run(reader.close(), timeout=10)
+        try:
+            client.delete_channel(topic, partition, leader, name)
+        except NSQError as exc:
+            log.warning("could not delete the temporary channel %s of %s/%d: %s", name,
+                        topic, partition, exc)

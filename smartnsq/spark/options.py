@@ -28,6 +28,7 @@ __all__ = [
 
 OFFSET_EARLIEST = "earliest"
 OFFSET_LATEST = "latest"
+TIMESTAMP_PREFIX = "timestamp:"
 
 # Offsets as Spark stores them: {"topic": {"0": 8192, "1": 0}} (keys are strings in JSON)
 Offsets = dict[str, dict[str, int]]
@@ -127,18 +128,38 @@ def _topics(raw: str | None) -> tuple[str, ...]:
 
 def parse_offsets(raw: str | None, name: str, default: str,
                   allowed: tuple[str, ...] = (OFFSET_EARLIEST, OFFSET_LATEST)) -> OffsetSpec:
-    """``earliest``/``latest`` or JSON ``{"topic": {"partition": queue_offset}}``."""
+    """``earliest``/``latest``, ``timestamp:<unix seconds>`` or JSON offsets.
+
+    JSON is ``{"topic": {"partition": queue_offset}}``; ``timestamp:T`` means, in every
+    partition, the first message published at or after ``T`` (the end when there is none).
+    """
     if raw is None or not raw.strip():
         return default
     text = raw.strip()
     if text.lower() in allowed:
         return text.lower()
+    if text.lower().startswith(TIMESTAMP_PREFIX):
+        try:
+            seconds = int(text[len(TIMESTAMP_PREFIX):])
+        except ValueError:
+            raise InvalidArgument(name, "timestamp: takes whole unix seconds", raw) from None
+        if seconds < 0:
+            raise InvalidArgument(name, "timestamp: takes whole unix seconds", raw)
+        return f"{TIMESTAMP_PREFIX}{seconds}"
     try:
         value = json.loads(text)
     except ValueError:
-        raise InvalidArgument(name, f"must be {' or '.join(allowed)} or JSON like "
-                              '{"topic": {"0": 8192, "1": 0}}', raw) from None
+        raise InvalidArgument(name, f"must be {' or '.join(allowed)}, timestamp:<unix "
+                              'seconds> or JSON like {"topic": {"0": 8192, "1": 0}}',
+                              raw) from None
     return check_offsets(value, name)
+
+
+def timestamp_of_spec(spec: object) -> int | None:
+    """The unix seconds of a ``timestamp:T`` offset spec, else ``None``."""
+    if isinstance(spec, str) and spec.startswith(TIMESTAMP_PREFIX):
+        return int(spec[len(TIMESTAMP_PREFIX):])
+    return None
 
 
 def check_offsets(value: Any, name: str = "offsets") -> Offsets:

@@ -31,8 +31,14 @@ from pyspark.sql.datasource import (
 
 from .. import _loop_thread
 from ..errors import InvalidArgument
-from .cluster import ClusterClient, LeaderInfo, TopicLayout, read_range
-from .options import OFFSET_EARLIEST, OFFSET_LATEST, SourceOptions, check_offsets
+from .cluster import ClusterClient, LeaderInfo, TopicLayout, offset_at_time, read_range
+from .options import (
+    OFFSET_EARLIEST,
+    OFFSET_LATEST,
+    SourceOptions,
+    check_offsets,
+    timestamp_of_spec,
+)
 from .schema import message_batch
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
@@ -110,6 +116,11 @@ class _Planner:
         """
         out: Offsets = {}
         explicit = spec if isinstance(spec, dict) else {}
+        when = timestamp_of_spec(spec)
+        if when is not None:
+            return {topic: {str(p): self.offset_at(topic, p, when, last)
+                            for p, (_, last) in parts.items()}
+                    for topic, parts in bounds.items()}
         for topic, parts in bounds.items():
             given = explicit.get(topic, {})
             unknown = set(given) - {str(p) for p in parts}
@@ -131,6 +142,18 @@ class _Planner:
                     row[str(p)] = first
             out[topic] = row
         return out
+
+    def offset_at(self, topic: str, partition: int, unix_seconds: int, end: int) -> int:
+        layout = self.layouts[topic]
+        loop_thread = _loop_thread.shared()
+        try:
+            return offset_at_time(loop_thread, self.client, topic, partition,
+                                  layout.leaders[partition], unix_seconds, end,
+                                  ordered=layout.ordered, ext=layout.ext,
+                                  read_timeout=self.options.read_timeout,
+                                  channel_prefix=self.options.channel_prefix)
+        finally:
+            _loop_thread.release_shared(loop_thread)
 
     def partitions(self, start: Offsets, end: Offsets) -> list[NSQRangePartition]:
         out = []

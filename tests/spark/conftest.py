@@ -52,8 +52,10 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def nsq(spark: Any) -> Iterator[Any]:
+def nsq() -> Iterator[Any]:
     """A 3-node youzan dev cluster with one lookupd, shared by the Spark tests."""
+    if not HAVE_SPARK:
+        pytest.skip("pyspark/pyarrow not installed (pip install 'smartnsq[spark]')")
     from smartnsq.spark.testing import SparkDevCluster
 
     with SparkDevCluster(nodes=3, lookupds=1) as cluster:

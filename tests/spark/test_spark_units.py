@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 import pytest
 
@@ -124,3 +125,44 @@ def test_rows_and_arrow_batches() -> None:
     first = batch.to_pylist()[0]
     assert first["internal_id"] == internal and first["trace_id"] == -1
     assert first["headers"] == [("k", "v")] and first["body"] == b"body"
+
+
+def test_timestamp_offsets_resolve_to_the_first_message_at_or_after(nsq: Any) -> None:
+    from smartnsq import sync
+    from smartnsq.spark.source import _Planner
+
+    nsq.create_topic("spark_ts", partitions=1)
+    with sync.Producer(lookupd=nsq.lookupd.split(",")) as producer:
+        for i in range(30):
+            producer.publish("spark_ts", f"m{i}".encode(), partition=0)
+    options = SourceOptions.parse({"lookupd": nsq.lookupd, "topic": "spark_ts"},
+                                  streaming=False)
+    planner = _Planner(options)
+    try:
+        bounds = planner.refresh()
+        start, end = bounds["spark_ts"][0]
+        messages = [m for batch in _read_all(planner, options, start, end) for m in batch]
+        assert len(messages) == 30
+        middle = messages[15]["timestamp"]
+        second = int(middle.timestamp())
+        expected = next(m["queue_offset"] for m in messages
+                        if m["timestamp"].timestamp() >= second)
+
+        def at(seconds: int) -> int:
+            spec = parse_offsets(f"timestamp:{seconds}", "startingOffsets", "earliest")
+            return planner.resolve(spec, bounds, "startingOffsets")["spark_ts"]["0"]
+
+        assert at(second) == expected
+        assert at(0) == start
+        assert at(second + 3600) == end
+    finally:
+        planner.close()
+    with pytest.raises(InvalidArgument):
+        parse_offsets("timestamp:soon", "startingOffsets", "earliest")
+
+
+def _read_all(planner: Any, options: Any, start: int, end: int) -> list[list[dict[str, Any]]]:
+    from smartnsq.spark.source import _read
+
+    parts = planner.partitions({"spark_ts": {"0": start}}, {"spark_ts": {"0": end}})
+    return [batch.to_pylist() for part in parts for batch in _read(options, part)]
