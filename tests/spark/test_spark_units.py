@@ -166,3 +166,32 @@ def _read_all(planner: Any, options: Any, start: int, end: int) -> list[list[dic
 
     parts = planner.partitions({"spark_ts": {"0": start}}, {"spark_ts": {"0": end}})
     return [batch.to_pylist() for part in parts for batch in _read(options, part)]
+
+
+def test_a_range_planned_before_a_leader_move_is_read_from_the_new_leader(nsq: Any) -> None:
+    from smartnsq import sync
+    from smartnsq.spark.source import _Planner, _read
+
+    nsq.create_topic("spark_moved", partitions=1, replicas=2)
+    with sync.Producer(lookupd=nsq.lookupd.split(",")) as producer:
+        producer.publish_many("spark_moved", [f"m{i}".encode() for i in range(20)],
+                              partition=0)
+    options = SourceOptions.parse({"lookupd": nsq.lookupd, "topic": "spark_moved"},
+                                  streaming=False)
+    planner = _Planner(options)
+    try:
+        bounds = planner.refresh()
+        (part,) = planner.partitions(planner.resolve("earliest", bounds, "s"),
+                                     planner.resolve("latest", bounds, "e"))
+    finally:
+        planner.close()
+
+    async def move() -> Any:
+        assert nsq.cluster is not None
+        return nsq.cluster.move_leader("spark_moved", 0)
+
+    new_leader = nsq.run(move())
+    assert new_leader is not None
+    rows = [row for batch in _read(options, part) for row in batch.to_pylist()]
+    assert [r["body"] for r in rows] == [f"m{i}".encode() for i in range(20)]
+    assert rows[0]["node"] != part.leader.tcp_address  # read where the partition lives now
