@@ -83,6 +83,7 @@ _INFO: Final = logging.INFO
 _SUB_ERRORS_LEARNT: Final = frozenset({"E_SUB_EXTEND_NEED", "E_SUB_EXTEND_FORBIDDON",
                                        "E_SUB_ORDER_IS_MUST"})
 _MAX_REQ_DELAY_MS: Final = 3_600_000 * 72  # youzan's max_req_timeout default (72 h)
+_CLAIM_LOCK: Final = threading.Lock()  # answers given from threads other than the loop's
 
 
 def _ms(seconds: float) -> int:
@@ -230,13 +231,33 @@ class _Link:
 
     # -- answers (Message.fin/req/touch land here) --------------------------------------------
 
-    def respond(self, message: Message, finish: bool, delay: float | None,
-                backoff: bool) -> None:
+    def answer(self, message: Message, state: int, delay: float | None,
+               backoff: bool) -> None:
+        """``Message.fin()/req()``: the first answer wins, whatever the threads."""
         consumer = self.consumer
         if threading.get_ident() != consumer._loop_thread_id:
-            consumer._loop.call_soon_threadsafe(self._respond, message, finish, delay, backoff)
+            # claim under the lock (other threads), send from the loop if still ours
+            with _CLAIM_LOCK:
+                if message._state != 0:
+                    message._refuse()
+                message._state = -state
+            consumer._loop.call_soon_threadsafe(self._answer_claimed, message, state, delay,
+                                                backoff)
             return
-        self._respond(message, finish, delay, backoff)
+        # the loop's own thread: nothing else runs here, no lock needed
+        if message._state != 0:
+            message._refuse()
+        message._state = state
+        self._respond(message, state == 1, delay, backoff)
+
+    def _answer_claimed(self, message: Message, state: int, delay: float | None,
+                        backoff: bool) -> None:
+        if message._state != -state:
+            # the loop answered it (auto-answer, drain) between the claim and now
+            log.debug("%s: a second answer to %r raced the first; dropped", self.node, message)
+            return
+        message._state = state
+        self._respond(message, state == 1, delay, backoff)
 
     def respond_now(self, message: Message, finish: bool, delay: float | None, backoff: bool,
                     *, state: int) -> None:

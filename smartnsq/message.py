@@ -13,12 +13,17 @@ server redelivers the message after its ``msg_timeout``; nothing is lost, and at
 holds because a FIN is only ever sent after the handler succeeded.
 
 Answers may be given from any thread (``smartnsq.sync.Consumer`` runs handlers in a thread
-pool): the subscription hops to its event loop when called from elsewhere.
+pool): the subscription hops to its event loop when called from elsewhere. The first answer wins
+atomically, so exactly one FIN or REQ leaves per delivery: on the event loop's thread the state
+changes without a lock (only that thread runs there); another thread *claims* the message under
+a small lock (a negative state), and the event loop sends the claimed answer only if nothing
+answered in between. A second answer that comes visibly later raises :class:`AlreadyResponded`;
+one that races the event loop's own answer in the same instant is dropped (logged at debug).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from .errors import InvalidArgument, NSQError
 from .protocol import frames
@@ -42,8 +47,11 @@ class Responder(Protocol):
     node: str
     ordered: bool
 
-    def respond(self, message: Message, finish: bool, delay: float | None,
-                backoff: bool) -> None: ...
+    def answer(self, message: Message, state: int, delay: float | None,
+               backoff: bool) -> None:
+        """Settle ``message`` as ``state`` (FINISHED/REQUEUED) atomically and send the answer;
+        ``message._refuse()`` when it was already answered."""
+        ...
 
     def touch(self, message: Message) -> None: ...
 
@@ -88,11 +96,11 @@ class Message(frames.Message):
 
     @property
     def finished(self) -> bool:
-        return self._state == FINISHED
+        return self._state in (FINISHED, -FINISHED)
 
     @property
     def requeued(self) -> bool:
-        return self._state == REQUEUED
+        return self._state in (REQUEUED, -REQUEUED)
 
     @property
     def auto_response(self) -> bool:
@@ -107,8 +115,7 @@ class Message(frames.Message):
 
     def fin(self) -> None:
         """Acknowledge the message: the server forgets it. Call only once it is processed."""
-        self._settle(FINISHED)
-        self._responder.respond(self, True, None, False)
+        self._responder.answer(self, FINISHED, None, False)
 
     def req(self, delay: float | None = None, backoff: bool = True) -> None:
         """Give the message back for redelivery after ``delay`` seconds.
@@ -121,22 +128,17 @@ class Message(frames.Message):
         if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float))
                                   or not delay >= 0):
             raise InvalidArgument("requeue delay", "must be a number of seconds >= 0", delay)
-        self._settle(REQUEUED)
-        self._responder.respond(self, False, delay, backoff)
+        self._responder.answer(self, REQUEUED, delay, backoff)
 
     def touch(self) -> None:
         """Reset the server's redelivery timer (``msg_timeout``) for this message."""
         if self._state != PENDING:
-            raise AlreadyResponded(f"message {self._id_text()} was already "
-                                   f"{'finished' if self._state == FINISHED else 'requeued'}; "
-                                   "it cannot be touched")
+            self._refuse("; it cannot be touched")
         self._responder.touch(self)
 
-    def _settle(self, state: int) -> None:
-        if self._state != PENDING:
-            raise AlreadyResponded(f"message {self._id_text()} was already "
-                                   f"{'finished' if self._state == FINISHED else 'requeued'}")
-        self._state = state
+    def _refuse(self, why: str = "") -> NoReturn:
+        done = "finished" if self.finished else "requeued"
+        raise AlreadyResponded(f"message {self._id_text()} was already {done}{why}")
 
     def _id_text(self) -> str:
         if self.youzan:
