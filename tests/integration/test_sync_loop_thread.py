@@ -147,19 +147,45 @@ def test_stop_cancels_pending_tasks() -> None:
     assert cancelled.is_set()
 
 
+def shared_users() -> int:
+    """Users of the shared loop thread right now (0 when none runs)."""
+    thread = _loop_thread._shared
+    return _loop_thread._shared_users if thread is not None and thread.running else 0
+
+
 def test_shared_is_reference_counted() -> None:
+    # relative to what is there already: another test (or a facade still open) may hold it
+    before = shared_users()
     a = _loop_thread.shared()
     b = _loop_thread.shared()
-    assert a is b and a.running
+    try:
+        assert a is b and a.running
+        assert shared_users() == before + 2
+    finally:
+        _loop_thread.release_shared(a)
+    assert b.running and shared_users() == before + 1
+    _loop_thread.release_shared(b)
+    assert shared_users() == before
+    assert a.running == (before > 0)  # only the last user stops it
+
+
+def test_the_last_release_stops_the_shared_thread_and_a_new_one_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a clean slate whatever earlier tests left: monkeypatch restores their thread after
+    monkeypatch.setattr(_loop_thread, "_shared", None)
+    monkeypatch.setattr(_loop_thread, "_shared_users", 0)
+    a = _loop_thread.shared()
+    b = _loop_thread.shared()
     _loop_thread.release_shared(a)
     assert b.running
     _loop_thread.release_shared(b)
-    assert not a.running
+    assert not a.running and _loop_thread._shared is None
     c = _loop_thread.shared()
     try:
         assert c is not a and c.running
     finally:
         _loop_thread.release_shared(c)
+    assert not c.running
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs fork")

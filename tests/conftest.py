@@ -1,0 +1,45 @@
+"""Suite-wide checks.
+
+This file also makes ``tests/`` importable (pytest puts a rootless conftest's directory on
+``sys.path``), which is how test modules reach the shared helpers in ``tests/support.py``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from smartnsq import _loop_thread
+
+FAIL_ON_SHARED_LOOP_LEAK = False
+"""Flip to True once every suite releases what it takes: a leak then fails the test that
+left it instead of only warning (compat's suites still leak; their owner is on it)."""
+
+
+class SharedLoopLeak(UserWarning):
+    """A test returned with more users of the shared loop thread than it started with."""
+
+
+def shared_loop_users() -> int:
+    """Users of the process-wide loop thread, 0 when none is running."""
+    thread = _loop_thread._shared
+    if thread is None or not thread.running:
+        return 0
+    return _loop_thread._shared_users
+
+
+@pytest.fixture(autouse=True)
+def _shared_loop_balance(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Report a test that takes the shared loop thread (``_loop_thread.shared()``) and never
+    gives it back: that thread then outlives the test and skews every later count."""
+    before = shared_loop_users()
+    yield
+    after = shared_loop_users()
+    if after > before:
+        message = (f"{request.node.nodeid} left {after - before} extra user(s) of the shared "
+                   f"loop thread ({before} -> {after}): a sync facade was not closed")
+        if FAIL_ON_SHARED_LOOP_LEAK:
+            pytest.fail(message)
+        warnings.warn(SharedLoopLeak(message), stacklevel=1)

@@ -1,0 +1,165 @@
+"""Helpers shared by the test suites: waiting on events instead of sleeping.
+
+``tests/conftest.py`` puts this directory on ``sys.path``, so test modules simply
+``from support import Watch, watch_channels, wait_until``.
+
+A test that sleeps to wait for something is flaky. What a test waits for changes in one of
+two places, and both can signal:
+
+* in a handler the test wrote: the handler calls ``Watch.poke()`` after recording what it got
+  (from any thread: the sync facade runs handlers in worker threads);
+* on a dev-cluster channel (FIN, REQ, RDY, deliveries, timeouts, a consumer leaving):
+  ``watch_channels(watch, channel, ...)`` makes the channel poke the watch after each change.
+
+``await watch.until(condition)`` then re-checks ``condition`` only when it may have changed,
+with a timeout. ``wait_until`` (polling) remains for the few states nothing signals, such as
+a client's own connection count; prefer a watch wherever there is a signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+WAIT = 10.0
+"""Default bound for every wait: long enough for a loaded 2-core CI box, never reached when
+the awaited thing happens."""
+
+
+class Watch:
+    """Conditions re-checked each time something they read may have changed.
+
+    ``poke()`` is cheap and safe from any thread; waiters live on the loop that called
+    ``until()``. Registering a waiter before checking the condition makes the pair race-free:
+    a change either happened before the check (seen by it) or pokes the registered waiter.
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+
+    def poke(self) -> None:
+        """Something changed: re-check the waiting conditions (on the waiters' loop)."""
+        loop = self._loop
+        if loop is None or not self._waiters:
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._check()
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(self._check)
+
+    def _check(self) -> None:
+        for entry in list(self._waiters):
+            condition, future = entry
+            if future.done():
+                continue
+            try:
+                if condition():
+                    future.set_result(None)
+            except Exception as exc:  # a broken condition fails the wait, not the poker
+                future.set_exception(exc)
+
+    async def until(self, condition: Callable[[], bool], timeout: float = WAIT,
+                    what: str | None = None) -> None:
+        """Return once ``condition()`` holds; ``TimeoutError`` naming ``what`` past ``timeout``."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError("a Watch serves the waiters of one event loop")
+        future: asyncio.Future[None] = loop.create_future()
+        entry = (condition, future)
+        self._waiters.append(entry)
+        try:
+            if condition():
+                return
+            try:
+                await asyncio.wait_for(future, timeout)
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"not reached in {timeout} s: {what or condition}") from None
+        finally:
+            self._waiters.remove(entry)
+            if not future.done():
+                future.cancel()
+
+
+_HOOKED: weakref.WeakKeyDictionary[Any, list[Watch]] = weakref.WeakKeyDictionary()
+
+
+def watch_channels(watch: Watch, *channels: Any) -> Watch:
+    """Make dev-cluster channels poke ``watch`` after every change of their state.
+
+    Every change of a ``smartnsq.devcluster`` channel (FIN, REQ, a message timing out, RDY, a
+    consumer joining or leaving, a publish) ends by scheduling a dispatch, and dispatching is
+    what changes in-flight counts: observing those two calls sees every change without
+    altering what the server does. Returns ``watch`` for chaining.
+    """
+    for channel in channels:
+        watches = _HOOKED.get(channel)
+        if watches is None:
+            watches = _HOOKED[channel] = []
+            _observe(channel, watches)
+        if watch not in watches:
+            watches.append(watch)
+    return watch
+
+
+def _observe(channel: Any, watches: list[Watch]) -> None:
+    schedule_pump = channel.schedule_pump
+    pump = channel.pump
+
+    def schedule_pump_observed() -> None:
+        schedule_pump()
+        for watch in list(watches):
+            watch.poke()
+
+    def pump_observed() -> None:
+        pump()
+        for watch in list(watches):
+            watch.poke()
+
+    # instance attributes shadow the methods: the channel's own ``self.schedule_pump()`` and
+    # ``loop.call_soon(self.pump)`` go through them too
+    channel.schedule_pump = schedule_pump_observed
+    channel.pump = pump_observed
+
+
+async def channel_reaches(channel: Any, condition: Callable[[], bool], timeout: float = WAIT,
+                          what: str | None = None) -> None:
+    """Wait until ``condition()`` (reading ``channel``'s server-side state) holds."""
+    watch = watch_channels(Watch(), channel)
+    try:
+        await watch.until(condition, timeout, what)
+    finally:
+        unwatch_channels(watch, channel)
+
+
+def unwatch_channels(watch: Watch, *channels: Any) -> None:
+    """Stop poking ``watch`` from these channels."""
+    for channel in channels:
+        watches = _HOOKED.get(channel)
+        if watches is not None and watch in watches:
+            watches.remove(watch)
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = WAIT,
+                     interval: float = 0.005) -> None:
+    """Poll ``condition`` until it holds (bounded by ``timeout``).
+
+    Last resort, for states nothing signals (a client's connection count, a producer's retry
+    counter): prefer ``Watch.until`` with a poke from where the state changes.
+    """
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(interval)
+
+    try:
+        await asyncio.wait_for(poll(), timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"not reached in {timeout} s: {condition}") from None
