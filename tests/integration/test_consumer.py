@@ -1,8 +1,9 @@
 """The async Consumer against the dev cluster over real sockets: FIN, REQ and redelivery,
 give-up, manual answers, iteration, graceful close, ext headers, SUB_ADVANCED, tracing.
 
-Completion is awaited on events with a timeout; what the server holds is read from the
-cluster's state (its channels' in-flight tables), never from the consumer's own view.
+Completion is awaited on events with a timeout (handlers and the dev cluster's channels
+signal, see ``tests/support.py``); what the server holds is read from the cluster's state (its
+channels' in-flight tables), never from the consumer's own view.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support import Watch, channel_reaches, wait_until
 
 from smartnsq.connection import Connection
 from smartnsq.consumer import Consumer, StartPosition
@@ -20,15 +22,6 @@ from smartnsq.message import AlreadyResponded, Message
 from smartnsq.protocol import commands
 
 WAIT = 10.0
-
-
-async def wait_until(condition: Callable[[], bool]) -> None:
-    """Wait (bounded) until ``condition()`` holds, checking it every few milliseconds."""
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), WAIT)
 
 
 async def publish(cluster: Any, topic: str, bodies: list[bytes], partition: int = 0,
@@ -65,10 +58,12 @@ class Collector:
         self.n = n
         self.messages: list[Message] = []
         self.done = asyncio.Event()
+        self.changed = Watch()
         self.fail = fail
 
     async def __call__(self, msg: Message) -> None:
         self.messages.append(msg)
+        self.changed.poke()
         if len(self.messages) >= self.n:
             self.done.set()
         if self.fail is not None and self.fail(msg):
@@ -76,6 +71,10 @@ class Collector:
 
     async def wait(self) -> None:
         await asyncio.wait_for(self.done.wait(), WAIT)
+
+    async def reach(self, n: int) -> None:
+        """Wait for the ``n``-th message (beyond the ``n`` given at construction)."""
+        await self.changed.until(lambda: len(self.messages) >= n, WAIT, f"{n} messages")
 
 
 # -- basics ---------------------------------------------------------------------------------
@@ -89,11 +88,11 @@ async def test_consume_finishes_every_message(nsq_cluster: Any) -> None:
     async with Consumer("basic", "ch", nsqd=[leader_address(nsq_cluster, "basic")],
                         handler=got) as consumer:
         await got.wait()
-        await wait_until(lambda: consumer.stats()["finished"] == 50)
         channel = channel_of(nsq_cluster, "basic", "ch")
-        await wait_until(lambda: not channel.in_flight)
+        await channel_reaches(channel, lambda: channel.finish_count == 50 and not channel.in_flight)
         stats = consumer.stats()
     assert sorted(m.body for m in got.messages) == sorted(bodies)
+    assert stats["finished"] == 50  # the client counts a FIN when it sends it
     assert stats["requeued"] == 0 and stats["in_flight"] == 0
     first = got.messages[0]
     assert first.topic == "basic" and first.channel == "ch" and first.partition == 0
@@ -119,14 +118,15 @@ async def test_handler_error_requeues_and_redelivers_with_attempts_plus_one(
     async with Consumer("retry", "ch", nsqd=[leader_address(nsq_cluster, "retry")],
                         handler=got, **fast_retry()) as consumer:
         await got.wait()
-        await wait_until(lambda: consumer.stats()["finished"] == 1)
+        channel = channel_of(nsq_cluster, "retry", "ch")
+        await channel_reaches(channel, lambda: channel.finish_count == 1)
         stats = consumer.stats()
     first, second = got.messages
     assert first.id == second.id and first.body == second.body == b"once"
     assert (first.attempts, second.attempts) == (1, 2)
     assert first.requeued and second.finished
+    assert stats["finished"] == 1
     assert stats["requeued"] == 1 and stats["handler_errors"] == 1
-    channel = channel_of(nsq_cluster, "retry", "ch")
     assert (channel.requeue_count, channel.finish_count, channel.in_flight) == (1, 1, 0)
 
 
@@ -147,7 +147,7 @@ async def test_max_attempts_calls_the_give_up_hook_then_fins(nsq_cluster: Any) -
                         **fast_retry()) as consumer:
         await asyncio.wait_for(gave_up.wait(), WAIT)
         channel = channel_of(nsq_cluster, "poison", "ch")
-        await wait_until(lambda: channel.finish_count == 1)
+        await channel_reaches(channel, lambda: channel.finish_count == 1)
         assert consumer.stats()["give_ups"] == 1
     assert [m.attempts for m in got.messages] == [1, 2]
     assert given_up[0].attempts == 3 and given_up[0].finished
@@ -164,7 +164,7 @@ async def test_max_attempts_default_logs_and_fins(nsq_cluster: Any,
         async with Consumer("poison2", "ch", nsqd=[leader_address(nsq_cluster, "poison2")],
                             handler=got, max_attempts=1, **fast_retry()):
             channel = channel_of(nsq_cluster, "poison2", "ch")
-            await wait_until(lambda: channel.finish_count == 1)
+            await channel_reaches(channel, lambda: channel.finish_count == 1)
     assert len(got.messages) == 1
     assert any("giving up" in r.getMessage() for r in caplog.records)
 
@@ -190,11 +190,13 @@ async def test_manual_answers_without_auto_finish(nsq_cluster: Any) -> None:
         with pytest.raises(AlreadyResponded):
             a.touch()
         b.req(0, backoff=False)
-        await wait_until(lambda: len(got.messages) == 3)
+        await got.reach(3)
+        assert len(got.messages) == 3
         again = got.messages[2]
         assert again.body == b"b" and again.attempts == 2
         again.fin()
-        await wait_until(lambda: channel.finish_count == 2 and channel.in_flight == 0)
+        await channel_reaches(channel,
+                              lambda: channel.finish_count == 2 and channel.in_flight == 0)
     assert channel.requeue_count == 1
 
 
@@ -230,7 +232,10 @@ async def test_iteration_ends_when_closed(nsq_cluster: Any) -> None:
         return n
 
     reader = asyncio.ensure_future(read())
-    await wait_until(lambda: consumer.connection_count == 1)
+    channel = channel_of(nsq_cluster, "iterclose", "ch")
+    # RDY on the server comes after the client registered the connection
+    await channel_reaches(channel, lambda: any(c.rdy for c in channel.consumers))
+    assert consumer.connection_count == 1
     await consumer.close()
     assert await asyncio.wait_for(reader, WAIT) == 0
 
@@ -255,14 +260,16 @@ async def test_graceful_close_finishes_running_handlers_and_requeues_the_rest(
     await consumer.start()
     await asyncio.wait_for(all_started.wait(), WAIT)
     channel = channel_of(nsq_cluster, "drain", "ch")
+    # what the client took in is its own state, which nothing signals: polled
     await wait_until(lambda: consumer.stats()["received"] == 10)
     closing = asyncio.ensure_future(consumer.close(timeout=WAIT))
-    await wait_until(lambda: consumer.stats()["requeued"] == 7)
+    await channel_reaches(channel, lambda: channel.requeue_count == 7)
+    assert consumer.stats()["requeued"] == 7
     assert not closing.done()
     release.set()
     await asyncio.wait_for(closing, WAIT)
     assert all(m.finished for m in started) and len(started) == 3
-    await wait_until(lambda: channel.in_flight == 0)
+    await channel_reaches(channel, lambda: channel.in_flight == 0)
     assert channel.finish_count == 3 and channel.requeue_count == 7
     assert channel.depth == 17  # nothing lost: every unhandled message is back in the queue
     assert consumer.closed and consumer.stats()["in_flight"] == 0
@@ -362,7 +369,7 @@ async def test_close_from_a_handler_drains_after_it_returns(nsq_cluster: Any) ->
     await consumer.start()
     await asyncio.wait_for(consumer.join(), WAIT)
     channel = channel_of(nsq_cluster, "selfclose", "ch")
-    await wait_until(lambda: channel.in_flight == 0)
+    await channel_reaches(channel, lambda: channel.in_flight == 0)
     assert channel.finish_count == len(handled) >= 3
     assert channel.finish_count + channel.depth == 10
 

@@ -1,14 +1,18 @@
 """The Consumer through faults: a node restarting, connections cut, ordered failures (REQ 0,
-never skipped), order regressions reported, pausing with max_in_flight 0, backoff."""
+never skipped), order regressions reported, pausing with max_in_flight 0, backoff.
+
+Handlers and the dev cluster's channels signal what tests wait for (``tests/support.py``);
+only the client's own reconnections, which nothing signals, are polled.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from support import Watch, channel_reaches, wait_until, watch_channels
 
 from smartnsq.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.consumer import Consumer, StartPosition
@@ -22,39 +26,39 @@ FAST: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),
                         "lookup_options": {"poll_interval": 5.0}}
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), timeout)
-
-
 def channel_of(cluster: Any, topic: str, channel: str, partition: int = 0) -> Any:
     return cluster.state.topics[topic].partitions[partition].channels[channel]
+
+
+def subscribed(channel: Any) -> bool:
+    """A consumer sent RDY on this channel: the client counts that connection by then."""
+    return any(c.rdy for c in channel.consumers)
 
 
 async def test_node_restart_resubscribes_and_loses_nothing(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("restart", partitions=2, replicas=1, channels=["ch"])
     seen: set[bytes] = set()
+    changed = Watch()
 
     async def handler(msg: Message) -> None:
         seen.add(msg.body)
+        changed.poke()
 
     lookupd = nsq_cluster.lookupd_http_addresses
     async with Producer(lookupd=lookupd) as producer, \
             Consumer("restart", "ch", lookupd=lookupd, handler=handler, **FAST) as consumer:
         for i in range(20):
             await producer.publish("restart", b"a%d" % i, partition=i % 2)
-        await wait_until(lambda: len(seen) == 20)
+        await changed.until(lambda: len(seen) == 20, WAIT)
         node = nsq_cluster.leader_of("restart", 0)
         await nsq_cluster.stop_node(node)
-        await wait_until(lambda: consumer.connection_count == 1)
+        # the client noticing the loss and reconnecting is its own state: polled
+        await wait_until(lambda: consumer.connection_count == 1, WAIT)
         await nsq_cluster.start_node(node)
-        await wait_until(lambda: consumer.connection_count == 2)
+        await wait_until(lambda: consumer.connection_count == 2, WAIT)
         for i in range(20):
             await producer.publish("restart", b"b%d" % i, partition=i % 2)
-        await wait_until(lambda: len(seen) == 40)
+        await changed.until(lambda: len(seen) == 40, WAIT)
     assert seen == {b"a%d" % i for i in range(20)} | {b"b%d" % i for i in range(20)}
 
 
@@ -64,11 +68,13 @@ async def test_cut_connections_are_replaced_and_nothing_is_lost(nsq_cluster: Any
     seen: set[bytes] = set()
     finished = 0
     halfway = asyncio.Event()
+    changed = Watch()
 
     async def handler(msg: Message) -> None:
         nonlocal finished
         seen.add(msg.body)
         finished += 1
+        changed.poke()
         if len(seen) == 100:
             halfway.set()
 
@@ -77,16 +83,18 @@ async def test_cut_connections_are_replaced_and_nothing_is_lost(nsq_cluster: Any
     async with Producer(lookupd=lookupd) as producer, \
             Consumer("cut", "ch", lookupd=lookupd, handler=handler, max_in_flight=10,
                      **FAST) as consumer:
-        await wait_until(lambda: consumer.connection_count == 2)
+        channels = [channel_of(nsq_cluster, "cut", "ch", p) for p in (0, 1)]
+        watch_channels(changed, *channels)
+        await changed.until(lambda: all(subscribed(c) for c in channels), WAIT)
+        assert consumer.connection_count == 2
         for body in bodies[:100]:
             await producer.publish("cut", body)
         await asyncio.wait_for(halfway.wait(), WAIT)
         assert nsq_cluster.cut_connections(which="tcp") >= 2
         for body in bodies[100:]:
             await producer.publish("cut", body)
-        await wait_until(lambda: len(seen) == 200)
-        channels = [channel_of(nsq_cluster, "cut", "ch", p) for p in (0, 1)]
-        await wait_until(lambda: all(c.in_flight == 0 and c.depth == 0 for c in channels))
+        await changed.until(lambda: len(seen) == 200
+                            and all(c.in_flight == 0 and c.depth == 0 for c in channels), WAIT)
         assert consumer.connection_count == 2
     assert seen == set(bodies)
     # duplicates are possible (answers lost with a cut connection), losses are not
@@ -159,10 +167,16 @@ async def test_order_regression_is_reported(nsq_cluster: Any) -> None:
             await producer.publish("regress", b"%d" % i)
     seen: list[Message] = []
     reported: list[str] = []
-    async with Consumer("regress", "ch", lookupd=lookupd, handler=seen.append,
+    changed = Watch()
+
+    def handler(msg: Message) -> None:
+        seen.append(msg)
+        changed.poke()
+
+    async with Consumer("regress", "ch", lookupd=lookupd, handler=handler,
                         start=StartPosition.message_count(0),
                         on_order_error=lambda m, what: reported.append(what)) as consumer:
-        await wait_until(lambda: len(seen) == 4)
+        await changed.until(lambda: len(seen) == 4, WAIT)
         # an operator rewinds the channel under the running consumer
         http = nsq_cluster.nsqd_http_addresses[0]
         async with httpx.AsyncClient() as client:
@@ -171,7 +185,7 @@ async def test_order_regression_is_reported(nsq_cluster: Any) -> None:
                 params={"topic": "regress", "partition": "0", "channel": "ch"},
                 content=b"msgcount:1")
             assert answer.status_code == 200
-        await wait_until(lambda: len(seen) == 7)
+        await changed.until(lambda: len(seen) == 7, WAIT)
         assert consumer.stats()["order_errors"] == 1
     assert len(reported) == 1 and "order regression" in reported[0]
     assert [m.body for m in seen] == [b"0", b"1", b"2", b"3", b"1", b"2", b"3"]
@@ -183,18 +197,25 @@ async def test_max_in_flight_zero_pauses_and_a_positive_value_resumes(
     await nsq_cluster.create_topic("pause", partitions=1, channels=["ch"])
     lookupd = nsq_cluster.lookupd_http_addresses
     seen: list[bytes] = []
+    changed = Watch()
+
+    def handler(msg: Message) -> None:
+        seen.append(msg.body)
+        changed.poke()
+
     async with Producer(lookupd=lookupd) as producer, \
-            Consumer("pause", "ch", lookupd=lookupd,
-                     handler=lambda m: seen.append(m.body)) as consumer:
-        await wait_until(lambda: consumer.connection_count == 1)
+            Consumer("pause", "ch", lookupd=lookupd, handler=handler) as consumer:
         channel = channel_of(nsq_cluster, "pause", "ch")
+        watch_channels(changed, channel)
+        await changed.until(lambda: subscribed(channel), WAIT)
+        assert consumer.connection_count == 1
         consumer.set_max_in_flight(0)
-        await wait_until(lambda: all(c.rdy == 0 for c in channel.consumers))
+        await changed.until(lambda: all(c.rdy == 0 for c in channel.consumers), WAIT)
         for i in range(5):
             await producer.publish("pause", b"%d" % i)
         assert channel.depth == 5 and not seen  # RDY 0 on the server: nothing is sent
         consumer.set_max_in_flight(10)
-        await wait_until(lambda: len(seen) == 5)
+        await changed.until(lambda: len(seen) == 5, WAIT)
         assert consumer.max_in_flight == 10
 
 
@@ -215,7 +236,7 @@ async def test_failures_back_off_with_rdy_zero(nsq_cluster: Any) -> None:
         await producer.publish("backoff", b"x")
         await asyncio.wait_for(failed.wait(), WAIT)
         channel = channel_of(nsq_cluster, "backoff", "ch")
-        await wait_until(lambda: all(c.rdy == 0 for c in channel.consumers))
+        await channel_reaches(channel, lambda: all(c.rdy == 0 for c in channel.consumers), WAIT)
         stats = consumer.stats()
         assert stats["flow"]["backoff"] == "backing_off" and stats["requeued"] == 1
         assert channel.depth == 1  # requeued at once, but not taken while backing off
@@ -226,16 +247,25 @@ async def test_a_stalled_connection_is_detected_and_replaced(nsq_cluster: Any) -
     await nsq_cluster.create_topic("stall", partitions=1, channels=["ch"])
     lookupd = nsq_cluster.lookupd_http_addresses
     seen: list[bytes] = []
+    changed = Watch()
+
+    def handler(msg: Message) -> None:
+        seen.append(msg.body)
+        changed.poke()
+
     async with Producer(lookupd=lookupd) as producer, \
-            Consumer("stall", "ch", lookupd=lookupd, handler=lambda m: seen.append(m.body),
+            Consumer("stall", "ch", lookupd=lookupd, handler=handler,
                      heartbeat_interval=1, connect_timeout=1, **FAST) as consumer:
-        await wait_until(lambda: consumer.connection_count == 1)
+        channel = channel_of(nsq_cluster, "stall", "ch")
+        await channel_reaches(channel, lambda: subscribed(channel), WAIT)
+        assert consumer.connection_count == 1
         before = consumer.connections()[0]
         nsq_cluster.stall(which="tcp")
         await asyncio.wait_for(before.closed, WAIT)  # silent for 2 heartbeats: stalled
         assert "stalled" in str(before.close_reason)
         nsq_cluster.resume(which="tcp")
+        # the replacement is the client's own state: polled
         await wait_until(lambda: consumer.connection_count == 1
-                         and consumer.connections()[0] is not before)
+                         and consumer.connections()[0] is not before, WAIT)
         await producer.publish("stall", b"after")
-        await wait_until(lambda: seen == [b"after"])
+        await changed.until(lambda: seen == [b"after"], WAIT)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support import Watch, watch_channels
 
 from smartnsq.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.connection import Connection
@@ -30,14 +31,6 @@ OPTIONS: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),
                            "reconnect_delay": 0.05, "reconnect_delay_max": 0.5,
                            "lookup_options": {"poll_interval": 2.0}}
 PARTITIONS = 4
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), timeout)
 
 
 async def publish_batches(cluster: Any, topic: str, per_partition: dict[int, list[bytes]]) -> None:
@@ -59,16 +52,17 @@ def all_done(cluster: Any, topic: str, channel: str) -> bool:
     return all(c.depth == 0 and c.in_flight == 0 for c in channels(cluster, topic, channel))
 
 
-async def faults(cluster: Any, topic: str, progress: Callable[[], int], total: int) -> None:
-    """Each fault once the stream is a bit further along."""
-    await wait_until(lambda: progress() >= total // 5)
+async def faults(cluster: Any, topic: str, progress: Callable[[], int], total: int,
+                 changed: Watch) -> None:
+    """Each fault once the stream is a bit further along (``changed`` is poked by handlers)."""
+    await changed.until(lambda: progress() >= total // 5, WAIT)
     cluster.move_leader(topic, 0)
-    await wait_until(lambda: progress() >= 2 * total // 5)
+    await changed.until(lambda: progress() >= 2 * total // 5, WAIT)
     assert cluster.cut_connections(which="tcp") > 0
-    await wait_until(lambda: progress() >= 3 * total // 5)
+    await changed.until(lambda: progress() >= 3 * total // 5, WAIT)
     node = cluster.leader_of(topic, 1)
     await cluster.stop_node(node, failover=True)
-    await wait_until(lambda: progress() >= 4 * total // 5)
+    await changed.until(lambda: progress() >= 4 * total // 5, WAIT)
     await cluster.start_node(node)
     cluster.move_leader(topic, 1, to=node)
 
@@ -83,23 +77,28 @@ async def test_stream_through_faults_and_a_drain_loses_nothing(nsq_cluster: Any)
     total = sum(map(len, per_partition.values()))
     handled: Counter[bytes] = Counter()
     lookupd = nsq_cluster.lookupd_http_addresses
+    # handlers and the channels (FINs, depth) poke it; channels outlive leader moves
+    changed = watch_channels(Watch(), *channels(nsq_cluster, topic, "ch"))
 
     async def handler(msg: Message) -> None:
         handled[msg.body] += 1
+        changed.poke()
         if len(handled) % 97 == 0:
             await asyncio.sleep(0)
 
     first = Consumer(topic, "ch", lookupd=lookupd, handler=handler, max_in_flight=50,
                      concurrency=10, **OPTIONS)
     await first.start()
-    injector = asyncio.ensure_future(faults(nsq_cluster, topic, lambda: len(handled), total))
-    await wait_until(lambda: len(handled) >= total // 2)
+    injector = asyncio.ensure_future(faults(nsq_cluster, topic, lambda: len(handled), total,
+                                            changed))
+    await changed.until(lambda: len(handled) >= total // 2, WAIT)
     await first.close(timeout=WAIT)  # a drain in the middle of the stream
     drained = len(handled)
     async with Consumer(topic, "ch", lookupd=lookupd, handler=handler, max_in_flight=50,
                         concurrency=10, **OPTIONS):
         await asyncio.wait_for(injector, WAIT)
-        await wait_until(lambda: len(handled) == total and all_done(nsq_cluster, topic, "ch"))
+        await changed.until(lambda: len(handled) == total
+                            and all_done(nsq_cluster, topic, "ch"), WAIT)
     expected = {b for bodies in per_partition.values() for b in bodies}
     assert set(handled) == expected, f"missing {len(expected - set(handled))}"
     duplicates = sum(n - 1 for n in handled.values())
@@ -135,13 +134,15 @@ async def test_ordered_stream_keeps_per_key_order_through_faults(nsq_cluster: An
     total = per_key * len(keys)
     seen: dict[str, list[int]] = defaultdict(list)
     count = 0
+    changed = watch_channels(Watch(), *channels(nsq_cluster, topic, "ch"))
 
     async def handler(msg: Message) -> None:
         nonlocal count
         key, _, seq = msg.body.decode().partition(":")
         seen[key].append(int(seq))
         count += 1
-        await asyncio.sleep(0)
+        changed.poke()
+        await asyncio.sleep(0)  # a yield, so that lanes interleave
 
     lookupd = nsq_cluster.lookupd_http_addresses
 
@@ -150,8 +151,9 @@ async def test_ordered_stream_keeps_per_key_order_through_faults(nsq_cluster: An
 
     async with Consumer(topic, "ch", lookupd=lookupd, handler=handler, concurrency=8,
                         **OPTIONS) as consumer:
-        await faults(nsq_cluster, topic, distinct, total)
-        await wait_until(lambda: distinct() == total and all_done(nsq_cluster, topic, "ch"))
+        await faults(nsq_cluster, topic, distinct, total, changed)
+        await changed.until(lambda: distinct() == total and all_done(nsq_cluster, topic, "ch"),
+                            WAIT)
         stats = consumer.stats()
     for key, seqs in seen.items():
         collapsed = [s for i, s in enumerate(seqs) if i == 0 or s != seqs[i - 1]]

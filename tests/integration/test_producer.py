@@ -10,25 +10,16 @@ import asyncio
 import itertools
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from smartnsq.errors import Timeout
 from smartnsq.producer import BatchResult, Producer, PublishResult
 from smartnsq.sharding import java_partition, murmur3_partition
 
 WAIT = 10.0
-
-
-async def wait_until(condition: Callable[[], bool]) -> None:
-    """Wait (bounded) until ``condition()`` holds, checking it every few milliseconds."""
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), WAIT)
 
 
 def producer(cluster: Any, **options: Any) -> Producer:
@@ -319,7 +310,8 @@ async def test_a_missing_partition_is_waited_for_never_rerouted(nsq_cluster: Any
         retries = p.retry_count
         pending = asyncio.ensure_future(p.publish("waits", b"held", sharding_key=key,
                                                   timeout=WAIT))
-        await wait_until(lambda: p.retry_count >= retries + 3)  # it keeps trying, in vain
+        # the retry counter signals nothing: polled
+        await wait_until(lambda: p.retry_count >= retries + 3, WAIT)  # it keeps trying, in vain
         assert not pending.done()
         await nsq_cluster.start_node(leader)
         result = await asyncio.wait_for(pending, WAIT)
@@ -336,7 +328,7 @@ async def test_unwritable_partition_refreshes_and_retries(nsq_cluster: Any) -> N
         nsq_cluster.set_writable("frozen", 0, False)
         pending = asyncio.ensure_future(p.publish("frozen", b"second", partition=0,
                                                   timeout=WAIT))
-        await wait_until(lambda: p.retry_count >= 3)
+        await wait_until(lambda: p.retry_count >= 3, WAIT)  # polled, as above
         assert not pending.done()
         nsq_cluster.set_writable("frozen", 0, True)
         result = await asyncio.wait_for(pending, WAIT)

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from support import channel_reaches
 
 from smartnsq import sync
 from smartnsq.connection import Connection
@@ -29,12 +30,8 @@ async def publish(cluster: Any, topic: str, bodies: list[bytes]) -> str:
     return address
 
 
-async def wait_until(condition: Any) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), WAIT)
+def channel_of(cluster: Any, topic: str) -> Any:
+    return cluster.state.topics[topic].partitions[0].channels["ch"]
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
@@ -46,6 +43,7 @@ async def test_blocking_handlers_run_in_threads_until_stop(nsq_cluster: Any) -> 
     threads: set[str] = set()
     lock = threading.Lock()
     consumer: sync.Consumer | None = None
+    problems: list[str] = []  # asserted below: an assert in a handler would only REQ
 
     def handler(msg: Message) -> None:
         time.sleep(0.002)  # a blocking call, as real handlers make
@@ -53,8 +51,10 @@ async def test_blocking_handlers_run_in_threads_until_stop(nsq_cluster: Any) -> 
             seen.append(msg.body)
             threads.add(threading.current_thread().name)
             if len(seen) == len(bodies):
-                assert consumer is not None
-                consumer.stop()  # from a handler thread: must not block
+                if consumer is None:
+                    problems.append("a handler ran before the consumer existed")
+                else:
+                    consumer.stop()  # from a handler thread: must not block
 
     def run() -> dict[str, Any]:
         nonlocal consumer
@@ -65,11 +65,13 @@ async def test_blocking_handlers_run_in_threads_until_stop(nsq_cluster: Any) -> 
             return consumer.async_consumer.stats()
 
     stats = await asyncio.to_thread(run)
+    assert not problems
     assert sorted(seen) == sorted(bodies)
     assert all(name.startswith("smartnsq-handler-sync") for name in threads)
     assert stats["finished"] == len(bodies) and stats["in_flight"] == 0
-    channel = nsq_cluster.state.topics["sync"].partitions[0].channels["ch"]
-    await wait_until(lambda: channel.finish_count == len(bodies) and channel.in_flight == 0)
+    channel = channel_of(nsq_cluster, "sync")
+    await channel_reaches(channel,
+                          lambda: channel.finish_count == len(bodies) and channel.in_flight == 0)
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
@@ -94,8 +96,9 @@ async def test_failing_blocking_handler_requeues(nsq_cluster: Any) -> None:
 
     await asyncio.to_thread(run)
     assert attempts == [1, 2]
-    channel = nsq_cluster.state.topics["syncfail"].partitions[0].channels["ch"]
-    await wait_until(lambda: channel.finish_count == 1 and channel.requeue_count == 1)
+    channel = channel_of(nsq_cluster, "syncfail")
+    await channel_reaches(channel,
+                          lambda: channel.finish_count == 1 and channel.requeue_count == 1)
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
@@ -117,8 +120,8 @@ async def test_blocking_iteration_and_answers_from_the_calling_thread(nsq_cluste
 
     got = await asyncio.to_thread(run)
     assert sorted(got) == [b"a", b"b", b"c"]
-    channel = nsq_cluster.state.topics["synciter"].partitions[0].channels["ch"]
-    await wait_until(lambda: channel.finish_count == 3 and channel.in_flight == 0)
+    channel = channel_of(nsq_cluster, "synciter")
+    await channel_reaches(channel, lambda: channel.finish_count == 3 and channel.in_flight == 0)
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
@@ -128,13 +131,15 @@ async def test_answers_later_from_another_thread_and_close_is_refused_in_handler
     address = await publish(nsq_cluster, "synclater", [b"job"])
     taken: list[Message] = []
     refused: list[BaseException] = []
+    closed_from_handler: list[bool] = []  # asserted below: an assert in a handler would only REQ
     ready = threading.Event()
     consumer: sync.Consumer | None = None
 
     def handler(msg: Message) -> None:
-        assert consumer is not None
         try:
-            consumer.close()
+            if consumer is not None:
+                consumer.close()
+                closed_from_handler.append(True)
         except RuntimeError as exc:
             refused.append(exc)
         msg.disable_auto_response()  # answered later, by another thread
@@ -153,7 +158,8 @@ async def test_answers_later_from_another_thread_and_close_is_refused_in_handler
         return consumer.async_consumer.stats()
 
     stats = await asyncio.to_thread(run)
+    assert not closed_from_handler
     assert len(refused) == 1 and "stop()" in str(refused[0])
     assert stats["finished"] == 1 and stats["in_flight"] == 0
-    channel = nsq_cluster.state.topics["synclater"].partitions[0].channels["ch"]
-    await wait_until(lambda: channel.finish_count == 1 and channel.in_flight == 0)
+    channel = channel_of(nsq_cluster, "synclater")
+    await channel_reaches(channel, lambda: channel.finish_count == 1 and channel.in_flight == 0)
