@@ -371,7 +371,10 @@ async def test_cancelled_call_keeps_fifo_order(nsq_cluster: Any) -> None:
             conn.request(commands.pub_trace("t_cancel", b"one......", 1, 0), "PUB_TRACE"))
         second = asyncio.ensure_future(
             conn.request(commands.pub_trace("t_cancel", b"two......", 2, 0), "PUB_TRACE"))
-        await asyncio.sleep(0)  # let both queue their command
+        # one scheduler turn runs each task up to waiting for its answer, which cannot be
+        # back yet (the server needs several turns to read and answer): both calls are queued
+        await asyncio.sleep(0)
+        assert conn.pending_count == 2 and not first.done() and not second.done()
         first.cancel()
         receipt = parse_publish_response(await second)
         assert receipt is not None and receipt.trace_id == 2

@@ -159,16 +159,22 @@ async def test_back_pressure_makes_drain_wait() -> None:
     async with RawServer(nsqd) as server:
         conn = await Connection.connect("127.0.0.1", server.port)
         sent = 0
+        assert len(chunk) >= conn.config.flush_threshold  # so send() writes it at once
         while not conn.writing_paused:
             assert sent < 512, "the transport never reported back-pressure"
             conn.send(chunk)
-            await asyncio.sleep(0)  # let the flush run
             sent += 1
-        drain = asyncio.ensure_future(conn.drain())
-        await asyncio.sleep(0)
-        assert not drain.done()
+        drain_entered = asyncio.Event()
+
+        async def drain() -> None:
+            drain_entered.set()
+            await conn.drain()  # runs up to its wait in the same step as the set() above
+
+        draining = asyncio.ensure_future(drain())
+        await drain_entered.wait()
+        assert conn.writing_paused and not draining.done()  # drain() is blocked, not unstarted
         resume_reading.set()
-        await asyncio.wait_for(drain, WAIT)
+        await asyncio.wait_for(draining, WAIT)
         assert not conn.writing_paused
         await conn.close()
         assert server.done is not None
