@@ -1202,6 +1202,11 @@ class Consumer:
     def max_in_flight(self) -> int:
         return self._max_in_flight
 
+    @property
+    def drain_timeout(self) -> float:
+        """How long ``close()`` waits, by default, for handlers and unanswered messages."""
+        return self._drain_timeout
+
     def is_starved(self) -> bool:
         """Some connection has (nearly) its whole RDY in flight: nothing more comes until
         messages are answered, so a batching handler should process what it holds."""

@@ -505,7 +505,6 @@ class Producer:
         if self._closed:
             raise ConnectionError_("the producer is closed")
         pool = self._pool
-        nodes = pool._nodes
         loop = self._loop
         if timeout is None:
             timeout = self._timeout
@@ -522,7 +521,7 @@ class Producer:
             attempt += 1
             if attempt > 1:
                 self.retry_count += 1
-            routes = pool._routes.get(topic)
+            routes = pool.routes(topic)
             if routes is None:
                 try:
                     routes = await self._load_routes(topic, deadline)
@@ -582,8 +581,7 @@ class Producer:
                 continue
             # -- the connection
             # (a connection closed since is caught by submit: ConnectionClosed, retried)
-            node = nodes.get(address)
-            conn = None if node is None else node.conn
+            conn = pool.connection(address)
             if conn is None:
                 try:
                     conn = await pool.acquire(address, deadline - loop.time())
@@ -597,8 +595,6 @@ class Producer:
                     last_error = exc
                     await self._backoff(topic, attempt, deadline, exc)
                     continue
-            else:
-                node.uses += 1  # type: ignore[union-attr]
             # -- encode and send
             if batch is None:
                 data, command, traced = self._encode_one(

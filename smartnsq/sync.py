@@ -312,7 +312,7 @@ class Consumer(_Facade):
         if self._closed:
             return
         if self._loop_thread.running and not self._consumer.closed:
-            drain = timeout if timeout is not None else self._consumer._drain_timeout
+            drain = timeout if timeout is not None else self._consumer.drain_timeout
             try:
                 self._run(self._consumer.close(timeout), drain + 2 * _GUARD)
             except Exception:
