@@ -34,6 +34,7 @@ __all__ = [
     "BackoffPolicy",
     "BackoffState",
     "RequeuePolicy",
+    "exponential_delay",
 ]
 
 BackoffState = Literal["normal", "backing_off", "probing"]
@@ -52,6 +53,27 @@ def _number(name: str, value: object, *, low: float, high: float = math.inf,
         if high != math.inf:
             bound += f" and <= {high:g}"
         raise InvalidArgument(name, f"must be {bound}", value)
+
+
+_MAX_DOUBLINGS = 62  # 2**62 times any sane base is past any cap; larger would overflow floats
+
+
+def exponential_delay(base: float, cap: float, attempt: int, jitter: float = 0.0,
+                      rng: random.Random | None = None, *, symmetric: bool = False) -> float:
+    """The library's one retry delay: ``base`` doubled per further ``attempt`` (1: ``base``),
+    at most ``cap``, then jittered so clients that failed together do not retry together.
+
+    ``jitter`` is the fraction randomly cut off the delay (``0.5``: between half and all of
+    it); ``symmetric=True`` spreads it both ways instead (``0.2``: 80% to 120%). Random
+    numbers come from ``rng`` (tests pass a seeded one) or the ``random`` module. Attempt
+    counts of any size are fine: the doubling stops once past ``cap``.
+    """
+    n = min(max(attempt - 1, 0), _MAX_DOUBLINGS)
+    delay = min(cap, base * (1 << n))
+    if jitter:
+        r = (rng if rng is not None else random).random()
+        delay *= 1.0 + jitter * (2.0 * r - 1.0) if symmetric else 1.0 - jitter * r
+    return float(delay)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import random
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -51,7 +50,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Union
 
-from .backoff import BackoffPolicy, RequeuePolicy
+from .backoff import BackoffPolicy, RequeuePolicy, exponential_delay
 from .config import ConnectionConfig
 from .connection import Connection
 from .errors import (
@@ -1271,8 +1270,7 @@ class Consumer:
     # -- subscriptions ------------------------------------------------------------------------
 
     def _reconnect_delay(self, failures: int) -> float:
-        base = min(self._reconnect_max, self._reconnect_base * 2.0 ** max(0, failures - 1))
-        return base * (0.5 + random.random() / 2)
+        return exponential_delay(self._reconnect_base, self._reconnect_max, failures, 0.5)
 
     def _subscribe_failed(self, sub: _Subscription, exc: BaseException) -> None:
         self._sub_failures += 1

@@ -46,6 +46,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from .backoff import exponential_delay
 from .config import doc
 from .errors import InvalidArgument, LookupFailed, ProtocolError, TopicNotFound
 from .protocol.identify import USER_AGENT
@@ -634,8 +635,7 @@ class LookupManager:
         lookupd.failures += 1
         lookupd.errors += 1
         lookupd.last_error = str(error)
-        delay = min(cfg.backoff_max, cfg.backoff * 2 ** min(lookupd.failures - 1, 30))
-        delay *= random.uniform(0.8, 1.0)
+        delay = exponential_delay(cfg.backoff, cfg.backoff_max, lookupd.failures, 0.2)
         lookupd.retry_at = self._now() + delay
         level = logging.WARNING if lookupd.failures == 1 else logging.DEBUG
         log.log(level, "lookupd %s failed (%d in a row; skipped for %.2fs): %s",
@@ -674,8 +674,8 @@ class LookupManager:
                 await asyncio.sleep(cfg.refresh_delay)
             idle = self._idle_refreshes[key]
             if idle:
-                gap = min(cfg.refresh_min_interval * 2 ** min(idle - 1, 30),
-                          cfg.refresh_max_interval)
+                gap = exponential_delay(cfg.refresh_min_interval, cfg.refresh_max_interval,
+                                        idle)
                 wait = self._last_round.get(key, -math.inf) + gap - self._now()
                 if wait > 0:
                     await asyncio.sleep(wait)

@@ -29,11 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .backoff import exponential_delay
 from .config import ConnectionConfig
 from .connection import Connection
 from .errors import ConnectionError_, InvalidArgument, Timeout
@@ -398,9 +398,9 @@ class PartitionPool:
             node.opening = None
             node.failures += 1
             node.last_error = exc
-            delay = min(self._reconnect_delay_max,
-                        self._reconnect_delay * 2 ** (node.failures - 1))
-            node.retry_at = loop.time() + delay * random.uniform(0.8, 1.2)
+            delay = exponential_delay(self._reconnect_delay, self._reconnect_delay_max,
+                                      node.failures, 0.2, symmetric=True)
+            node.retry_at = loop.time() + delay
             log.warning("cannot connect to %s:%d (%d in a row, next try in %.2fs): %s", host,
                         port, node.failures, delay, exc)
             self._refresh_topics_on(node.address)

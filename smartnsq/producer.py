@@ -31,12 +31,12 @@ import asyncio
 import contextlib
 import logging
 import math
-import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
+from .backoff import exponential_delay
 from .config import ConnectionConfig, doc
 from .connection import Connection
 from .errors import (
@@ -669,8 +669,8 @@ class Producer:
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise self._timeout_error(topic, None, error) from error
-        delay = min(cfg.retry_delay * 2 ** min(attempt - 1, 30), cfg.retry_delay_max)
-        delay = max(delay * random.uniform(0.5, 1.0), at_least)
+        delay = max(exponential_delay(cfg.retry_delay, cfg.retry_delay_max, attempt, 0.5),
+                    at_least)
         log.debug("publish to %r: attempt %d failed (%s); next in %.3fs", topic, attempt, error,
                   min(delay, remaining))
         if delay >= remaining:
