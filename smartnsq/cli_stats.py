@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 
 from .cli_util import CLIError, check_topic, dumps, format_table, http_get_json, split_addresses
+from .errors import ProtocolError
+from .protocol.lookup import parse_node
 
 __all__ = ["node_http_addresses", "run_stats"]
 
@@ -28,12 +30,13 @@ async def node_http_addresses(client: httpx.AsyncClient, lookupd: list[str]) -> 
         except CLIError as exc:
             failures.append(str(exc))
             continue
-        producers = (data or {}).get("producers") or []
+        producers = data.get("producers") if isinstance(data, dict) else None
         out = []
-        for node in producers:
-            host = node.get("broadcast_address") or node.get("hostname")
-            if host and node.get("http_port"):
-                out.append(f"{host}:{node['http_port']}")
+        for peer in producers or []:
+            try:
+                out.append(parse_node(peer).http_address)  # the same reading as /lookup's
+            except ProtocolError:
+                continue  # a peer without an address or ports cannot be asked for /stats
         return sorted(set(out))
     raise CLIError("; ".join(failures) if failures else "no lookupd given")
 

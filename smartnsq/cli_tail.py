@@ -23,7 +23,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from .cli_util import ACCEPT_V1, CLIError, check_topic, cluster_addresses, dumps
+from .cli_util import V1_HEADERS, CLIError, check_topic, cluster_addresses, dumps
 
 __all__ = ["parse_start", "run_tail"]
 
@@ -244,7 +244,7 @@ async def _position_channel(view: Any, channel: str, start: Any,
     import httpx
 
     wanted = set(args.partition or view.partitions)
-    async with httpx.AsyncClient(timeout=args.timeout, headers=ACCEPT_V1) as client:
+    async with httpx.AsyncClient(timeout=args.timeout, headers=V1_HEADERS) as client:
         for pid in sorted(wanted):
             partition = view.partitions.get(pid)
             if partition is None or partition.leader is None:

@@ -16,17 +16,22 @@ from typing import Any, TextIO
 
 import httpx
 
+from .errors import InvalidArgument, ProtocolError
+from .lookup import normalize_lookupd
+from .protocol.lookup import ACCEPT_V1, unwrap
+
 __all__ = [
-    "ACCEPT_V1",
+    "V1_HEADERS",
     "CLIError",
     "Progress",
     "format_table",
+    "http_get",
     "http_get_json",
     "split_addresses",
 ]
 
-# nsqlookupd and youzan nsqd answer bare JSON with real status codes only with this header
-ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
+V1_HEADERS = {"Accept": ACCEPT_V1}
+"""nsqlookupd and youzan nsqd answer bare JSON with real status codes only with this header."""
 
 
 class CLIError(Exception):
@@ -40,7 +45,10 @@ class CLIError(Exception):
 def split_addresses(values: Iterable[str] | str | None, what: str) -> list[str]:
     """``["a:1,b:2", "c:3"]`` -> ``["a:1", "b:2", "c:3"]``; an ``http://`` prefix is dropped.
 
-    Addresses are checked here so that a typo is reported before anything is dialled.
+    Addresses are checked here so that a typo is reported before anything is dialled. Every
+    kind of address (lookupd, nsqd TCP or HTTP) is ``HOST:PORT`` read the way the library
+    reads lookupd addresses (``smartnsq.lookup.normalize_lookupd``), so the CLI accepts
+    exactly what the API does.
     """
     if values is None:
         return []
@@ -52,14 +60,10 @@ def split_addresses(values: Iterable[str] | str | None, what: str) -> list[str]:
             item = item.strip()
             if not item:
                 continue
-            for prefix in ("http://", "https://"):
-                if item.startswith(prefix):
-                    item = item[len(prefix):]
-            item = item.rstrip("/")
-            host, sep, port = item.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise CLIError(f"bad {what} address {item!r}: expected HOST:PORT")
-            out.append(item)
+            try:
+                out.append(normalize_lookupd(item))
+            except InvalidArgument:
+                raise CLIError(f"bad {what} address {item!r}: expected HOST:PORT") from None
     return out
 
 
@@ -137,36 +141,38 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-async def http_get_json(client: httpx.AsyncClient, address: str, path: str,
-                        params: Mapping[str, str] | None = None, *, what: str) -> Any:
-    """GET ``http://address/path`` as JSON, unwrapping youzan's ``{"status_code", "data"}``.
+async def http_get(client: httpx.AsyncClient, address: str, path: str,
+                   params: Mapping[str, str] | None = None, *, what: str) -> httpx.Response:
+    """GET ``http://address/path`` asking for v1 answers; whatever status it answers.
 
-    Failures become one-line ``CLIError``s naming ``what`` was asked and where.
+    Only not getting an answer fails, as a one-line ``CLIError`` naming ``what`` and where:
+    the answer itself is for ``smartnsq.protocol.lookup``'s parsers (or ``http_get_json``).
     """
     url = f"http://{address}{path}"
     try:
-        response = await client.get(url, params=params, headers=ACCEPT_V1)
+        return await client.get(url, params=params, headers=V1_HEADERS)
     except httpx.TimeoutException:
         raise CLIError(f"{what}: {address} did not answer in time") from None
     except httpx.HTTPError as exc:
         raise CLIError(f"{what}: cannot reach {address} ({_reason(exc)})") from None
+
+
+async def http_get_json(client: httpx.AsyncClient, address: str, path: str,
+                        params: Mapping[str, str] | None = None, *, what: str) -> Any:
+    """GET ``http://address/path`` as JSON, bare or in youzan's ``{"status_code", "data"}``.
+
+    The envelope is read by ``smartnsq.protocol.lookup.unwrap`` (nsqd and nsqlookupd share
+    it); failures become one-line ``CLIError``s naming ``what`` was asked and where.
+    """
+    response = await http_get(client, address, path, params, what=what)
     try:
-        data = response.json() if response.content else {}
-    except ValueError:
-        data = None
-    if response.status_code >= 400:
-        message = ""
-        if isinstance(data, dict):
-            message = str(data.get("message") or data.get("status_txt") or "")
+        status, data, message = unwrap(response.status_code, response.content)
+    except ProtocolError:
+        raise CLIError(f"{what}: {address} answered something that is not JSON") from None
+    if status != 200:
         message = message or response.text.strip()[:200] or response.reason_phrase
-        raise CLIError(f"{what}: {address} answered HTTP {response.status_code}: {message}")
-    if data is None:
-        raise CLIError(f"{what}: {address} answered something that is not JSON")
-    if isinstance(data, dict) and "status_code" in data and "data" in data:
-        if data.get("status_code") != 200:
-            raise CLIError(f"{what}: {address} answered {data.get('status_txt')}")
-        data = data["data"]
-    return data
+        raise CLIError(f"{what}: {address} answered HTTP {status}: {message}")
+    return {} if data is None else data
 
 
 def _reason(exc: BaseException) -> str:

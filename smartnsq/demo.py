@@ -37,14 +37,16 @@ from typing import Any, TextIO
 import httpx
 
 from .cli_util import (
-    ACCEPT_V1,
+    V1_HEADERS,
     CLIError,
     Progress,
     bar,
     format_table,
-    http_get_json,
+    http_get,
     split_addresses,
 )
+from .errors import LookupFailed, ProtocolError, TopicNotFound
+from .protocol.lookup import Node, TopicView, lookup_params, parse_listlookup, parse_lookup
 
 __all__ = ["DemoOptions", "DemoReport", "run_cli", "run_demo"]
 
@@ -218,44 +220,48 @@ class _Remote(_Lab):
         self.lookupd = lookupd
         self.timeout = timeout
         self.description = f"cluster at {', '.join(lookupd)}"
-        self.client = httpx.AsyncClient(timeout=timeout, headers=ACCEPT_V1)
+        self.client = httpx.AsyncClient(timeout=timeout, headers=V1_HEADERS)
 
     async def close(self) -> None:
         await self.client.aclose()
 
-    async def _lookup(self, topic: str) -> dict[str, Any]:
+    async def _lookup(self, topic: str) -> TopicView | None:
+        """The readers' view of ``topic`` from the first lookupd that answers; ``None`` when
+        it does not exist (read by ``smartnsq.protocol.lookup``, every envelope and shape)."""
         last: CLIError | None = None
         for address in self.lookupd:
+            what = f"lookup of {topic}"
             try:
-                data = await http_get_json(self.client, address, "/lookup",
-                                           {"topic": topic, "access": "r", "metainfo": "true"},
-                                           what=f"lookup of {topic}")
-                return data if isinstance(data, dict) else {}
+                response = await http_get(self.client, address, "/lookup",
+                                          lookup_params(topic, "r"), what=what)
+                return parse_lookup(topic, "r", response.status_code, response.content,
+                                    lookupd=address)
+            except TopicNotFound:
+                return None
+            except (LookupFailed, ProtocolError) as exc:
+                last = CLIError(f"{what}: {address}: {exc}")
             except CLIError as exc:
-                if "404" in str(exc) or "not found" in str(exc).lower():
-                    return {}
                 last = exc
         raise last or CLIError("no lookupd given")
 
     async def _leader_lookupd(self) -> str:
         for address in self.lookupd:
-            with contextlib.suppress(CLIError):
-                data = await http_get_json(self.client, address, "/listlookup",
-                                           what="nsqlookupd /listlookup")
-                leader = (data or {}).get("lookupdleader") or {}
-                if leader.get("NodeIP") and leader.get("HttpPort"):
-                    return f"{leader['NodeIP']}:{leader['HttpPort']}"
+            with contextlib.suppress(CLIError, LookupFailed, ProtocolError):
+                response = await http_get(self.client, address, "/listlookup",
+                                          what="nsqlookupd /listlookup")
+                listing = parse_listlookup(response.status_code, response.content)
+                if listing.leader:
+                    return listing.leader
         raise CLIError("the demo needs a youzan cluster: no lookupd answered /listlookup "
                        "with a leader")
 
     async def create_topic(self, name: str, partitions: int, replicas: int, ordered: bool,
                            channel: str) -> None:
-        data = await self._lookup(name)
-        meta = data.get("meta") or {}
-        if "partitions" not in data and data.get("producers"):
+        view = await self._lookup(name)
+        if view is not None and not view.youzan and view.producers:
             raise CLIError(f"{name}: the demo needs a youzan cluster (lookupd answered "
                            "without partitions)")
-        if not meta.get("partition_num"):
+        if view is None or view.meta is None or not view.meta.known:
             leader = await self._leader_lookupd()
             params = {"topic": name, "partition_num": str(partitions),
                       "replicator": str(replicas)}
@@ -265,15 +271,14 @@ class _Remote(_Lab):
             if response.status_code >= 400:
                 raise CLIError(f"creating topic {name} on {leader} failed: "
                                f"HTTP {response.status_code} {response.text.strip()[:200]}")
-        elif ordered and not meta.get("ordered"):
+        elif ordered and not view.ordered:
             raise CLIError(f"topic {name} exists and is not ordered; use another "
                            "--topic-prefix")
         deadline = time.monotonic() + max(60.0, self.timeout)
         while True:
-            data = await self._lookup(name)
-            meta = data.get("meta") or {}
-            count = int(meta.get("partition_num") or 0)
-            leaders = data.get("partitions") or {}
+            view = await self._lookup(name)
+            count = view.partition_num if view is not None else 0
+            leaders = view.leaders() if view is not None else {}
             if count and len(leaders) >= count and await self._create_channels(
                     name, leaders, channel):
                 return
@@ -281,9 +286,9 @@ class _Remote(_Lab):
                 raise CLIError(f"topic {name} did not get a leader for every partition in time")
             await asyncio.sleep(0.5)  # a real cluster elects leaders in a periodic check
 
-    async def _create_channels(self, topic: str, leaders: dict[str, Any], channel: str) -> bool:
-        for partition, peer in leaders.items():
-            address = f"{peer.get('broadcast_address')}:{peer.get('http_port')}"
+    async def _create_channels(self, topic: str, leaders: dict[int, Node], channel: str) -> bool:
+        for partition, leader in leaders.items():
+            address = leader.http_address
             try:
                 response = await self.client.post(
                     f"http://{address}/channel/create",
