@@ -90,6 +90,10 @@ class SendError(Error):
 
 _loops: dict[int, asyncio.AbstractEventLoop] = {}
 _loops_lock = threading.Lock()
+# loops asked to stop by stop(): their mailboxes hand nothing more to handlers until the next
+# run(), so a handler calling stop() is the last one to run (the rest waits, or goes back to
+# the server on close())
+_stopping: set[asyncio.AbstractEventLoop] = set()
 
 
 def _user_loop() -> asyncio.AbstractEventLoop:
@@ -125,7 +129,11 @@ def run() -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _on_signal)
     asyncio.set_event_loop(loop)
-    loop.run_forever()
+    _stopping.discard(loop)
+    try:
+        loop.run_forever()
+    finally:
+        _stopping.discard(loop)
 
 
 def stop() -> None:
@@ -134,7 +142,12 @@ def stop() -> None:
         own = _loops.get(threading.get_ident())
         targets = [own] if own is not None else list(_loops.values())
     for target in targets:
-        if not target.is_closed():
+        if target.is_closed() or (target in _stopping and target.is_running()):
+            continue  # closed, or already stopping: a second stop must not end the next run
+        _stopping.add(target)
+        if target is own and target.is_running():
+            target.call_soon(target.stop)  # after what this turn scheduled (done callbacks)
+        else:
             target.call_soon_threadsafe(target.stop)
 
 
@@ -177,7 +190,10 @@ class _Mailbox:
         with self._lock:
             self._armed = False
         items = self._items
+        loop = self._loop
         for _ in range(min(len(items), self.BATCH)):
+            if loop in _stopping:
+                break  # stop() was called: the rest waits for the next run()
             fn, args = items.popleft()
             try:
                 fn(*args)
@@ -589,6 +605,7 @@ class Reader:
         self._net = _mailbox(self._facade.thread.loop)
         self._consumers: list[Consumer] = []
         self._closed = False
+        self._starting = False
         # handed to the run() loop, not yet taken by a handler (claimed once: set ops are
         # atomic, so a message is either handled or given back by close(), never both)
         self._waiting: set[Message] = set()
@@ -598,28 +615,43 @@ class Reader:
 
     def _start(self) -> None:
         """On the user loop once ``run()`` runs: open the consumers on the network loop."""
-        if self._closed or self._consumers:
+        if self._closed or self._starting:
             return
+        self._starting = True
         if self.message_handler is None:
             raise InvalidArgument("message_handler", "you must set the Reader's "
                                   "message_handler")
         for spec in self._specs:
-            consumer = Consumer(self.topic, self.channel, **spec)
-            self._consumers.append(consumer)
-            future = self._facade.thread.submit(consumer.start())
-            future.add_done_callback(functools.partial(self._started, consumer))
+            future = self._facade.thread.submit(self._open(spec))
+            future.add_done_callback(self._started)
 
-    def _started(self, consumer: Consumer, future: concurrent.futures.Future[Any]) -> None:
+    async def _open(self, spec: dict[str, Any]) -> None:
+        # built on the network loop: whatever the consumer binds to the running loop at
+        # construction (its lookup manager, events) must be that loop, not the run() one
+        if self._closed:
+            return
+        consumer = Consumer(self.topic, self.channel, **spec)
+        self._consumers.append(consumer)
+        await consumer.start()
+
+    def _started(self, future: concurrent.futures.Future[Any]) -> None:
         exc = None if future.cancelled() else future.exception()
         if exc is not None:
             log.error("[%s] cannot start consuming: %s", self.name, exc)
 
     def close(self) -> concurrent.futures.Future[Any]:
-        """Close the connections (pynsq's ``close()``); returns a future of the drain."""
+        """Close the connections (pynsq's ``close()``); returns a future of the drain.
+
+        Messages no handler took yet go back to the server at once. While ``run()`` runs,
+        handlers holding messages (``enable_async``) get the consumer's drain time to answer;
+        once it returned, nothing will answer them and they are left to the server's
+        redelivery.
+        """
         self._closed = True
-        consumers, self._consumers = self._consumers, []
 
         async def close_all() -> None:
+            # on the network loop, after any _open() already under way added its consumer
+            consumers, self._consumers = self._consumers, []
             # what no handler took yet goes back at once: after run() returned nothing will
             # take it, and the consumers' drain would wait for it in vain
             while self._waiting:
@@ -630,7 +662,12 @@ class Reader:
                 if not message._responded:
                     message._responded = True
                     message.smartnsq.req(0, backoff=False)
-            await asyncio.gather(*(c.close() for c in consumers), return_exceptions=True)
+            # handlers answer on the run() loop: when it is not running (run() returned) no
+            # answer will come, so close at once (the server redelivers what is unanswered)
+            # instead of waiting for the drain timeout
+            timeout = None if self._loop.is_running() else 0.0
+            await asyncio.gather(*(_close_consumer(c, timeout) for c in consumers),
+                                 return_exceptions=True)
 
         future = self._facade.thread.submit(close_all())
         future.add_done_callback(lambda _: self._facade.release())
@@ -741,6 +778,28 @@ class Reader:
 
     def __repr__(self) -> str:
         return f"<smartnsq.compat.pynsq.Reader {self.name}>"
+
+
+# how long a consumer's close() may take beyond its drain before its connections are dropped
+CLOSE_GRACE = 6.0
+DRAIN_TIMEOUT = 30.0  # the Consumer's default drain_timeout
+
+
+async def _close_consumer(consumer: Consumer, timeout: float | None) -> None:
+    """``consumer.close(timeout)``, bounded: past the drain and a grace period its connections
+    are aborted (a subscription caught half-way through its handshake by the close could
+    otherwise keep the close waiting; the server redelivers whatever was in flight)."""
+    closing = asyncio.ensure_future(consumer.close(timeout))
+    limit = (DRAIN_TIMEOUT if timeout is None else timeout) + CLOSE_GRACE
+    done, _ = await asyncio.wait({closing}, timeout=limit)
+    if done:
+        closing.result()
+        return
+    log.warning("%s/%s: close did not finish within %gs; dropping its connections",
+                consumer.topic, consumer.channel, limit)
+    for conn in consumer.connections():
+        conn.abort()
+    await asyncio.wait({closing}, timeout=CLOSE_GRACE)
 
 
 def _split(total: int, parts: int) -> list[int]:
