@@ -1,18 +1,19 @@
 """The Consumer through faults: a node restarting, connections cut, ordered failures (REQ 0,
 never skipped), order regressions reported, pausing with max_in_flight 0, backoff.
 
-Handlers and the dev cluster's channels signal what tests wait for (``tests/support.py``);
-only the client's own reconnections, which nothing signals, are polled.
+Handlers, connections' ``closed`` futures and the dev cluster's channels signal what tests wait
+for (``tests/support.py``); nothing is polled.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 import pytest
-from support import Watch, channel_reaches, wait_until, watch_channels
+from support import Watch, channel_reaches, watch_channels
 
 from smartnsq.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.consumer import Consumer, StartPosition
@@ -30,9 +31,10 @@ def channel_of(cluster: Any, topic: str, channel: str, partition: int = 0) -> An
     return cluster.state.topics[topic].partitions[partition].channels[channel]
 
 
-def subscribed(channel: Any) -> bool:
-    """A consumer sent RDY on this channel: the client counts that connection by then."""
-    return any(c.rdy for c in channel.consumers)
+def subscribed(channel: Any, *, besides: Sequence[Any] = ()) -> bool:
+    """A consumer (not one of ``besides``) sent RDY on this channel: the client counts that
+    connection by then (it registers a connection, then sends its first RDY)."""
+    return any(c.rdy and all(c is not old for old in besides) for c in channel.consumers)
 
 
 async def test_node_restart_resubscribes_and_loses_nothing(nsq_cluster: Any) -> None:
@@ -51,11 +53,19 @@ async def test_node_restart_resubscribes_and_loses_nothing(nsq_cluster: Any) -> 
             await producer.publish("restart", b"a%d" % i, partition=i % 2)
         await changed.until(lambda: len(seen) == 20, WAIT)
         node = nsq_cluster.leader_of("restart", 0)
+        address = nsq_cluster.node_info(node).tcp_address
+        lost = [c for c in consumer.connections() if c.address_text == address]
+        assert len(lost) == 1
+        # the partition-0 channel lives in the cluster state: it outlives its node's restart
+        channel = channel_of(nsq_cluster, "restart", "ch", 0)
+        watch_channels(changed, channel)
+        before = list(channel.consumers)
         await nsq_cluster.stop_node(node)
-        # the client noticing the loss and reconnecting is its own state: polled
-        await wait_until(lambda: consumer.connection_count == 1, WAIT)
+        await asyncio.wait_for(lost[0].closed, WAIT)
+        assert consumer.connection_count == 1
         await nsq_cluster.start_node(node)
-        await wait_until(lambda: consumer.connection_count == 2, WAIT)
+        await changed.until(lambda: subscribed(channel, besides=before), WAIT)
+        assert consumer.connection_count == 2
         for i in range(20):
             await producer.publish("restart", b"b%d" % i, partition=i % 2)
         await changed.until(lambda: len(seen) == 40, WAIT)
@@ -260,12 +270,12 @@ async def test_a_stalled_connection_is_detected_and_replaced(nsq_cluster: Any) -
         await channel_reaches(channel, lambda: subscribed(channel), WAIT)
         assert consumer.connection_count == 1
         before = consumer.connections()[0]
+        stale = list(channel.consumers)
         nsq_cluster.stall(which="tcp")
         await asyncio.wait_for(before.closed, WAIT)  # silent for 2 heartbeats: stalled
         assert "stalled" in str(before.close_reason)
         nsq_cluster.resume(which="tcp")
-        # the replacement is the client's own state: polled
-        await wait_until(lambda: consumer.connection_count == 1
-                         and consumer.connections()[0] is not before, WAIT)
+        await channel_reaches(channel, lambda: subscribed(channel, besides=stale), WAIT)
+        assert consumer.connection_count == 1 and consumer.connections()[0] is not before
         await producer.publish("stall", b"after")
         await changed.until(lambda: seen == [b"after"], WAIT)

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from smartnsq.errors import Timeout
 from smartnsq.producer import Producer
@@ -95,11 +96,8 @@ async def test_publish_loop_through_faults(nsq_cluster: Any) -> None:
             await cluster.stop_node(victim)
             await progress.grow(50)  # unsharded publishes keep flowing meanwhile
 
-            async def retried() -> None:
-                while p.retry_count < retries + 5:
-                    await asyncio.sleep(0.005)
-
-            await asyncio.wait_for(retried(), WAIT)
+            # the producer's retry counter signals nothing: polled
+            await wait_until(lambda: p.retry_count >= retries + 5, WAIT)
             await cluster.start_node(victim)
             await progress.grow(200)
 
