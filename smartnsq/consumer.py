@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Union
 
+from . import trace as tracing
 from .backoff import BackoffPolicy, RequeuePolicy, exponential_delay
 from .config import ConnectionConfig
 from .connection import Connection
@@ -67,12 +68,13 @@ from .protocol import commands
 from .protocol import validate as v
 from .protocol.commands import StartPosition
 from .protocol.frames import MessageLayout
+from .protocol.lookup import ACCEPT_V1
 from .rdy import RdyController
 
 __all__ = ["Consumer", "Handler", "Message", "StartPosition"]
 
 log = logging.getLogger("smartnsq.consumer")
-trace_log = logging.getLogger("smartnsq.trace")
+trace_log = tracing.trace_log
 
 Handler = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007 - runtime alias
 GiveUpHook = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007
@@ -217,16 +219,15 @@ class _Link:
 
     def _trace_line(self, msg: Message) -> None:
         if msg.youzan:
-            trace_log.info(
-                "CONSUME topic=%s channel=%s partition=%s node=%s local=%s internal_id=%d "
-                "trace_id=%d queue_offset=%s raw_size=%s attempts=%d timestamp=%d",
-                self.topic, self.channel, self.partition, self.node, self.local,
-                msg.internal_id, msg.trace_id, msg.queue_offset, msg.raw_size, msg.attempts,
-                msg.timestamp)
+            tracing.line("CONSUME", topic=self.topic, channel=self.channel,
+                       partition=self.partition, node=self.node, local=self.local,
+                       internal_id=msg.internal_id, trace_id=msg.trace_id,
+                       queue_offset=msg.queue_offset, raw_size=msg.raw_size,
+                       attempts=msg.attempts, timestamp=msg.timestamp)
         else:
-            trace_log.info("CONSUME topic=%s channel=%s node=%s local=%s id=%s attempts=%d "
-                           "timestamp=%d", self.topic, self.channel, self.node, self.local,
-                           msg.id.decode("ascii", "replace"), msg.attempts, msg.timestamp)
+            tracing.line("CONSUME", topic=self.topic, channel=self.channel, node=self.node,
+                       local=self.local, id=msg.id.decode("ascii", "replace"),
+                       attempts=msg.attempts, timestamp=msg.timestamp)
 
     # -- answers (Message.fin/req/touch land here) --------------------------------------------
 
@@ -559,8 +560,7 @@ class _Subscription:
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
             try:
                 answer = await client.post(url, params=params, content=start.token(),
-                                           headers={"Accept": "application/vnd.nsq; "
-                                                              "version=1.0"})
+                                           headers={"Accept": ACCEPT_V1})
             except httpx.HTTPError as exc:
                 raise ConnectionError_(f"setting the start of {self.name} failed: {exc}") \
                     from exc

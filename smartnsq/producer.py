@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
+from . import trace as tracing
 from .backoff import exponential_delay
 from .config import ConnectionConfig, doc
 from .connection import Connection
@@ -61,15 +62,13 @@ from .pool import (
 from .protocol import commands
 from .protocol import validate as v
 from .protocol.responses import PublishReceipt, parse_publish_response
+from .protocol.validate import TRACE_ID_HEADER
 from .sharding import Router, ShardingKey, ShardingScheme, key_bytes, make_router
 
 __all__ = ["BatchResult", "Producer", "ProducerConfig", "PublishResult"]
 
 log = logging.getLogger("smartnsq.producer")
-trace_log = logging.getLogger("smartnsq.trace")
 
-TRACE_HEADER = "##trace_id"
-_INFO = logging.INFO
 _MAX_DELAY_MS = 3_600_000 * 24 * 365  # far beyond any server's max_req_timeout
 
 
@@ -717,7 +716,7 @@ class Producer:
                                       "has no deferred publish (DPUB)", delay_ms)
             if headers is not None:
                 if trace_id is not None:
-                    headers = {**headers, TRACE_HEADER: str(trace_id)}
+                    headers = {**headers, TRACE_ID_HEADER: str(trace_id)}
                 return (commands.pub_ext(topic, body, headers, target, max_msg), _PUB_EXT,
                         trace_id is not None)
             if trace_id is not None or (pinned and self._receipts) or \
@@ -740,7 +739,7 @@ class Producer:
         if conn.is_youzan:
             if headers is not None:
                 if traces is not None:
-                    headers = [{**(h or {}), TRACE_HEADER: str(t)}
+                    headers = [{**(h or {}), TRACE_ID_HEADER: str(t)}
                                for h, t in zip(headers, traces, strict=True)]
                 return (commands.mpub_ext(topic, zip(headers, bodies, strict=True), target,
                                           max_msg, max_body), "MPUB_EXT", False)
@@ -784,16 +783,16 @@ class Producer:
     @staticmethod
     def _trace_line(kind: str, topic: str, partition: int | None, node: str,
                     receipt: PublishReceipt | None, trace_id: int | None, count: int) -> None:
-        if not trace_log.isEnabledFor(_INFO):
+        if not tracing.enabled():
             return
         if receipt is None:
-            trace_log.info("%s topic=%s partition=%s node=%s trace_id=%s count=%d "
-                           "(no receipt)", kind, topic, partition, node, trace_id, count)
+            tracing.line(kind, "no receipt", topic=topic, partition=partition, node=node,
+                       trace_id=trace_id, count=count)
             return
-        trace_log.info("%s topic=%s partition=%s node=%s internal_id=%d trace_id=%d "
-                       "queue_offset=%d raw_size=%d count=%d", kind, topic, partition, node,
-                       receipt.internal_id, receipt.trace_id if trace_id is None else trace_id,
-                       receipt.queue_offset, receipt.raw_size, count)
+        tracing.line(kind, topic=topic, partition=partition, node=node,
+                   internal_id=receipt.internal_id,
+                   trace_id=receipt.trace_id if trace_id is None else trace_id,
+                   queue_offset=receipt.queue_offset, raw_size=receipt.raw_size, count=count)
 
     # -- validation helpers -------------------------------------------------------------------
 
@@ -805,10 +804,10 @@ class Producer:
     def _check_headers(self, headers: Mapping[str, str],
                        trace_id: int | None) -> Mapping[str, str]:
         v.check_headers(headers)
-        if trace_id is not None and TRACE_HEADER in headers \
-                and headers[TRACE_HEADER] != str(trace_id):
-            raise InvalidArgument("headers", f"'{TRACE_HEADER}' disagrees with trace_id",
-                                  headers[TRACE_HEADER])
+        if trace_id is not None and TRACE_ID_HEADER in headers \
+                and headers[TRACE_ID_HEADER] != str(trace_id):
+            raise InvalidArgument("headers", f"'{TRACE_ID_HEADER}' disagrees with trace_id",
+                                  headers[TRACE_ID_HEADER])
         commands.encode_headers(headers)  # the encoded size must fit the 16-bit length
         return headers
 

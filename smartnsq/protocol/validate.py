@@ -18,6 +18,7 @@ MAX_EXT_LENGTH = 0xFFFF  # the ext block's length is a uint16
 DEFAULT_MAX_MSG_SIZE = 1024 * 1024
 DEFAULT_MAX_BODY_SIZE = 5 * 1024 * 1024
 MAX_DESIRED_TAG_LENGTH = 100
+TRACE_ID_HEADER = "##trace_id"  # the ext header carrying a trace id (PUB_EXT answers traced)
 
 # \Z, not $: "$" also matches before a trailing "\n", which would end the command line early
 _NAME_RE = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?\Z")
@@ -107,6 +108,7 @@ def check_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
                                   name)
         if not isinstance(value, str):
             raise InvalidArgument(f"header {name!r}", "value must be a str", value)
-        if name == "##trace_id" and (not value.isdigit() or int(value) > MAX_UINT64):
-            raise InvalidArgument("header '##trace_id'", "must be a decimal uint64 string", value)
+        if name == TRACE_ID_HEADER and (not value.isdigit() or int(value) > MAX_UINT64):
+            raise InvalidArgument(f"header {TRACE_ID_HEADER!r}",
+                                  "must be a decimal uint64 string", value)
     return headers
