@@ -94,6 +94,7 @@ _loops_lock = threading.Lock()
 # run(), so a handler calling stop() is the last one to run (the rest waits, or goes back to
 # the server on close())
 _stopping: set[asyncio.AbstractEventLoop] = set()
+_running: set[asyncio.AbstractEventLoop] = set()  # loops inside run()
 
 
 def _user_loop() -> asyncio.AbstractEventLoop:
@@ -130,9 +131,11 @@ def run() -> None:
             signal.signal(sig, _on_signal)
     asyncio.set_event_loop(loop)
     _stopping.discard(loop)
+    _running.add(loop)
     try:
         loop.run_forever()
     finally:
+        _running.discard(loop)
         _stopping.discard(loop)
 
 
@@ -140,7 +143,12 @@ def stop() -> None:
     """Make :func:`run` return: the calling thread's, or, from another thread, every one."""
     with _loops_lock:
         own = _loops.get(threading.get_ident())
-        targets = [own] if own is not None else list(_loops.values())
+        running = list(_running)
+    if own is not None and own in running:
+        targets = [own]
+    else:
+        own = None
+        targets = running
     for target in targets:
         if target.is_closed() or (target in _stopping and target.is_running()):
             continue  # closed, or already stopping: a second stop must not end the next run
