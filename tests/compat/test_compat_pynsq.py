@@ -344,3 +344,17 @@ def test_close_after_run_gives_back_what_no_handler_took(
     assert sorted(first + [m.body for m in rest]) == [b"%d" % i for i in range(5)]
     second.close().result(10)
     writer.close()
+
+
+def test_tls_and_compression_arguments() -> None:
+    import ssl
+
+    options, _ = nsq.connection_options({
+        "tls_v1": True, "deflate": True, "deflate_level": 3, "timeout": 2.0,
+        "tls_options": {"cert_reqs": ssl.CERT_NONE, "ca_certs": "/ca.pem",
+                        "certfile": "/c.pem", "keyfile": "/k.pem"}})
+    assert options == {"tls": True, "tls_verify": False, "tls_ca_file": "/ca.pem",
+                       "tls_cert_file": "/c.pem", "tls_key_file": "/k.pem",
+                       "compression": "deflate", "deflate_level": 3, "connect_timeout": 2.0}
+    with pytest.raises(InvalidArgument, match="snappy or deflate"):
+        nsq.connection_options({"snappy": True, "deflate": True})
