@@ -9,18 +9,22 @@ two places, and both can signal:
 * in a handler the test wrote: the handler calls ``Watch.poke()`` after recording what it got
   (from any thread: the sync facade runs handlers in worker threads);
 * on a dev-cluster channel (FIN, REQ, RDY, deliveries, timeouts, a consumer leaving):
-  ``watch_channels(watch, channel, ...)`` makes the channel poke the watch after each change.
+  ``watch_channels(watch, channel, ...)`` makes the channel poke the watch after each change;
+* inside the library, where a component logs what it does (a producer logs each failed
+  attempt before retrying): ``with poke_on_log(watch, "smartnsq.producer"):``.
 
 ``await watch.until(condition)`` then re-checks ``condition`` only when it may have changed,
-with a timeout. ``wait_until`` (polling) remains for the few states nothing signals, such as
-a client's own connection count; prefer a watch wherever there is a signal.
+with a timeout. ``wait_until`` (polling) remains for the rare state nothing signals; prefer a
+watch wherever there is a signal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 WAIT = 10.0
@@ -148,12 +152,40 @@ def unwatch_channels(watch: Watch, *channels: Any) -> None:
             watches.remove(watch)
 
 
+class _PokeHandler(logging.Handler):
+    def __init__(self, watch: Watch) -> None:
+        super().__init__(logging.DEBUG)
+        self.watch = watch
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.watch.poke()
+
+
+@contextlib.contextmanager
+def poke_on_log(watch: Watch, logger: str) -> Iterator[Watch]:
+    """Poke ``watch`` on every record ``logger`` emits (its level lowered to DEBUG meanwhile).
+
+    For library state that has no hook but is logged as it changes: the condition reads the
+    state itself, the log record only says "look again", so no message text is relied on.
+    """
+    target = logging.getLogger(logger)
+    handler = _PokeHandler(watch)
+    level = target.level
+    target.addHandler(handler)
+    target.setLevel(logging.DEBUG)
+    try:
+        yield watch
+    finally:
+        target.removeHandler(handler)
+        target.setLevel(level)
+
+
 async def wait_until(condition: Callable[[], bool], timeout: float = WAIT,
                      interval: float = 0.005) -> None:
     """Poll ``condition`` until it holds (bounded by ``timeout``).
 
-    Last resort, for states nothing signals (a client's connection count, a producer's retry
-    counter): prefer ``Watch.until`` with a poke from where the state changes.
+    Last resort, for states nothing signals (what a consumer has taken in but not yet handed
+    to a handler): prefer ``Watch.until`` with a poke from where the state changes.
     """
     async def poll() -> None:
         while not condition():

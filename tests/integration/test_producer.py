@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 import pytest
-from support import wait_until
+from support import Watch, poke_on_log
 
 from smartnsq.errors import Timeout
 from smartnsq.producer import BatchResult, Producer, PublishResult
@@ -308,10 +308,12 @@ async def test_a_missing_partition_is_waited_for_never_rerouted(nsq_cluster: Any
         others = [await p.publish("waits", b"other%d" % i) for i in range(4)]
         assert target not in {r.partition for r in others}
         retries = p.retry_count
-        pending = asyncio.ensure_future(p.publish("waits", b"held", sharding_key=key,
-                                                  timeout=WAIT))
-        # the retry counter signals nothing: polled
-        await wait_until(lambda: p.retry_count >= retries + 3, WAIT)  # it keeps trying, in vain
+        # the producer logs each failed attempt before the next one: look at the count then
+        with poke_on_log(Watch(), "smartnsq.producer") as attempt_failed:
+            pending = asyncio.ensure_future(p.publish("waits", b"held", sharding_key=key,
+                                                      timeout=WAIT))
+            # it keeps trying, in vain
+            await attempt_failed.until(lambda: p.retry_count >= retries + 3, WAIT)
         assert not pending.done()
         await nsq_cluster.start_node(leader)
         result = await asyncio.wait_for(pending, WAIT)
@@ -326,9 +328,10 @@ async def test_unwritable_partition_refreshes_and_retries(nsq_cluster: Any) -> N
     async with producer(nsq_cluster, retry_delay_max=0.05) as p:
         await p.publish("frozen", b"first", partition=0)
         nsq_cluster.set_writable("frozen", 0, False)
-        pending = asyncio.ensure_future(p.publish("frozen", b"second", partition=0,
-                                                  timeout=WAIT))
-        await wait_until(lambda: p.retry_count >= 3, WAIT)  # polled, as above
+        with poke_on_log(Watch(), "smartnsq.producer") as attempt_failed:
+            pending = asyncio.ensure_future(p.publish("frozen", b"second", partition=0,
+                                                      timeout=WAIT))
+            await attempt_failed.until(lambda: p.retry_count >= 3, WAIT)
         assert not pending.done()
         nsq_cluster.set_writable("frozen", 0, True)
         result = await asyncio.wait_for(pending, WAIT)

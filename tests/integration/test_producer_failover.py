@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from support import wait_until
+from support import Watch, poke_on_log
 
 from smartnsq.errors import Timeout
 from smartnsq.producer import Producer
@@ -93,11 +93,11 @@ async def test_publish_loop_through_faults(nsq_cluster: Any) -> None:
             # 2. a node restarts: its partitions have no leader until it is back
             victim = cluster.leader_of("flow", 1)
             retries = p.retry_count
-            await cluster.stop_node(victim)
-            await progress.grow(50)  # unsharded publishes keep flowing meanwhile
-
-            # the producer's retry counter signals nothing: polled
-            await wait_until(lambda: p.retry_count >= retries + 5, WAIT)
+            with poke_on_log(Watch(), "smartnsq.producer") as attempt_failed:
+                await cluster.stop_node(victim)
+                await progress.grow(50)  # unsharded publishes keep flowing meanwhile
+                # each failed attempt is logged before the retry the counter counts
+                await attempt_failed.until(lambda: p.retry_count >= retries + 5, WAIT)
             await cluster.start_node(victim)
             await progress.grow(200)
 
