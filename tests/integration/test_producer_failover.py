@@ -117,14 +117,17 @@ async def test_publish_loop_through_faults(nsq_cluster: Any) -> None:
     for part in cluster.state.topics["flow"].partitions:
         for msg in part.log.messages:
             stored.setdefault(msg.body, []).append(part.partition)
+    # at-least-once: a publish retried after an ambiguous failure (the connection died before
+    # the answer) may be stored twice. A sharded one only ever in its key's partition; an
+    # unsharded retry is round-robined, so its extra copy may sit in another partition.
     for body, partition in progress.acked.items():
         where = stored.get(body)
         assert where, f"acknowledged {body!r} is missing"
-        assert set(where) == {partition}, f"{body!r} stored in {where}, acked on {partition}"
+        assert partition in where, f"{body!r} stored in {where}, acked on {partition}"
     for body, routed in progress.routed.items():
         assert progress.acked[body] == routed, f"{body!r} left its key's partition"
-    # at-least-once: a retried publish may be stored twice, but only in its own partition
+        assert set(stored[body]) == {routed}, f"{body!r} stored in {stored[body]}"
     duplicates = Counter({b: len(w) for b, w in stored.items() if len(w) > 1})
-    assert all(len(set(stored[b])) == 1 for b in duplicates)
+    assert sum(duplicates.values()) <= len(progress.acked) // 10, duplicates
     assert len(progress.acked) >= 950
     assert len(progress.routed) > 0 and len(progress.routed) < len(progress.acked)
