@@ -253,6 +253,8 @@ class _NoLeader(NSQError):
 
 # how one publish is sent, decided per attempt from the target node's kind
 _PUB, _PUB_TRACE, _PUB_EXT, _DPUB = "PUB", "PUB_TRACE", "PUB_EXT", "DPUB"
+# a batch's per-message trace ids and encoded ext headers (``##trace_id`` already merged in)
+_Batch = tuple[list[int] | None, list[bytes] | None]
 
 
 class Producer:
@@ -418,8 +420,7 @@ class Producer:
             body = v.check_body(body, self._max_msg)
         if trace_id is not None:
             v.check_trace_id(trace_id)
-        if headers is not None:
-            headers = self._check_headers(headers, trace_id)
+        ext = None if headers is None else self._check_headers(headers, trace_id)
         delay_ms = None if delay is None else _delay_ms(delay)
         if partition is not None:
             v.check_partition(partition)
@@ -430,7 +431,7 @@ class Producer:
             key_bytes(sharding_key)
         if not self._started:
             await self._ensure_started()
-        return await self._send(topic, body, None, sharding_key, partition, trace_id, headers,
+        return await self._send(topic, body, None, sharding_key, partition, trace_id, ext,
                                 delay_ms, timeout)  # type: ignore[return-value]
 
     async def publish_many(self, topic: str, bodies: Iterable[bytes], *,
@@ -466,17 +467,7 @@ class Producer:
                 if len(traces) != len(items):
                     raise InvalidArgument("trace_id", f"needs one id per message ({len(items)})",
                                           f"<{len(traces)} ids>")
-        header_list: list[Mapping[str, str] | None] | None = None
-        if headers is not None:
-            if isinstance(headers, Mapping):
-                checked = self._check_headers(headers, None)
-                header_list = [checked] * len(items)
-            else:
-                header_list = [None if h is None else self._check_headers(h, None)
-                               for h in headers]
-                if len(header_list) != len(items):
-                    raise InvalidArgument("headers", f"needs one mapping per message "
-                                          f"({len(items)})", f"<{len(header_list)} mappings>")
+        exts = None if headers is None else self._batch_exts(headers, traces, len(items))
         if traces is not None:
             total += 8 * len(items)
         if total > self._max_body:
@@ -491,15 +482,15 @@ class Producer:
             key_bytes(sharding_key)
         if not self._started:
             await self._ensure_started()
-        return await self._send(topic, items, (traces, header_list), sharding_key,  # type: ignore[return-value]
+        return await self._send(topic, items, (traces, exts), sharding_key,  # type: ignore[return-value]
                                 partition, None, None, None, timeout)
 
     # -- the retry loop ---------------------------------------------------------------------
 
     async def _send(self, topic: str, payload: bytes | list[bytes],
-                    batch: tuple[list[int] | None, list[Mapping[str, str] | None] | None] | None,
+                    batch: _Batch | None,
                     sharding_key: ShardingKey | None, partition: int | None,
-                    trace_id: int | None, headers: Mapping[str, str] | None,
+                    trace_id: int | None, ext: bytes | None,
                     delay_ms: int | None, timeout: float | None) -> PublishResult | BatchResult:
         if self._closed:
             raise ConnectionError_("the producer is closed")
@@ -512,7 +503,7 @@ class Producer:
             raise InvalidArgument("timeout", "must be a positive number of seconds", timeout)
         deadline = loop.time() + timeout
         request_timeout = self._request_timeout
-        special = batch is not None or headers is not None or trace_id is not None \
+        special = batch is not None or ext is not None or trace_id is not None \
             or delay_ms is not None
         attempt = 0
         last_error: BaseException | None = None
@@ -570,7 +561,7 @@ class Producer:
                 else:
                     target, address = None, None
             if special:
-                self._check_early(routes, headers, batch, trace_id, delay_ms)
+                self._check_early(routes, ext, batch, trace_id, delay_ms)
             if address is None:
                 last_error = _NoLeader(
                     f"partition {target} of {topic!r} has no leader now" if target is not None
@@ -598,7 +589,7 @@ class Producer:
             if batch is None:
                 data, command, traced = self._encode_one(
                     conn, routes, topic, target, payload, sharding_key is not None  # type: ignore[arg-type]
-                    or partition is not None, trace_id, headers, delay_ms)
+                    or partition is not None, trace_id, ext, delay_ms)
             else:
                 data, command, traced = self._encode_batch(
                     conn, routes, topic, target, payload, sharding_key is not None  # type: ignore[arg-type]
@@ -689,11 +680,11 @@ class Producer:
 
     # -- encoding -----------------------------------------------------------------------------
 
-    def _check_early(self, routes: TopicRoutes, headers: Mapping[str, str] | None,
-                     batch: tuple[list[int] | None, list[Mapping[str, str] | None] | None]
+    def _check_early(self, routes: TopicRoutes, ext: bytes | None,
+                     batch: _Batch
                      | None, trace_id: int | None, delay_ms: int | None) -> None:
         """What the routes already tell is wrong, before connecting anywhere."""
-        has_headers = headers is not None or (batch is not None and batch[1] is not None)
+        has_headers = ext is not None or (batch is not None and batch[1] is not None)
         if routes.youzan:
             if delay_ms is not None:
                 raise InvalidArgument("delay", f"youzan nsqd has no deferred publish (DPUB); "
@@ -707,55 +698,50 @@ class Producer:
 
     def _encode_one(self, conn: Connection, routes: TopicRoutes, topic: str,
                     target: int | None, body: bytes, pinned: bool, trace_id: int | None,
-                    headers: Mapping[str, str] | None,
+                    ext: bytes | None,
                     delay_ms: int | None) -> tuple[bytes, str, bool]:
-        max_msg = self._max_msg
+        # everything was validated once in publish(): the unchecked encoders skip it
         if conn.is_youzan:
             if delay_ms is not None:
                 raise InvalidArgument("delay", f"{conn.address_text} is a youzan nsqd, which "
                                       "has no deferred publish (DPUB)", delay_ms)
-            if headers is not None:
-                if trace_id is not None:
-                    headers = {**headers, TRACE_ID_HEADER: str(trace_id)}
-                return (commands.pub_ext(topic, body, headers, target, max_msg), _PUB_EXT,
+            if ext is not None:  # ##trace_id already merged in by _check_headers
+                return (commands.pub_ext_unchecked(topic, body, ext, target), _PUB_EXT,
                         trace_id is not None)
             if trace_id is not None or (pinned and self._receipts) or \
                     self._trace_topics.get(topic, self._trace_default):
-                return (commands.pub_trace(topic, body, trace_id or 0, target, max_msg),
+                return (commands.pub_trace_unchecked(topic, body, trace_id or 0, target),
                         _PUB_TRACE, True)
-            return commands.pub(topic, body, target, max_msg), _PUB, False
-        if headers is not None:
+            return commands.pub_unchecked(topic, body, target), _PUB, False
+        if ext is not None:
             self._classic.classic_headers(topic, conn.address_text)  # raises or drops
         if delay_ms is not None:
-            return commands.dpub(topic, delay_ms, body, max_msg), _DPUB, False
-        return commands.pub(topic, body, None, max_msg), _PUB, False
+            return commands.dpub_unchecked(topic, delay_ms, body), _DPUB, False
+        return commands.pub_unchecked(topic, body, None), _PUB, False
 
     def _encode_batch(self, conn: Connection, routes: TopicRoutes, topic: str,
                       target: int | None, bodies: list[bytes], pinned: bool,
-                      batch: tuple[list[int] | None, list[Mapping[str, str] | None] | None],
+                      batch: _Batch,
                       ) -> tuple[bytes, str, bool]:
-        traces, headers = batch
-        max_msg, max_body = self._max_msg, self._max_body
+        traces, exts = batch
+        max_body = self._max_body
         if conn.is_youzan:
-            if headers is not None:
-                if traces is not None:
-                    headers = [{**(h or {}), TRACE_ID_HEADER: str(t)}
-                               for h, t in zip(headers, traces, strict=True)]
-                return (commands.mpub_ext(topic, zip(headers, bodies, strict=True), target,
-                                          max_msg, max_body), "MPUB_EXT", False)
+            if exts is not None:
+                return (commands.mpub_ext_unchecked(topic, zip(exts, bodies, strict=True),
+                                                    target, max_body), "MPUB_EXT", False)
             if traces is not None or (pinned and self._receipts) or \
                     self._trace_topics.get(topic, self._trace_default):
                 ids = traces if traces is not None else [0] * len(bodies)
-                return (commands.mpub_trace(topic, zip(ids, bodies, strict=True), target,
-                                            max_msg, max_body), "MPUB_TRACE", True)
-            return commands.mpub(topic, bodies, target, max_msg, max_body), "MPUB", False
-        if headers is not None:
+                return (commands.mpub_trace_unchecked(topic, zip(ids, bodies, strict=True),
+                                                      target, max_body), "MPUB_TRACE", True)
+            return commands.mpub_unchecked(topic, bodies, target, max_body), "MPUB", False
+        if exts is not None:
             self._classic.classic_headers(topic, conn.address_text)  # raises or drops
-        return commands.mpub(topic, bodies, None, max_msg, max_body), "MPUB", False
+        return commands.mpub_unchecked(topic, bodies, None, max_body), "MPUB", False
 
     def _result(self, topic: str, target: int | None, address: Address, answer: bytes,
                 traced: bool, attempts: int,
-                batch: tuple[list[int] | None, list[Mapping[str, str] | None] | None] | None,
+                batch: _Batch | None,
                 payload: bytes | list[bytes], trace_id: int | None,
                 ) -> PublishResult | BatchResult:
         receipt = parse_publish_response(answer) if traced or answer != b"OK" else None
@@ -801,15 +787,49 @@ class Producer:
         if len(self._valid_topics) < 10_000:
             self._valid_topics.add(topic)
 
-    def _check_headers(self, headers: Mapping[str, str],
-                       trace_id: int | None) -> Mapping[str, str]:
-        v.check_headers(headers)
-        if trace_id is not None and TRACE_ID_HEADER in headers \
-                and headers[TRACE_ID_HEADER] != str(trace_id):
-            raise InvalidArgument("headers", f"'{TRACE_ID_HEADER}' disagrees with trace_id",
-                                  headers[TRACE_ID_HEADER])
-        commands.encode_headers(headers)  # the encoded size must fit the 16-bit length
-        return headers
+    def _check_headers(self, headers: Mapping[str, str], trace_id: int | None) -> bytes:
+        """Validate and encode once (with ``##trace_id`` merged in): the bytes are both the
+        size check (the ext length is 16 bits) and what goes on the wire."""
+        if not isinstance(headers, Mapping):
+            raise InvalidArgument("headers", "must be a mapping of str to str", headers)
+        if trace_id is not None:
+            given = headers.get(TRACE_ID_HEADER)
+            if given is not None and given != str(trace_id):
+                raise InvalidArgument("headers", f"'{TRACE_ID_HEADER}' disagrees with trace_id",
+                                      given)
+            headers = {**headers, TRACE_ID_HEADER: str(trace_id)}
+        return commands.encode_headers(headers)
+
+    def _batch_exts(self, headers: Mapping[str, str] | Sequence[Mapping[str, str] | None],
+                    traces: list[int] | None, count: int) -> list[bytes]:
+        """Each message's encoded ext header: a mapping shared by the batch (or repeated in
+        the list) is encoded once; per-message trace ids are spliced into those bytes."""
+        if isinstance(headers, Mapping):
+            mappings: list[Mapping[str, str] | None] = [headers] * count
+        else:
+            mappings = list(headers)
+            if len(mappings) != count:
+                raise InvalidArgument("headers", f"needs one mapping per message ({count})",
+                                      f"<{len(mappings)} mappings>")
+        encoded: dict[int, bytes] = {}
+        exts: list[bytes] = []
+        for i, mapping in enumerate(mappings):
+            if mapping is None:
+                ext = b"{}"
+            else:
+                cached = encoded.get(id(mapping))
+                if cached is None:
+                    cached = encoded[id(mapping)] = self._check_headers(mapping, None)
+                ext = cached
+            if traces is not None:
+                if mapping is not None and TRACE_ID_HEADER in mapping:
+                    # the per-message id replaces the mapping's own: encode this one whole
+                    ext = commands.encode_headers({**mapping,
+                                                   TRACE_ID_HEADER: str(traces[i])})
+                else:
+                    ext = commands.ext_with_trace(ext, traces[i])
+            exts.append(ext)
+        return exts
 
     async def _ensure_started(self) -> None:
         if self._closed:

@@ -1,6 +1,10 @@
 """Encoders for every command a client sends (protocol.md sections 3.1-3.8).
 
-Each function validates its arguments, then returns the exact bytes for the wire. Lines use
+Each function validates its arguments, then returns the exact bytes for the wire. The
+``*_unchecked`` publish encoders at the end skip that validation: they are for a caller that
+already validated the same values once per publish (the Producer checks topic, partition,
+bodies, trace ids and headers before routing, and would otherwise pay for it twice per
+attempt); everyone else should use the checked ones. Lines use
 single spaces and no trailing space: the server splits on single spaces and counts tokens, so
 an extra space changes the meaning of a command. Message ids in FIN/REQ/TOUCH are the 16 raw
 bytes received, echoed unchanged, because the server slices them at fixed offsets.
@@ -78,9 +82,14 @@ def _line(*tokens: str | bytes) -> bytes:
 
 def _with_partition(name: bytes, topic: str, partition: int | None) -> bytes:
     v.check_topic(topic)
+    if partition is not None:
+        v.check_partition(partition)
+    return _header_line(name, topic, partition)
+
+
+def _header_line(name: bytes, topic: str, partition: int | None) -> bytes:
     if partition is None:
         return name + b" " + topic.encode() + b"\n"
-    v.check_partition(partition)
     return b"%s %s %d\n" % (name, topic.encode(), partition)
 
 
@@ -229,7 +238,7 @@ def dpub(topic: str, delay_ms: int, body: bytes,
     if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
         raise InvalidArgument("delay", "must be a non-negative int of milliseconds", delay_ms)
     v.check_body(body, max_msg_size)
-    return _sized(b"DPUB %s %d\n" % (topic.encode(), delay_ms), body)
+    return dpub_unchecked(topic, delay_ms, body)
 
 
 def pub_trace(topic: str, body: bytes, trace_id: int, partition: int | None = None,
@@ -269,8 +278,24 @@ def encode_headers(headers: Mapping[str, str] | None) -> bytes:
 
 def _ext_part(headers: Mapping[str, str] | None, body: bytes, max_msg_size: int) -> bytes:
     v.check_body(body, max_msg_size)
-    ext = encode_headers(headers)
+    return _ext_bytes_part(encode_headers(headers), body)
+
+
+def _ext_bytes_part(ext: bytes, body: bytes) -> bytes:
     return b"".join((_U32.pack(2 + len(ext) + len(body)), _U16.pack(len(ext)), ext, body))
+
+
+def ext_with_trace(ext: bytes, trace_id: int) -> bytes:
+    """``ext`` (from ``encode_headers``, without a ``##trace_id`` key) plus that key: the
+    bytes ``encode_headers({**headers, "##trace_id": str(trace_id)})`` gives, without encoding
+    the headers again (a batch shares one encoded mapping and differs only in trace ids)."""
+    v.check_trace_id(trace_id)
+    tail = b'"%s":"%d"}' % (v.TRACE_ID_HEADER.encode(), trace_id)
+    merged = b"{" + tail if ext == b"{}" else ext[:-1] + b"," + tail
+    if len(merged) > v.MAX_EXT_LENGTH:
+        raise InvalidArgument("headers", f"encoded size {len(merged)} exceeds "
+                              f"{v.MAX_EXT_LENGTH}", f"<{len(merged)} bytes>")
+    return merged
 
 
 def pub_ext(topic: str, body: bytes, headers: Mapping[str, str] | None,
@@ -287,6 +312,68 @@ def mpub_ext(topic: str, messages: Iterable[tuple[Mapping[str, str] | None, byte
              max_body_size: int = v.DEFAULT_MAX_BODY_SIZE) -> bytes:
     parts = [_ext_part(h, b, max_msg_size) for h, b in messages]
     return _batch(b"MPUB_EXT", topic, partition, parts, len(parts), max_body_size)
+
+
+# -- unchecked publish encoders ------------------------------------------------------------
+# For a caller that validated these very values already (see the module docstring): the
+# topic (``validate.check_topic``), the partition (``check_partition``) or None, each body
+# (non-empty bytes within max_msg_size), trace ids (``check_trace_id``), delays, and ext
+# headers encoded by ``encode_headers``/``ext_with_trace``. Batches still check their total
+# against ``max_body_size``: the ext JSON adds to it.
+
+def pub_unchecked(topic: str, body: bytes, partition: int | None = None) -> bytes:
+    return _sized(_header_line(b"PUB", topic, partition), body)
+
+
+def dpub_unchecked(topic: str, delay_ms: int, body: bytes) -> bytes:
+    return _sized(b"DPUB %s %d\n" % (topic.encode(), delay_ms), body)
+
+
+def pub_trace_unchecked(topic: str, body: bytes, trace_id: int,
+                        partition: int | None = None) -> bytes:
+    return b"".join((_header_line(b"PUB_TRACE", topic, partition),
+                     _U32U64.pack(8 + len(body), trace_id), body))
+
+
+def pub_ext_unchecked(topic: str, body: bytes, ext: bytes, partition: int | None = None) -> bytes:
+    """PUB_EXT with ``ext`` already encoded (``encode_headers``)."""
+    return _header_line(b"PUB_EXT", topic, partition) + _ext_bytes_part(ext, body)
+
+
+def _batch_unchecked(name: bytes, topic: str, partition: int | None, parts: Sequence[bytes],
+                     count: int, max_body_size: int) -> bytes:
+    total = 4 + sum(map(len, parts))
+    if total > max_body_size:
+        raise InvalidArgument("messages", f"batch size {total} exceeds max_body_size "
+                              f"{max_body_size}", f"<{count} messages>")
+    return b"".join((_header_line(name, topic, partition), _U32U32.pack(total, count), *parts))
+
+
+def mpub_unchecked(topic: str, bodies: Sequence[bytes], partition: int | None = None,
+                   max_body_size: int = v.DEFAULT_MAX_BODY_SIZE) -> bytes:
+    pack = _U32.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for body in bodies:
+        append(pack(len(body)))
+        append(body)
+    return _batch_unchecked(b"MPUB", topic, partition, parts, len(bodies), max_body_size)
+
+
+def mpub_trace_unchecked(topic: str, messages: Iterable[tuple[int, bytes]],
+                         partition: int | None = None,
+                         max_body_size: int = v.DEFAULT_MAX_BODY_SIZE) -> bytes:
+    pack = _U32U64.pack
+    parts = [pack(8 + len(body), trace_id) + body for trace_id, body in messages]
+    return _batch_unchecked(b"MPUB_TRACE", topic, partition, parts, len(parts), max_body_size)
+
+
+def mpub_ext_unchecked(topic: str, messages: Iterable[tuple[bytes, bytes]],
+                       partition: int | None = None,
+                       max_body_size: int = v.DEFAULT_MAX_BODY_SIZE) -> bytes:
+    """MPUB_EXT from ``(encoded ext, body)`` pairs; a shared ext is encoded once, by the caller."""
+    parts = [_ext_bytes_part(ext, body) for ext, body in messages]
+    return _batch_unchecked(b"MPUB_EXT", topic, partition, parts, len(parts), max_body_size)
 
 
 def command_name(encoded: bytes) -> str:

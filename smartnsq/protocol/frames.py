@@ -55,8 +55,10 @@ class Message:
     subscription does not carry it.
     """
 
-    __slots__ = ("attempts", "body", "ext", "ext_version", "id", "queue_offset", "raw_size",
-                 "timestamp", "youzan")
+    __slots__ = ("_headers", "attempts", "body", "ext", "ext_version", "id", "queue_offset",
+                 "raw_size", "timestamp", "youzan")
+
+    _headers: dict[str, str]  # set by the first ``headers`` access
 
     def __init__(self, timestamp: int, attempts: int, id: bytes, body: bytes,
                  ext_version: int = 0, ext: bytes | None = None,
@@ -95,7 +97,18 @@ class Message:
 
     @property
     def headers(self) -> dict[str, str]:
-        """The ext JSON header as a dict (empty when the message has none)."""
+        """The ext JSON header as a dict (empty when the message has none).
+
+        Parsed on first access (not at decode: most handlers never look) and kept: every
+        access returns the same dict."""
+        try:
+            return self._headers
+        except AttributeError:  # the slot is left unset at decode time: no cost per message
+            pass
+        headers = self._headers = self._parse_headers()
+        return headers
+
+    def _parse_headers(self) -> dict[str, str]:
         if self.ext_version != 4 or not self.ext:
             return {}
         try:
