@@ -33,6 +33,7 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
 )
 
+from ..errors import InvalidArgument
 from .ack_source import NSQAckStreamReader
 from .options import AckSourceOptions, SinkOptions, SourceOptions, source_mode
 from .schema import READ_COLUMNS, READ_SCHEMA_DDL, read_schema
@@ -69,6 +70,9 @@ class NSQDataSource(DataSource):
         return NSQStreamReader(SourceOptions.parse(self.options, streaming=True))
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise InvalidArgument("mode", "a topic can only be appended to: use "
+                                  "mode('append')", "overwrite")
         return make_writer(SinkOptions.parse(self.options), schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:

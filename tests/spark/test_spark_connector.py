@@ -111,6 +111,9 @@ def test_bad_option_fails_before_any_task(spark: Any, nsq: Any) -> None:
     with pytest.raises(Exception, match="batchSize"):
         (df.write.format("nsq").option("lookupd", nsq.lookupd).option("topic", "t")
          .option("batchSize", "lots").mode("append").save())
+    with pytest.raises(Exception, match="appended"):
+        (df.write.format("nsq").option("lookupd", nsq.lookupd).option("topic", "t")
+         .mode("overwrite").save())
 
 
 class _Progress:
