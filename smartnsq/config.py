@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import socket
 import ssl
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from .errors import InvalidArgument
@@ -78,6 +80,12 @@ def _int(name: str, value: int | None, low: int, high: int, *, optional: bool = 
         return
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgument(name, f"must be an int in {low}..{high}", value)
+
+
+@lru_cache(maxsize=1)
+def _host_name() -> str:
+    """The machine's host name for IDENTIFY (asked once: an OS call per connection is waste)."""
+    return socket.gethostname()
 
 
 def _ms(seconds: float) -> int:
@@ -202,12 +210,10 @@ class ConnectionConfig:
     def identify_options(self, *, extend_support: bool = False, desired_tag: str = "",
                          ext_filter: dict[str, Any] | None = None) -> IdentifyOptions:
         """The IDENTIFY body for this configuration plus the per-subscription extras."""
-        extra: dict[str, Any] = {}
-        if self.client_id is not None:
-            extra["client_id"] = self.client_id
-        if self.hostname is not None:
-            extra["hostname"] = self.hostname
+        host = _host_name() if self.client_id is None or self.hostname is None else ""
         return IdentifyOptions(
+            client_id=host.split(".")[0] if self.client_id is None else self.client_id,
+            hostname=host if self.hostname is None else self.hostname,
             user_agent=self.user_agent,
             heartbeat_interval=(-1 if self.heartbeat_interval is None
                                 else _ms(self.heartbeat_interval)),
@@ -223,5 +229,4 @@ class ConnectionConfig:
             extend_support=extend_support,
             desired_tag=desired_tag,
             ext_filter=ext_filter,
-            **extra,
         )

@@ -6,8 +6,7 @@ server answers an out-of-range value with a fatal ``E_BAD_BODY``.
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgument
@@ -18,8 +17,12 @@ USER_AGENT = "smartnsq/0.1.0"
 
 @dataclass(frozen=True)
 class IdentifyOptions:
-    client_id: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
-    hostname: str = field(default_factory=socket.gethostname)
+    """The IDENTIFY body. ``client_id`` and ``hostname`` have no default here (finding the
+    machine's name is an OS call, kept out of the sans-I/O package): the connection layer
+    passes them in (``ConnectionConfig.identify_options``); empty ones are not sent."""
+
+    client_id: str = ""
+    hostname: str = ""
     user_agent: str = USER_AGENT
     heartbeat_interval: int = 30_000
     output_buffer_size: int | None = None
@@ -54,9 +57,12 @@ class IdentifyOptions:
             raise InvalidArgument("desired_tag", "at most 100 characters", self.desired_tag)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "client_id": self.client_id,
-            "hostname": self.hostname,
+        data: dict[str, Any] = {}
+        if self.client_id:
+            data["client_id"] = self.client_id
+        if self.hostname:
+            data["hostname"] = self.hostname
+        data.update({
             "user_agent": self.user_agent,
             "feature_negotiation": True,
             "heartbeat_interval": self.heartbeat_interval,
@@ -66,7 +72,7 @@ class IdentifyOptions:
             "deflate_level": self.deflate_level,
             "sample_rate": self.sample_rate,
             "extend_support": self.extend_support,
-        }
+        })
         if self.msg_timeout:
             data["msg_timeout"] = self.msg_timeout
         if self.output_buffer_size is not None:
