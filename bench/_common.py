@@ -368,3 +368,73 @@ class RawClient:
 
 def is_message(frame: object) -> bool:
     return isinstance(frame, Message)
+
+
+# -- the minimal endpoint in its own process -------------------------------------------------
+
+@dataclass
+class Endpoint:
+    """``bench/_endpoint.py`` running in a child process (see its docstring).
+
+    ``connections()`` returns the counters of the connections closed since the last call:
+    the endpoint prints them when a client's connection goes away, which is when its worker
+    process exits, so they are read after ``run_worker`` returns.
+    """
+
+    tcp: str
+    process: subprocess.Popen[str] = field(repr=False)
+    _lines: Any = field(repr=False, default=None)
+
+    def connections(self, expect: int = 1, timeout: float = 5.0) -> list[dict[str, Any]]:
+        import queue
+
+        out: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = deadline - time.monotonic() if len(out) < expect else 0.05
+            try:
+                out.append(self._lines.get(timeout=max(wait, 0.0)))
+            except queue.Empty:
+                return out
+
+
+@contextmanager
+def minimal_endpoint(body: int = 100) -> Iterator[Endpoint]:
+    import queue
+    import threading
+
+    cmd = [sys.executable, str(BENCH_DIR / "_endpoint.py"), "--body", str(body)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    lines: queue.Queue[dict[str, Any]] = queue.Queue()
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        if not first.startswith("LISTEN "):
+            err = proc.stderr.read() if proc.stderr else ""
+            raise RuntimeError(f"endpoint did not start: {first.strip()} {err.strip()}")
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    lines.put(json.loads(line))
+
+        threading.Thread(target=pump, daemon=True).start()
+        yield Endpoint(first.split()[1], proc, lines)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def max_rss_kib() -> int:
+    """The process's RSS high-water mark in KiB (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak // 1024) if sys.platform == "darwin" else int(peak)

@@ -31,8 +31,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from _common import (
@@ -44,6 +47,8 @@ from _common import (
     environment,
     fmt_rate,
     fmt_ratio,
+    max_rss_kib,
+    minimal_endpoint,
     peer_available,
     run_worker,
     table,
@@ -191,7 +196,8 @@ def work_pynsq(mode: str, addr: str, topic: str, count: int, body: bytes,
 def work_gnsq(mode: str, addr: str, topic: str, count: int, body: bytes, window: int) -> Span:
     from gevent import monkey
 
-    monkey.patch_all()
+    if not monkey.is_module_patched("socket"):
+        monkey.patch_all()
     import gnsq
 
     producer = gnsq.Producer([addr])
@@ -275,9 +281,27 @@ def work_asyncnsq(mode: str, addr: str, topic: str, count: int, body: bytes,
     return asyncio.run(run())
 
 
+# What each worker imports before its baseline memory reading: the library's entry points,
+# so that the peak it reports is what publishing costs, not what importing costs.
+PREIMPORT = {"smartnsq": "smartnsq.producer", "smartnsq-sync": "smartnsq.sync",
+             "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
+
+
+def preimport(client: str) -> None:
+    if client == "gnsq":
+        from gevent import monkey
+
+        monkey.patch_all()  # before anything else imports socket
+        import gnsq  # noqa: F401
+        return
+    importlib.import_module(PREIMPORT[client])
+
+
 def worker(argv: list[str]) -> int:
     client, mode, addr, lookupd, topic, count_s, body_s, window_s = argv
     count, body, window = int(count_s), b"x" * int(body_s), int(window_s)
+    preimport(client)
+    baseline = max_rss_kib()
     if client == "smartnsq":
         span = work_smartnsq(mode, addr, lookupd, topic, count, body, window)
     elif client == "smartnsq-sync":
@@ -287,14 +311,157 @@ def worker(argv: list[str]) -> int:
               "asyncnsq": work_asyncnsq}[client]
         span = fn(mode, addr, topic, count, body, window)
     emit({"count": count, "seconds": span.wall, "rate": count / span.wall,
-          "cpu_us": span.cpu / count * 1e6})
+          "cpu_us": span.cpu / count * 1e6, "peak_kib": max_rss_kib() - baseline,
+          "baseline_kib": baseline})
     return 0
 
 
 # -- the orchestrator -----------------------------------------------------------------------
 
+GOALS = {"seq": 2.0, "pipe": 3.0, "mpub": 1.2}  # smartnsq's rate over the best peer's
+
+
 def lookup_landed() -> bool:
     return importlib.util.find_spec("smartnsq.lookup") is not None
+
+
+class DevClusterServer:
+    """The old mode: one nsqd of the dev cluster; every run gets a fresh topic."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.tcp = cluster.tcp
+
+    def before(self, topic: str) -> None:
+        self.cluster.fresh_topic(topic, channel=None)
+
+    def stored(self, topic: str) -> int | None:
+        count = self.cluster.message_count(topic)
+        self.cluster.drop_topic(topic)
+        return count
+
+
+class MinimalServer:
+    """bench/_endpoint.py: answers OK to every publish and counts the messages."""
+
+    def __init__(self, endpoint: Any) -> None:
+        self.endpoint = endpoint
+        self.tcp = endpoint.tcp
+
+    def before(self, topic: str) -> None:
+        self.endpoint.connections(expect=0, timeout=0)  # forget anything left over
+
+    def stored(self, topic: str) -> int | None:
+        conns = self.endpoint.connections()
+        return sum(c["msgs"] for c in conns) if conns else None
+
+
+@contextmanager
+def server(kind: str, cluster_mode: str) -> Iterator[Any]:
+    if kind == "minimal":
+        with minimal_endpoint() as endpoint:
+            yield MinimalServer(endpoint)
+    else:
+        with dev_cluster(cluster_mode) as cluster:
+            yield DevClusterServer(cluster)
+
+
+def merge(prev: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any]:
+    """Keep the best rate and, separately, the lowest CPU cost and the lowest peak memory."""
+    if prev is None or "error" in prev:
+        return result
+    if "error" in result:
+        return prev
+    cpu = min(prev["cpu_us"], result["cpu_us"])
+    peak = min(prev["peak_kib"], result["peak_kib"])
+    best = result if result["rate"] > prev["rate"] else prev
+    best["cpu_us"] = cpu
+    best["peak_kib"] = peak
+    return best
+
+
+def fmt_kib(kib: float) -> str:
+    return f"{kib / 1024:.1f} MiB" if kib >= 1024 else f"{kib:.0f} KiB"
+
+
+def report(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
+           modes: list[str], body: int, unavailable: dict[str, str], minimal: bool) -> None:
+    rows, cpu_rows, mem_rows, notes = [], [], [], []
+    for client in clients:
+        row, cpu_row, mem_row = [client], [client], [client]
+        for mode in modes:
+            if (client, mode) in SKIP:
+                for r_ in (row, cpu_row, mem_row):
+                    r_.append("n/a")
+                continue
+            r = best[(client, mode, body)]
+            base = best.get(("smartnsq", mode, body), {})
+            if "error" in r:
+                for r_ in (row, cpu_row, mem_row):
+                    r_.append("failed")
+                notes.append(f"{client} {MODES[mode]}: {r['error']}")
+                continue
+            mark = "" if r["verified"] else " (!)"
+            if not r["verified"]:
+                notes.append(f"{client} {MODES[mode]}: server counted {r['stored']} messages, "
+                             f"expected {r['count'] + 1}")
+            row.append(f"{fmt_rate(r['rate'])}{mark} ({fmt_ratio(r['rate'], base.get('rate'))})")
+            cpu_row.append(f"{r['cpu_us']:.1f} ({fmt_ratio(r['cpu_us'], base.get('cpu_us'))})")
+            mem_row.append(fmt_kib(r["peak_kib"]))
+        rows.append(row)
+        cpu_rows.append(cpu_row)
+        mem_rows.append(mem_row)
+    for peer, why in unavailable.items():
+        rows.append([peer] + ["not importable"] * len(modes))
+        cpu_rows.append([peer] + ["-"] * len(modes))
+        mem_rows.append([peer] + ["-"] * len(modes))
+        notes.append(f"{peer}: {why}")
+    headers = ["client", *(MODES[m] for m in modes)]
+    print(f"--- {body}-byte bodies ---\n")
+    print("throughput, msg/s (x smartnsq's rate; higher is faster)\n")
+    print(table(headers, rows))
+    print("\nclient CPU per message, microseconds (x smartnsq's cost; lower is cheaper)\n")
+    print(table(headers, cpu_rows))
+    print("\npeak memory: RSS high-water mark at the end minus the one after imports "
+          "(lower is leaner)\n")
+    print(table(headers, mem_rows))
+    if notes:
+        print("\nnotes:")
+        for note in notes:
+            print(f"  - {note}")
+    if minimal and "smartnsq" in clients:
+        print()
+        print(goals(best, clients, modes, body))
+    print()
+
+
+def goals(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
+          modes: list[str], body: int) -> str:
+    """The issue's goals, against the best peer of each column (rate and CPU both shown)."""
+    peers = [c for c in clients if c in PEERS]
+    rows = []
+    for mode in modes:
+        me = best.get(("smartnsq", mode, body), {})
+        ok = [best[(p, mode, body)] | {"name": p} for p in peers
+              if "error" not in best.get((p, mode, body), {"error": 1})]
+        if "error" in me or not me or not ok:
+            continue
+        top = max(ok, key=lambda r: r["rate"])
+        cheap = min(ok, key=lambda r: r["cpu_us"])
+        lean = min(ok, key=lambda r: r["peak_kib"])
+        ratio = me["rate"] / top["rate"]
+        cpu_ratio = cheap["cpu_us"] / me["cpu_us"]
+        goal = GOALS[mode]
+        rows.append([
+            MODES[mode], f">= {goal:g}x", f"{ratio:.2f}x vs {top['name']}",
+            "met" if ratio >= goal else f"missed ({ratio / goal:.0%} of goal)",
+            f"{cpu_ratio:.2f}x vs {cheap['name']}",
+            f"{fmt_kib(me['peak_kib'])} vs {fmt_kib(lean['peak_kib'])} ({lean['name']})",
+            "met" if me["peak_kib"] <= lean["peak_kib"] else "missed"])
+    return ("goals (issue 4 item 6): smartnsq's rate over the best peer's; CPU: the cheapest "
+            "peer's CPU/msg over smartnsq's; memory: smartnsq's peak vs the leanest peer's\n\n"
+            + table(["pattern", "goal", "rate ratio", "rate goal", "CPU ratio",
+                     "peak memory", "memory goal"], rows))
 
 
 def main() -> int:
@@ -302,28 +469,42 @@ def main() -> int:
         return worker(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages, one round")
+    parser.add_argument("--server", choices=("minimal", "devcluster"), default="minimal",
+                        help="minimal: bench/_endpoint.py answers OK to everything, so the "
+                             "client is measured; devcluster: a dev cluster nsqd")
     parser.add_argument("--messages", type=int, default=None,
-                        help="messages per pipelined and MPUB run (default 100k, quick 20k)")
+                        help="messages per pipelined and MPUB run (default 100k, quick 20k; "
+                             "minimal server MPUB: x5)")
     parser.add_argument("--sequential", type=int, default=None,
                         help="messages per sequential run (default messages / 5)")
-    parser.add_argument("--window", type=int, default=1000, help="pipelined window")
-    parser.add_argument("--body", type=int, default=100, help="body size in bytes")
+    parser.add_argument("--window", type=int, default=1024,
+                        help="concurrent publishes outstanding per window (pipelined)")
+    parser.add_argument("--body", default=None,
+                        help="body sizes in bytes, comma-separated (default: minimal 100,1024; "
+                             "devcluster 100)")
     parser.add_argument("--rounds", type=int, default=None, help="default 3, quick 1")
-    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--clients", default=None,
+                        help=f"default: minimal smartnsq + peers; devcluster {','.join(CLIENTS)}")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--cluster", choices=("classic", "youzan"), default="classic",
-                        help="the dev cluster's flavour (youzan: peers PUB without a "
+                        help="devcluster server: its flavour (youzan: peers PUB without a "
                              "partition, which a youzan nsqd writes to its default one)")
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
-                        help="how smartnsq finds the node (auto: lookupd once "
-                             "smartnsq.lookup exists)")
+                        help="devcluster server: how smartnsq finds the node (auto: lookupd "
+                             "once smartnsq.lookup exists); the minimal server is always nsqd")
     args = parser.parse_args()
+    minimal = args.server == "minimal"
     count = args.messages or (20_000 if args.quick else 100_000)
     seq_count = args.sequential or max(count // 5, 1)
+    # against the minimal endpoint MPUB runs are so fast that 100k would be timer noise
+    mpub_count = count * 5 if minimal else count
     rounds = args.rounds or (1 if args.quick else 3)
-    via = args.via if args.via != "auto" else ("lookupd" if lookup_landed() else "nsqd")
+    via = "nsqd" if minimal else (
+        args.via if args.via != "auto" else ("lookupd" if lookup_landed() else "nsqd"))
     modes = [m for m in args.modes.split(",") if m]
-    clients = [c for c in args.clients.split(",") if c]
+    default_clients = ("smartnsq", *PEERS) if minimal else CLIENTS
+    clients = [c for c in (args.clients or ",".join(default_clients)).split(",") if c]
+    bodies = [int(b) for b in (args.body or ("100,1024" if minimal else "100")).split(",")]
 
     unavailable: dict[str, str] = {}
     for peer in [c for c in clients if c in PEERS]:
@@ -332,82 +513,48 @@ def main() -> int:
             unavailable[peer] = why
     clients = [c for c in clients if c not in unavailable]
 
-    print(f"publish: {count:,} messages pipelined (window {args.window}) and in MPUB x{BATCH}, "
-          f"{seq_count:,} sequential; {args.body}-byte bodies; best of {rounds} round(s); "
-          f"smartnsq via {via}; {args.cluster} nsqd\n")
-    best: dict[tuple[str, str], dict[str, Any]] = {}
-    with dev_cluster(args.cluster) as cluster:
+    where = ("bench/_endpoint.py (minimal: OK to every publish)" if minimal
+             else f"{args.cluster} nsqd of the dev cluster")
+    print(f"publish: {seq_count:,} sequential, {count:,} pipelined (windows of {args.window} "
+          f"outstanding), {mpub_count:,} in MPUB x{BATCH}; bodies of "
+          f"{', '.join(map(str, bodies))} bytes; best of {rounds} round(s); smartnsq via {via}; "
+          f"server: {where}\n")
+    best: dict[tuple[str, str, int], dict[str, Any]] = {}
+    with server(args.server, args.cluster) as srv:
         for rnd in range(rounds):
-            for mode in modes:
-                n = seq_count if mode == "seq" else count
-                # rotate who goes first: a shared machine's noise should not favour anyone
-                shift = rnd % len(clients)
-                for client in clients[shift:] + clients[:shift]:
-                    if (client, mode) in SKIP or "error" in best.get((client, mode), {}):
-                        continue
-                    topic = f"bench_pub_{client.replace('-', '_')}_{mode}"
-                    cluster.fresh_topic(topic, channel=None)
-                    result = run_worker("publish.py", [
-                        client, mode, cluster.tcp,
-                        cluster.lookupd_http[0] if (client.startswith("smartnsq")
-                                                    and via == "lookupd")
-                        else "", topic, str(n), str(args.body), str(args.window)])
-                    if "error" not in result:
-                        stored = cluster.message_count(topic)
-                        result["verified"] = stored == n + 1  # + the warm-up message
-                        result["stored"] = stored
-                    cluster.drop_topic(topic)
-                    prev = best.get((client, mode))
-                    if prev is None or "error" in prev:
-                        best[(client, mode)] = result
-                    elif "error" not in result:
-                        # keep the best rate and, separately, the lowest CPU cost
-                        cpu = min(prev["cpu_us"], result["cpu_us"])
-                        if result["rate"] > prev["rate"]:
-                            best[(client, mode)] = result
-                        best[(client, mode)]["cpu_us"] = cpu
+            for body in bodies:
+                for mode in modes:
+                    n = {"seq": seq_count, "pipe": count}.get(mode, mpub_count)
+                    # rotate who goes first: a shared machine's noise should favour no one
+                    shift = rnd % len(clients)
+                    for client in clients[shift:] + clients[:shift]:
+                        key = (client, mode, body)
+                        if (client, mode) in SKIP or "error" in best.get(key, {}):
+                            continue
+                        topic = f"bench_pub_{client.replace('-', '_')}_{mode}"
+                        srv.before(topic)
+                        result = run_worker("publish.py", [
+                            client, mode, srv.tcp,
+                            srv.cluster.lookupd_http[0]
+                            if (not minimal and client.startswith("smartnsq")
+                                and via == "lookupd") else "",
+                            topic, str(n), str(body), str(args.window)])
+                        if "error" not in result:
+                            stored = srv.stored(topic)
+                            result["verified"] = stored == n + 1  # + the warm-up message
+                            result["stored"] = stored
+                        elif not minimal:
+                            srv.cluster.drop_topic(topic)
+                        best[key] = merge(best.get(key), result)
 
-    rows = []
-    cpu_rows = []
-    notes = []
-    for client in clients:
-        row = [client]
-        cpu_row = [client]
-        for mode in modes:
-            if (client, mode) in SKIP:
-                row.append("n/a")
-                cpu_row.append("n/a")
-                continue
-            r = best[(client, mode)]
-            base = best.get(("smartnsq", mode), {})
-            if "error" in r:
-                row.append("failed")
-                cpu_row.append("failed")
-                notes.append(f"{client} {MODES[mode]}: {r['error']}")
-                continue
-            mark = "" if r["verified"] else " (!)"
-            if not r["verified"]:
-                notes.append(f"{client} {MODES[mode]}: server stored {r['stored']} messages, "
-                             f"expected {r['count'] + 1}")
-            row.append(f"{fmt_rate(r['rate'])}{mark} ({fmt_ratio(r['rate'], base.get('rate'))})")
-            cpu_row.append(f"{r['cpu_us']:.1f} ({fmt_ratio(r['cpu_us'], base.get('cpu_us'))})")
-        rows.append(row)
-        cpu_rows.append(cpu_row)
-    for peer, why in unavailable.items():
-        rows.append([peer] + ["not importable"] * len(modes))
-        cpu_rows.append([peer] + ["-"] * len(modes))
-        notes.append(f"{peer}: {why}")
-    print("throughput, msg/s (x smartnsq's rate; higher is faster)\n")
-    print(table(["client", *(MODES[m] for m in modes)], rows))
-    print("\nclient CPU per message, microseconds (x smartnsq's cost; lower is cheaper)\n")
-    print(table(["client", *(MODES[m] for m in modes)], cpu_rows))
-    print("\nevery run's message count was checked on the server" +
-          ("" if not notes else "; notes:"))
-    for note in notes:
-        print(f"  - {note}")
+    for body in bodies:
+        report(best, clients, modes, body, unavailable, minimal)
+    print("every run's message count was checked on the server side")
     print(f"\ncommand: {command_line()}")
-    print(environment(f"server: smartnsq.devcluster --mode {args.cluster}, 1 nsqd, separate "
-                      "process, loopback"))
+    print(environment(
+        "server: bench/_endpoint.py, separate process, loopback" if minimal else
+        f"server: smartnsq.devcluster --mode {args.cluster}, 1 nsqd, separate process, "
+        "loopback"))
     return 0
 
 
