@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import importlib.util
 import sys
 import time
@@ -45,6 +46,8 @@ from _common import (
     environment,
     fmt_rate,
     fmt_ratio,
+    max_rss_kib,
+    minimal_endpoint,
     peer_available,
     run_worker,
     table,
@@ -163,7 +166,8 @@ def work_pynsq(addr: str, topic: str, count: int, mif: int) -> Clock:
 def work_gnsq(addr: str, topic: str, count: int, mif: int) -> Clock:
     from gevent import monkey
 
-    monkey.patch_all()
+    if not monkey.is_module_patched("socket"):
+        monkey.patch_all()
     import gnsq
 
     seen = 0
@@ -230,9 +234,26 @@ def work_asyncnsq(addr: str, topic: str, count: int, mif: int) -> Clock:
     return asyncio.run(run())
 
 
+# What each worker imports before its baseline memory reading (see publish.py).
+PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.connection",
+             "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
+
+
+def preimport(client: str) -> None:
+    if client == "gnsq":
+        from gevent import monkey
+
+        monkey.patch_all()  # before anything else imports socket
+        import gnsq  # noqa: F401
+        return
+    importlib.import_module(PREIMPORT[client])
+
+
 def worker(argv: list[str]) -> int:
     client, addr, lookupd, topic, count_s, mif_s = argv
     count, mif = int(count_s), int(mif_s)
+    preimport(client)
+    baseline = max_rss_kib()
     if client == "smartnsq":
         clock = work_smartnsq(addr, lookupd, topic, count, mif)
     else:
@@ -243,11 +264,15 @@ def worker(argv: list[str]) -> int:
     emit({"count": count, "seconds": steady, "rate": (count - 1) / steady,
           "cpu_us": (clock.cpu_last - clock.cpu_first) / (count - 1) * 1e6,
           "first": clock.t_first - clock.created,
-          "overall": count / (clock.t_last - clock.created)})
+          "overall": count / (clock.t_last - clock.created),
+          "peak_kib": max_rss_kib() - baseline})
     return 0
 
 
 # -- the orchestrator -----------------------------------------------------------------------
+
+GOAL = 3.0  # issue 5 item 12: smartnsq's Consumer over the best Python peer, at each setting
+
 
 def leftover(cluster: Any, topic: str) -> int | None:
     for ch in cluster.stats(topic).get("channels") or []:
@@ -256,30 +281,138 @@ def leftover(cluster: Any, topic: str) -> int | None:
     return None
 
 
+def merge(prev: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any]:
+    """Keep the best rate; separately the lowest CPU cost and the lowest peak memory."""
+    if prev is None or "error" in prev:
+        return result
+    if "error" in result:
+        return prev
+    cpu = min(prev["cpu_us"], result["cpu_us"])
+    peak = min(prev["peak_kib"], result["peak_kib"])
+    best = result if result["rate"] > prev["rate"] else prev
+    best["cpu_us"] = cpu
+    best["peak_kib"] = peak
+    return best
+
+
+def fmt_kib(kib: float) -> str:
+    return f"{kib / 1024:.1f} MiB" if kib >= 1024 else f"{kib:.0f} KiB"
+
+
+def run_minimal(args: argparse.Namespace, clients: list[str], count: int, rounds: int,
+                timeout: float) -> dict[tuple[str, int], dict[str, Any]]:
+    mifs = [int(m) for m in args.max_in_flight.split(",")]
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    with minimal_endpoint(args.body) as endpoint:
+        for rnd in range(rounds):
+            for mif in mifs:
+                shift = rnd % len(clients)
+                for client in clients[shift:] + clients[:shift]:
+                    key = (client, mif)
+                    if "error" in best.get(key, {}):
+                        continue
+                    endpoint.connections(expect=0, timeout=0)
+                    result = run_worker("consume.py", [client, endpoint.tcp, "", "bench_sub",
+                                                       str(count), str(mif)], timeout=timeout)
+                    conns = [c for c in endpoint.connections() if c["max_rdy"]]
+                    if "error" not in result and conns:
+                        fins = sum(c["fins"] for c in conns)
+                        reads = sum(c["fin_reads"] for c in conns)
+                        result["fins_per_read"] = fins / reads if reads else 0.0
+                        result["max_in_flight"] = max(c["max_in_flight"] for c in conns)
+                        result["max_rdy"] = max(c["max_rdy"] for c in conns)
+                    best[key] = merge(best.get(key), result)
+    return best
+
+
+def report_minimal(best: dict[tuple[str, int], dict[str, Any]], clients: list[str],
+                   mifs: list[int], unavailable: dict[str, str]) -> None:
+    goal_rows = []
+    for mif in mifs:
+        base = best.get(("smartnsq", mif), {})
+        rows = []
+        notes = []
+        for client in clients:
+            r = best[(client, mif)]
+            if "error" in r:
+                rows.append([client, "failed", *["-"] * 7])
+                notes.append(f"{client}: {r['error']}")
+                continue
+            fpr = r.get("fins_per_read")
+            rows.append([client, fmt_rate(r["rate"]), fmt_ratio(r["rate"], base.get("rate")),
+                         f"{r['cpu_us']:.2f}", fmt_ratio(r["cpu_us"], base.get("cpu_us")),
+                         fmt_kib(r["peak_kib"]), f"{r['first'] * 1000:.0f} ms",
+                         "?" if fpr is None else f"{fpr:.1f}",
+                         f"{r.get('max_in_flight', '?')} / {r.get('max_rdy', '?')}"])
+        for peer, why in unavailable.items():
+            rows.append([peer, "not importable", *["-"] * 7])
+            notes.append(f"{peer}: {why}")
+        print(f"--- max_in_flight {mif} ---\n")
+        print(table(["client", "msg/s", "vs smartnsq", "CPU us/msg", "vs smartnsq",
+                     "peak memory", "first msg", "FINs per read", "max in flight / RDY"],
+                    rows))
+        for note in notes:
+            print(f"  - {note}")
+        print()
+        ok = [best[(p, mif)] | {"name": p} for p in clients
+              if p in PEERS and "error" not in best[(p, mif)]]
+        if base and "error" not in base and ok:
+            top = max(ok, key=lambda r: r["rate"])
+            cheap = min(ok, key=lambda r: r["cpu_us"])
+            lean = min(ok, key=lambda r: r["peak_kib"])
+            ratio = base["rate"] / top["rate"]
+            goal_rows.append([
+                str(mif), f">= {GOAL:g}x", f"{ratio:.2f}x vs {top['name']}",
+                "met" if ratio >= GOAL else f"missed ({ratio / GOAL:.0%} of goal)",
+                f"{cheap['cpu_us'] / base['cpu_us']:.2f}x vs {cheap['name']}",
+                f"{fmt_kib(base['peak_kib'])} vs {fmt_kib(lean['peak_kib'])} ({lean['name']})"])
+    if goal_rows:
+        print("goals (issue 5 item 12): smartnsq Consumer's rate over the best Python peer's; "
+              "CPU: the cheapest peer's CPU/msg over smartnsq's\n")
+        print(table(["max_in_flight", "goal", "rate ratio", "rate goal", "CPU ratio",
+                     "peak memory (smartnsq vs leanest peer)"], goal_rows))
+    print("\nFINs per read: FINs the endpoint found per read that carried any (higher = the "
+          "client coalesces its FIN writes; a lower bound, since a busy endpoint also merges "
+          "writes). max in flight / RDY: the most messages the endpoint had out at once and "
+          "the largest RDY the client sent.")
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return worker(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages, one round")
-    parser.add_argument("--messages", type=int, default=None, help="default 100k, quick 20k")
-    parser.add_argument("--max-in-flight", type=int, default=1000)
+    parser.add_argument("--server", choices=("minimal", "devcluster"), default="minimal",
+                        help="minimal: bench/_endpoint.py pushes as fast as RDY allows, so the "
+                             "client is measured; devcluster: pre-loaded dev cluster nsqd")
+    parser.add_argument("--messages", type=int, default=None,
+                        help="default 100k (minimal server 200k), quick 20k (minimal 40k)")
+    parser.add_argument("--max-in-flight", default=None,
+                        help="comma-separated (default: minimal 200,2500; devcluster 1000)")
     parser.add_argument("--body", type=int, default=100, help="body size in bytes")
     parser.add_argument("--rounds", type=int, default=None, help="default 3, quick 1")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--cluster", choices=("classic", "youzan"), default="classic",
-                        help="the dev cluster's flavour (youzan: peers SUB without a "
+                        help="devcluster server: its flavour (youzan: peers SUB without a "
                              "partition and get the node's default one, with binary ids)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="per client run, seconds (default 300, youzan 60)")
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
-                        help="how smartnsq's Consumer finds the node (auto: lookupd once "
-                             "smartnsq.lookup exists)")
+                        help="devcluster server: how smartnsq's Consumer finds the node (auto: "
+                             "lookupd once smartnsq.lookup exists); minimal: always nsqd")
     args = parser.parse_args()
-    count = args.messages or (20_000 if args.quick else 100_000)
+    minimal = args.server == "minimal"
+    if args.max_in_flight is None:
+        args.max_in_flight = "200,2500" if minimal else "1000"
+    if minimal:
+        count = args.messages or (40_000 if args.quick else 200_000)
+    else:
+        count = args.messages or (20_000 if args.quick else 100_000)
     timeout = args.timeout or (60.0 if args.cluster == "youzan" else 300.0)
     rounds = args.rounds or (1 if args.quick else 3)
     lookup_landed = importlib.util.find_spec("smartnsq.lookup") is not None
-    via = args.via if args.via != "auto" else ("lookupd" if lookup_landed else "nsqd")
+    via = "nsqd" if minimal else (
+        args.via if args.via != "auto" else ("lookupd" if lookup_landed else "nsqd"))
     clients = [c for c in args.clients.split(",") if c]
     if "smartnsq" in clients and importlib.util.find_spec("smartnsq.consumer") is None:
         clients.remove("smartnsq")
@@ -291,10 +424,26 @@ def main() -> int:
         if why:
             unavailable[peer] = why
     clients = [c for c in clients if c not in unavailable]
-    body = b"x" * args.body
 
+    if minimal:
+        mifs = [int(m) for m in args.max_in_flight.split(",")]
+        print(f"consume: {count:,} messages of {args.body} bytes pushed by bench/_endpoint.py "
+              f"as fast as RDY allows, max_in_flight {', '.join(map(str, mifs))}, no-op "
+              f"handler + FIN; best of {rounds} round(s)\n")
+        best_m = run_minimal(args, clients, count, rounds, timeout)
+        report_minimal(best_m, clients, mifs, unavailable)
+        print(f"\ncommand: {command_line()}")
+        print(environment("server: bench/_endpoint.py, separate process, loopback"))
+        return 0
+    return main_devcluster(args, clients, count, rounds, timeout, via, unavailable)
+
+
+def main_devcluster(args: argparse.Namespace, clients: list[str], count: int, rounds: int,
+                    timeout: float, via: str, unavailable: dict[str, str]) -> int:
+    mif = int(args.max_in_flight.split(",")[0])
+    body = b"x" * args.body
     print(f"consume: {count:,} pre-loaded messages of {args.body} bytes, max_in_flight "
-          f"{args.max_in_flight}, no-op handler + FIN; best of {rounds} round(s); smartnsq "
+          f"{mif}, no-op handler + FIN; best of {rounds} round(s); smartnsq "
           f"Consumer via {via}; {args.cluster} nsqd\n")
     best: dict[str, dict[str, Any]] = {}
     with dev_cluster(args.cluster) as cluster:
@@ -312,19 +461,12 @@ def main() -> int:
                 result = run_worker("consume.py", [
                     client, cluster.tcp,
                     cluster.lookupd_http[0] if (client == "smartnsq" and via == "lookupd")
-                    else "", topic, str(count), str(args.max_in_flight)],
+                    else "", topic, str(count), str(mif)],
                     timeout=timeout)
                 if "error" not in result:
                     result["left"] = leftover(cluster, topic)
                 cluster.drop_topic(topic)
-                prev = best.get(client)
-                if prev is None or "error" in prev:
-                    best[client] = result
-                elif "error" not in result:
-                    cpu = min(prev["cpu_us"], result["cpu_us"])
-                    if result["rate"] > prev["rate"]:
-                        best[client] = result
-                    best[client]["cpu_us"] = cpu
+                best[client] = merge(best.get(client), result)
 
     base = best.get("smartnsq", {}).get("rate")
     base_cpu = best.get("smartnsq", {}).get("cpu_us")
@@ -333,19 +475,19 @@ def main() -> int:
     for client in clients:
         r = best[client]
         if "error" in r:
-            rows.append([client, "failed", "-", "-", "-", "-", "-", "-"])
+            rows.append([client, "failed", "-", "-", "-", "-", "-", "-", "-"])
             notes.append(f"{client}: {r['error']}")
             continue
         left = r.get("left")
         rows.append([client, fmt_rate(r["rate"]), fmt_ratio(r["rate"], base),
                      f"{r['cpu_us']:.1f}", fmt_ratio(r["cpu_us"], base_cpu),
-                     f"{r['first'] * 1000:.0f} ms", fmt_rate(r["overall"]),
-                     "?" if left is None else str(left)])
+                     fmt_kib(r["peak_kib"]), f"{r['first'] * 1000:.0f} ms",
+                     fmt_rate(r["overall"]), "?" if left is None else str(left)])
     for peer, why in unavailable.items():
-        rows.append([peer, "not importable", "-", "-", "-", "-", "-", "-"])
+        rows.append([peer, "not importable", "-", "-", "-", "-", "-", "-", "-"])
         notes.append(f"{peer}: {why}")
-    print(table(["client", "msg/s", "vs smartnsq", "CPU us/msg", "vs smartnsq", "first msg",
-                 "overall msg/s", "left in channel"], rows))
+    print(table(["client", "msg/s", "vs smartnsq", "CPU us/msg", "vs smartnsq", "peak memory",
+                 "first msg", "overall msg/s", "left in channel"], rows))
     for note in notes:
         print(f"  - {note}")
     print(f"\ncommand: {command_line()}")
