@@ -101,6 +101,10 @@ class ProducerConfig:
     reconnect_delay_max: float = field(default=2.0, metadata=doc(
         "Longest wait before dialling a failed node again.", unit="s",
         range=">= reconnect_delay"))
+    drain_timeout: float = field(default=5.0, metadata=doc(
+        "How long close() waits for publishes already sent to be acknowledged before it "
+        "fails them (the server may have accepted them: a caller retrying a failed one "
+        "could publish it twice). 0 fails them at once.", unit="s", range=">= 0"))
     idle_timeout: float | None = field(default=300.0, metadata=doc(
         "Close a node's connection after this long unused; None keeps connections open.",
         unit="s", range="> 0 or None"))
@@ -142,6 +146,10 @@ class ProducerConfig:
                                   self.reconnect_delay_max)
         if self.idle_timeout is not None:
             _positive("idle_timeout", self.idle_timeout)
+        if isinstance(self.drain_timeout, bool) \
+                or not isinstance(self.drain_timeout, int | float) or not self.drain_timeout >= 0:
+            raise InvalidArgument("drain_timeout", "must be a number of seconds >= 0",
+                                  self.drain_timeout)
         if self.trace not in (True, False, None):
             raise InvalidArgument("trace", "must be True, False or None", self.trace)
         if not isinstance(self.sharded_receipts, bool):
@@ -327,6 +335,8 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # start() sets
         self._started = False
         self._closed = False
+        self._on_wire = 0  # publishes written and not answered yet
+        self._drained: asyncio.Future[None] | None = None  # close() waits on it
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -339,11 +349,26 @@ class Producer:
             await self._pool.start()
         return self
 
-    async def close(self) -> None:
-        """Close connections and stop lookups; publishes still pending fail."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop publishing, let what is on the wire be answered, close connections.
+
+        New publishes, and retries of pending ones, fail at once with ``ConnectionError_``;
+        publishes already written get up to ``timeout`` seconds (default
+        ``config.drain_timeout``) for their answers, since the server may have accepted them
+        and failing them invites a duplicate. What is still unanswered then fails.
+        """
         if self._closed:
             return
         self._closed = True
+        if timeout is None:
+            timeout = self._config.drain_timeout
+        if self._on_wire and timeout > 0:
+            waiter = self._drained = self._loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            except asyncio.TimeoutError:
+                log.warning("%d publishes still unanswered after %gs; failing them",
+                            self._on_wire, timeout)
         await self._pool.close()
 
     async def __aenter__(self) -> Producer:
@@ -510,6 +535,8 @@ class Producer:
         while True:
             attempt += 1
             if attempt > 1:
+                if self._closed:  # closing: no new attempt (the last one was not accepted)
+                    raise ConnectionError_("the producer is closed") from last_error
                 self.retry_count += 1
             routes = pool.routes(topic)
             if routes is None:
@@ -600,14 +627,24 @@ class Producer:
             try:
                 if conn.writing_paused:
                     await conn.drain()
+                if self._closed:  # closing: nothing new goes on the wire
+                    raise _ProducerClosed("the producer is closed")
                 answer_future = conn.submit(data, command, remaining)
-                if conn.pending_count == 1:
-                    # nothing else in flight: write now rather than at the end of this loop
-                    # iteration (saves a round of the loop per one-at-a-time publish; in a
-                    # burst only the first publish does this, the rest still coalesce)
-                    with contextlib.suppress(ConnectionError_):
-                        await conn.drain()  # a failure is also in answer_future
-                answer = await answer_future
+                self._on_wire += 1
+                try:
+                    if conn.pending_count == 1:
+                        # nothing else in flight: write now rather than at the end of this
+                        # loop iteration (saves a round of the loop per one-at-a-time
+                        # publish; in a burst only the first publish does this, the rest
+                        # still coalesce)
+                        with contextlib.suppress(ConnectionError_):
+                            await conn.drain()  # a failure is also in answer_future
+                    answer = await answer_future
+                finally:
+                    self._on_wire -= 1
+                    if self._drained is not None and not self._on_wire \
+                            and not self._drained.done():
+                        self._drained.set_result(None)
             except ServerError as exc:
                 action = exc.action
                 if action is Action.GIVE_UP:
@@ -618,6 +655,8 @@ class Producer:
                 await self._backoff(topic, attempt, deadline, exc)
                 continue
             except ConnectionError_ as exc:
+                if exc.__class__ is _ProducerClosed:
+                    raise
                 last_error = exc
                 if attempt > 1:  # the first loss retries at once on a fresh connection
                     await self._backoff(topic, attempt - 1, deadline, exc)
@@ -836,6 +875,10 @@ class Producer:
             raise ConnectionError_("the producer is closed")
         if not self._started:
             await self.start()
+
+
+class _ProducerClosed(ConnectionError_):
+    """close() began before this publish was written: it fails, nothing was sent."""
 
 
 def _delay_ms(delay: float) -> int:

@@ -57,12 +57,13 @@ _GUARD = 5.0
 
 
 def _finalize(loop_thread: LoopThread, shared: bool,
-              closer: Callable[[], Coroutine[Any, Any, None]] | None) -> None:
+              closer: Callable[[], Coroutine[Any, Any, None]] | None,
+              grace: float = 0.0) -> None:
     """Close the async client and give the loop back (on close() or garbage collection)."""
     try:
         if closer is not None and loop_thread.running and not loop_thread.in_loop_thread():
             try:
-                loop_thread.run(closer(), timeout=_GUARD)
+                loop_thread.run(closer(), timeout=_GUARD + grace)
             except Exception:
                 log.debug("closing a facade's client failed", exc_info=True)
     finally:
@@ -80,8 +81,10 @@ class _Facade:
         self._closed = False
 
     def _start(self, factory: Callable[[], Awaitable[T]],
-               closer_of: Callable[[T], Callable[[], Coroutine[Any, Any, None]]]) -> T:
-        """Build the async client on the loop; register its closing for close() and GC."""
+               closer_of: Callable[[T], Callable[[], Coroutine[Any, Any, None]]],
+               grace: Callable[[T], float] | None = None) -> T:
+        """Build the async client on the loop; register its closing for close() and GC
+        (``grace``: how much longer than the usual guard the closing may take)."""
         async def build() -> T:
             return await factory()
 
@@ -92,7 +95,8 @@ class _Facade:
                 _loop_thread.release_shared(self._loop_thread)
             raise
         self._finalizer = weakref.finalize(self, _finalize, self._loop_thread, self._shared,
-                                           closer_of(client))
+                                           closer_of(client),
+                                           0.0 if grace is None else grace(client))
         return client
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
@@ -149,7 +153,9 @@ class Producer(_Facade):
                 await producer.close()
                 raise
 
-        self._producer = self._start(create, lambda p: p.close)
+        # closing waits for unanswered publishes (drain_timeout) before the usual guard
+        self._producer = self._start(create, lambda p: p.close,
+                                     lambda p: p.config.drain_timeout)
         self._timeout = self._producer.config.timeout
 
     def publish(self, topic: str, body: bytes, *, sharding_key: ShardingKey | None = None,
