@@ -11,6 +11,10 @@ exactly), so they are given the best case: the whole stream in one buffer, slice
 frame with their own unpack functions. ansq and asyncnsq have a feed()/get() reader; they
 are also run at the read size their connection really uses (4 KiB and 52 bytes).
 
+Baseline: the simplest pure-Python loop over the same chunks (one ``struct.unpack_from`` per
+frame, one small object per message with the same fields as smartnsq's ``Message``), run on
+every layout; smartnsq's rate is printed as a share of it (issue 2 item 4: >= 80%).
+
 Encoding: ops/s of building PUB (100-byte body), MPUB of 100 bodies, FIN and RDY.
 """
 
@@ -164,6 +168,82 @@ def asyncnsq_decoder(parts: list[bytes]) -> Callable[[], int] | None:
     return run
 
 
+# -- the baseline: the simplest pure-Python loop ---------------------------------------------
+
+class PlainMessage:
+    """One small object per message with the fields smartnsq's Message holds."""
+
+    __slots__ = ("attempts", "body", "ext", "ext_version", "id", "queue_offset", "raw_size",
+                 "timestamp", "youzan")
+
+    def __init__(self, timestamp: int, attempts: int, id: bytes, body: bytes,
+                 ext_version: int, ext: bytes | None, queue_offset: int | None,
+                 raw_size: int | None, youzan: bool) -> None:
+        self.timestamp = timestamp
+        self.attempts = attempts
+        self.id = id
+        self.body = body
+        self.ext_version = ext_version
+        self.ext = ext
+        self.queue_offset = queue_offset
+        self.raw_size = raw_size
+        self.youzan = youzan
+
+
+def baseline_decoder(layout: MessageLayout, parts: list[bytes]) -> Callable[[], int]:
+    """The simplest loop a person would write over the same chunks (issue 2 item 4's yardstick).
+
+    One ``struct.unpack_from`` per frame header (a second one only for a detail block), the
+    frame's leftover tail joined to the next chunk, one ``PlainMessage`` per message with the
+    same fields as smartnsq's ``Message``. No validation beyond what it needs to find frames:
+    that is the part smartnsq pays for and the baseline does not.
+    """
+    hdr = struct.Struct(">iiqH").unpack_from
+    short = struct.Struct(">ii").unpack_from
+    detail = struct.Struct(">QI").unpack_from
+    youzan, has_ext, has_detail = layout.youzan, layout.ext, layout.detail
+
+    def run() -> int:
+        rest = b""
+        messages: list[PlainMessage] = []
+        n = 0
+        for part in parts:
+            buf = rest + part if rest else part
+            end = len(buf)
+            pos = 0
+            messages = []
+            append = messages.append
+            while end - pos >= 8:
+                if end - pos >= 18:
+                    size, ftype, ts, attempts = hdr(buf, pos)
+                else:
+                    size, ftype = short(buf, pos)
+                    ts = attempts = 0
+                stop = pos + 4 + size
+                if stop > end:
+                    break
+                if ftype == 2:
+                    at = pos + 34
+                    ext_version, ext, offset, raw = 0, None, None, None
+                    if has_ext:
+                        ext_version = buf[at]
+                        at += 1
+                        if ext_version:
+                            length = (buf[at] << 8) | buf[at + 1]
+                            ext = buf[at + 2:at + 2 + length]
+                            at += 2 + length
+                    if has_detail:
+                        offset, raw = detail(buf, at)
+                        at += 12
+                    append(PlainMessage(ts, attempts, buf[pos + 18:pos + 34], buf[at:stop],
+                                        ext_version, ext, offset, raw, youzan))
+                pos = stop
+            rest = buf[pos:]
+            n += len(messages)
+        return n
+    return run
+
+
 # -- encoders -------------------------------------------------------------------------------
 
 def encoders(body: bytes) -> dict[str, dict[str, Callable[[], object]]]:
@@ -261,6 +341,11 @@ def main() -> int:
         ("asyncnsq Reader", "classic", asyncnsq_decoder(chunks(classic, 52)),
          "52-byte chunks (its read size)"),
     ]
+    candidates += [
+        ("baseline: simplest unpack_from loop", name, baseline_decoder(layouts[name],
+                                                                      chunks(stream, args.chunk)),
+         feed)
+        for name, stream in streams.items()]
     runnable = [c for c in candidates if c[2] is not None]
     rates = dict(zip([id(c) for c in runnable],
                      interleaved_best([(count, c[2]) for c in runnable if c[2]], repeat),
@@ -272,6 +357,21 @@ def main() -> int:
         rows.append((c[0], c[1], fmt_rate(rate), fmt_ratio(rate, base),
                      c[3] if rate is not None else "not importable"))
     print(table(["decoder", "layout", "msgs/s", "vs smartnsq classic", "feed"], rows))
+
+    # issue 2 item 4: smartnsq's decode rate as a share of the simplest loop's, per layout
+    grows = []
+    for name in streams:
+        mine = next(rates[id(c)] for c in candidates if c[0].startswith("smartnsq")
+                    and c[1] == name)
+        plain = next(rates[id(c)] for c in candidates if c[0].startswith("baseline")
+                     and c[1] == name)
+        share = mine / plain
+        grows.append([name, fmt_rate(mine), fmt_rate(plain), f"{share:.0%}",
+                      "met" if share >= 0.8 else f"missed by {(0.8 - share) * 100:.0f} points"])
+    print("\nsmartnsq FrameReader against the simplest pure-Python loop over the same chunks "
+          "(goal: >= 80%)\n")
+    print(table(["layout", "smartnsq msgs/s", "baseline msgs/s", "smartnsq / baseline",
+                 "goal >= 80%"], grows))
 
     print(f"\nencoding commands; {loops:,} calls per figure ({loops // 50:,} for MPUB), best of "
           f"{repeat}, interleaved\n")
