@@ -27,11 +27,23 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from smartnsq.protocol import commands
-from smartnsq.protocol.frames import CLASSIC_LAYOUT, ErrorFrame, FrameReader, Message, Response
-
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
+# Measure the checkout these scripts live in, not whatever smartnsq is installed (an editable
+# install may point at another checkout): ``python bench/x.py`` puts bench/ on sys.path, not
+# the root.
+if sys.path[:1] != [str(ROOT)]:
+    sys.path.insert(0, str(ROOT))
+
+from smartnsq.protocol import commands  # noqa: E402
+from smartnsq.protocol.frames import (  # noqa: E402
+    CLASSIC_LAYOUT,
+    ErrorFrame,
+    FrameReader,
+    Message,
+    Response,
+)
+
 PEERS = ("pynsq", "gnsq", "ansq", "asyncnsq")
 # distribution name -> module imported by the worker
 PEER_MODULES = {"pynsq": "nsq", "gnsq": "gnsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
@@ -64,6 +76,12 @@ def _git_rev() -> str:
         return "?"
 
 
+def _smartnsq_path() -> str:
+    import smartnsq
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(smartnsq.__file__)))
+
+
 def environment(extra: str = "") -> str:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     lines = [
@@ -73,7 +91,8 @@ def environment(extra: str = "") -> str:
         f"({platform.system()} {platform.machine()})",
         f"  cpu         {os.cpu_count()} x {_cpu_model()}",
         f"  load avg    {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (at the end of the run)",
-        f"  smartnsq    {_version('smartnsq')} (git {_git_rev()})",
+        f"  smartnsq    {_version('smartnsq')} (git {_git_rev()}; imported from "
+        f"{_smartnsq_path()})",
         "  peers       " + ", ".join(f"{p} {_version(p)}" for p in PEERS),
     ]
     if extra:
