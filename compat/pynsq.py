@@ -46,10 +46,10 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
-from smartnsq import sync
+from smartnsq import _loop_thread, sync
 from smartnsq.backoff import BackoffPolicy
 from smartnsq.config import ConnectionConfig
 from smartnsq.consumer import Consumer
@@ -349,13 +349,19 @@ class Writer:
         self.reconnect_interval = reconnect_interval  # smartnsq backs off by itself
         self._loop = _user_loop()
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
+        # the sync Producer takes the shared loop thread and gives it back on close(), on
+        # garbage collection (its finalizer) and when its own construction fails
         self._sync = sync.Producer(lookupd=lookupd or None, nsqd=nsqd or None, **options)
-        self._thread = self._sync.loop_thread
-        self._producer = self._sync.async_producer
-        self._user = _mailbox(self._loop)
-        self._net = _mailbox(self._thread.loop)
-        if nsqd:  # pynsq connects at start: so do we, rather than on the first publish
-            self._thread.submit(self._connect([parse_address(a, "nsqd") for a in nsqd]))
+        try:
+            self._thread = self._sync.loop_thread
+            self._producer = self._sync.async_producer
+            self._user = _mailbox(self._loop)
+            self._net = _mailbox(self._thread.loop)
+            if nsqd:  # pynsq connects at start: so do we, rather than on the first publish
+                self._thread.submit(self._connect([parse_address(a, "nsqd") for a in nsqd]))
+        except BaseException:
+            self._sync.close()
+            raise
 
     async def _connect(self, addresses: list[tuple[str, int]]) -> None:
         pool = self._producer.pool
@@ -608,16 +614,25 @@ class Reader:
             self._specs.append({**common, "max_in_flight": shares[-1], "nsqd": nsqd})
         self._loop = _user_loop()
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
-        self._facade = _ConsumerHolder()
-        self._user = _mailbox(self._loop)
-        self._net = _mailbox(self._facade.thread.loop)
         self._consumers: list[Consumer] = []
         self._closed = False
         self._starting = False
         # handed to the run() loop, not yet taken by a handler (claimed once: set ops are
         # atomic, so a message is either handled or given back by close(), never both)
         self._waiting: set[Message] = set()
-        self._loop.call_soon_threadsafe(self._start)
+        # the shared network loop: taken last, given back by close() (before its future
+        # completes), by the finalizer if the Reader is dropped unclosed, or here on failure
+        self._thread = _loop_thread.shared()
+        try:
+            self._user = _mailbox(self._loop)
+            self._net = _mailbox(self._thread.loop)
+            self._finalizer = weakref.finalize(self, _loop_thread.release_shared, self._thread)
+            # a weak reference: a Reader dropped before run() must not be kept alive (and its
+            # loop thread taken) by the callback waiting in the user loop
+            self._loop.call_soon_threadsafe(_start_reader, weakref.ref(self))
+        except BaseException:
+            _loop_thread.release_shared(self._thread)
+            raise
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -630,7 +645,7 @@ class Reader:
             raise InvalidArgument("message_handler", "you must set the Reader's "
                                   "message_handler")
         for spec in self._specs:
-            future = self._facade.thread.submit(self._open(spec))
+            future = self._thread.submit(self._open(spec))
             future.add_done_callback(self._started)
 
     async def _open(self, spec: dict[str, Any]) -> None:
@@ -677,9 +692,34 @@ class Reader:
             await asyncio.gather(*(_close_consumer(c, timeout) for c in consumers),
                                  return_exceptions=True)
 
-        future = self._facade.thread.submit(close_all())
-        future.add_done_callback(lambda _: self._facade.release())
-        return future
+        return self._close_then_release(close_all())
+
+    def _close_then_release(self, closing: Coroutine[Any, Any, None]) \
+            -> concurrent.futures.Future[None]:
+        """Run ``closing`` on the network loop; give the loop thread back before the returned
+        future completes (a caller waiting on it then sees the release done)."""
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        finalizer = self._finalizer
+
+        def finish(inner: concurrent.futures.Future[None]) -> None:
+            try:
+                finalizer()
+            finally:
+                exc: BaseException | None = (concurrent.futures.CancelledError()
+                                             if inner.cancelled() else inner.exception())
+                if exc is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(exc)
+
+        try:
+            inner = self._thread.submit(closing)
+        except BaseException:  # the loop thread is gone: nothing is left to close there
+            finalizer()
+            done.set_result(None)
+            return done
+        inner.add_done_callback(finish)
+        return done
 
     def set_message_handler(self, message_handler: Handler) -> None:
         if not callable(message_handler):
@@ -701,7 +741,7 @@ class Reader:
         self.max_in_flight = max_in_flight
         for consumer, share in zip(self._consumers, _split(max_in_flight, len(self._consumers)),
                                    strict=False):
-            self._facade.thread.call_soon(consumer.set_max_in_flight, share)
+            self._thread.call_soon(consumer.set_max_in_flight, share)
 
     def stats(self) -> list[dict[str, Any]]:
         """smartnsq's consumer statistics (one dict per source)."""
@@ -821,17 +861,7 @@ def _split(total: int, parts: int) -> list[int]:
     return [max(1, base + (1 if i < extra else 0)) for i in range(parts)]
 
 
-class _ConsumerHolder:
-    """The network loop a Reader's consumers live on (the process-wide shared one)."""
-
-    def __init__(self) -> None:
-        from smartnsq import _loop_thread
-
-        self._module = _loop_thread
-        self.thread = _loop_thread.shared()
-        self._released = False
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._module.release_shared(self.thread)
+def _start_reader(ref: weakref.ref[Reader]) -> None:
+    reader = ref()
+    if reader is not None:
+        reader._start()

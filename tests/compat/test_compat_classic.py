@@ -9,9 +9,9 @@ import logging
 from typing import Any
 
 import pytest
+
 from smartnsq.compat import ClassicPolicy
 from smartnsq.compat.policy import rendezvous
-
 from smartnsq.errors import InvalidArgument
 from smartnsq.pool import parse_address
 from smartnsq.producer import Producer

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from smartnsq.compat.detect import (
     Kind,
     classic_nodes,
@@ -22,7 +23,6 @@ from smartnsq.compat.detect import (
     unwrap,
 )
 from smartnsq.compat.probe import group_lookupds, probe_lookupd
-
 from smartnsq.protocol.lookup import parse_lookup
 from smartnsq.protocol.responses import parse_identify_response
 

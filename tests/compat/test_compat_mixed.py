@@ -11,9 +11,9 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
 from smartnsq.compat import MigrationChooser, MigrationPolicy
 from smartnsq.compat.migration import split_routes
-
 from smartnsq.errors import InvalidArgument, TopicNotFound
 from smartnsq.pool import TopicRoutes
 from smartnsq.producer import Producer

@@ -13,8 +13,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from smartnsq.compat import ClassicPolicy
 
+from smartnsq.compat import ClassicPolicy
 from smartnsq.consumer import Consumer
 from smartnsq.errors import InvalidArgument
 from smartnsq.message import Message

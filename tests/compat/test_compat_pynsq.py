@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from smartnsq.compat import pynsq as nsq
 
 from smartnsq._loop_thread import LoopThread
+from smartnsq.compat import pynsq as nsq
 from smartnsq.devcluster import DevCluster
 from smartnsq.errors import InvalidArgument
 
@@ -22,7 +22,7 @@ WATCHDOG = 20.0
 
 
 @pytest.fixture
-def cluster_of() -> Iterator[Callable[..., DevCluster]]:
+def cluster_of(pynsq_objects: list[Any]) -> Iterator[Callable[..., DevCluster]]:
     thread = LoopThread("devcluster-test").start()
     clusters: list[DevCluster] = []
 
@@ -41,9 +41,12 @@ def cluster_of() -> Iterator[Callable[..., DevCluster]]:
         return cluster
 
     yield make
-    for cluster in clusters:
-        thread.run(cluster.stop())
-    thread.stop()
+    try:
+        pynsq_objects.close_all()  # before the clusters stop: a failed test's Readers too
+        for cluster in clusters:
+            thread.run(cluster.stop())
+    finally:
+        thread.stop()
 
 
 def run_until(done: threading.Event) -> None:
