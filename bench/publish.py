@@ -281,10 +281,83 @@ def work_asyncnsq(mode: str, addr: str, topic: str, count: int, body: bytes,
     return asyncio.run(run())
 
 
+def work_floor(mode: str, addr: str, topic: str, count: int, body: bytes, window: int) -> Span:
+    """The thinnest asyncio client: what the event loop alone costs per publish.
+
+    Not a library: a Protocol that writes a pre-built PUB/MPUB and resolves one future per
+    answer, with no validation, routing, retries or error handling. The benchmark drives it
+    exactly like the asyncio clients (an awaited call per publish, ``asyncio.gather`` for the
+    pipelined windows), so the gap between it and smartnsq is smartnsq's own cost and what it
+    shares with it is the asyncio floor.
+    """
+    import collections
+    import struct
+
+    host, port = addr.rsplit(":", 1)
+    pub = b"PUB " + topic.encode() + b"\n" + struct.pack(">I", len(body)) + body
+
+    def mpub(n: int) -> bytes:
+        data = struct.pack(">I", n) + b"".join(struct.pack(">I", len(body)) + body
+                                                for _ in range(n))
+        return b"MPUB " + topic.encode() + b"\n" + struct.pack(">I", len(data)) + data
+
+    class Floor(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+            self.buf = b""
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            buf = self.buf + data if self.buf else data
+            pos, end = 0, len(buf)
+            while end - pos >= 4:
+                stop = pos + 4 + int.from_bytes(buf[pos:pos + 4], "big")
+                if stop > end:
+                    break
+                if buf[pos + 4:pos + 8] == b"\x00\x00\x00\x00" and buf[pos + 8:stop] == b"OK":
+                    self.waiters.popleft().set_result(None)
+                pos = stop
+            self.buf = buf[pos:]
+
+        def send(self, payload: bytes) -> asyncio.Future[None]:
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters.append(fut)
+            self.transport.write(payload)
+            return fut
+
+    async def run() -> Span:
+        loop = asyncio.get_running_loop()
+        _, proto = await loop.create_connection(Floor, host, int(port))
+        proto.transport.write(b"  V2")
+        await proto.send(pub)  # warm-up; no IDENTIFY, which nsqd does not require
+
+        async def publish() -> None:
+            await proto.send(pub)
+
+        start = Span.begin()
+        if mode == "seq":
+            for _ in range(count):
+                await proto.send(pub)
+        elif mode == "pipe":
+            for n in _windows(count, window):
+                await asyncio.gather(*[publish() for _ in range(n)])
+        else:
+            for n in _batches(count):
+                await proto.send(mpub(n))
+        elapsed = start.end()
+        proto.transport.close()
+        return elapsed
+
+    return asyncio.run(run())
+
+
 # What each worker imports before its baseline memory reading: the library's entry points,
 # so that the peak it reports is what publishing costs, not what importing costs.
 PREIMPORT = {"smartnsq": "smartnsq.producer", "smartnsq-sync": "smartnsq.sync",
-             "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
+             "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq", "asyncio-floor": "asyncio"}
 
 
 def preimport(client: str) -> None:
@@ -308,7 +381,7 @@ def worker(argv: list[str]) -> int:
         span = work_smartnsq_sync(mode, addr, lookupd, topic, count, body, window)
     else:
         fn = {"pynsq": work_pynsq, "gnsq": work_gnsq, "ansq": work_ansq,
-              "asyncnsq": work_asyncnsq}[client]
+              "asyncnsq": work_asyncnsq, "asyncio-floor": work_floor}[client]
         span = fn(mode, addr, topic, count, body, window)
     emit({"count": count, "seconds": span.wall, "rate": count / span.wall,
           "cpu_us": span.cpu / count * 1e6, "peak_kib": max_rss_kib() - baseline,
@@ -452,16 +525,21 @@ def goals(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
         ratio = me["rate"] / top["rate"]
         cpu_ratio = cheap["cpu_us"] / me["cpu_us"]
         goal = GOALS[mode]
+        floor = best.get(("asyncio-floor", mode, body), {})
+        floor_cell = (f"{floor['rate'] / top['rate']:.2f}x" if floor and "error" not in floor
+                      else "-")
         rows.append([
             MODES[mode], f">= {goal:g}x", f"{ratio:.2f}x vs {top['name']}",
             "met" if ratio >= goal else f"missed ({ratio / goal:.0%} of goal)",
             f"{cpu_ratio:.2f}x vs {cheap['name']}",
             f"{fmt_kib(me['peak_kib'])} vs {fmt_kib(lean['peak_kib'])} ({lean['name']})",
-            "met" if me["peak_kib"] <= lean["peak_kib"] else "missed"])
+            "met" if me["peak_kib"] <= lean["peak_kib"] else "missed", floor_cell])
     return ("goals (issue 4 item 6): smartnsq's rate over the best peer's; CPU: the cheapest "
-            "peer's CPU/msg over smartnsq's; memory: smartnsq's peak vs the leanest peer's\n\n"
+            "peer's CPU/msg over smartnsq's; memory: smartnsq's peak vs the leanest peer's; the "
+            "last column is the thinnest asyncio client's rate over the same best peer (what "
+            "the event loop allows at all)\n\n"
             + table(["pattern", "goal", "rate ratio", "rate goal", "CPU ratio",
-                     "peak memory", "memory goal"], rows))
+                     "peak memory", "memory goal", "asyncio floor's rate ratio"], rows))
 
 
 def main() -> int:
@@ -502,7 +580,7 @@ def main() -> int:
     via = "nsqd" if minimal else (
         args.via if args.via != "auto" else ("lookupd" if lookup_landed() else "nsqd"))
     modes = [m for m in args.modes.split(",") if m]
-    default_clients = ("smartnsq", *PEERS) if minimal else CLIENTS
+    default_clients = ("smartnsq", *PEERS, "asyncio-floor") if minimal else CLIENTS
     clients = [c for c in (args.clients or ",".join(default_clients)).split(",") if c]
     bodies = [int(b) for b in (args.body or ("100,1024" if minimal else "100")).split(",")]
 
