@@ -101,7 +101,6 @@ class NSQAckStreamReader(DataSourceStreamReader):
         if self._consumer is not None:
             return
         options = self._options
-        loop_thread = self._loop_thread = _loop_thread.shared()
         kwargs: dict[str, Any] = {"max_in_flight": options.max_in_flight,
                                   "auto_finish": False}
         if options.cluster.lookupd:
@@ -114,7 +113,15 @@ class NSQAckStreamReader(DataSourceStreamReader):
             await consumer.start()
             return consumer
 
-        self._consumer = consumer = loop_thread.run(start(), timeout=30)
+        # one shared-loop user per started consumer: a start that fails gives it back, or
+        # every failed micro-batch planning would keep the loop thread alive for ever
+        loop_thread = _loop_thread.shared()
+        try:
+            consumer = loop_thread.run(start(), timeout=30)
+        except BaseException:
+            _loop_thread.release_shared(loop_thread)
+            raise
+        self._loop_thread, self._consumer = loop_thread, consumer
         self._tasks.append(loop_thread.submit(self._pull(consumer)))
         self._tasks.append(loop_thread.submit(self._keep_alive()))
 
@@ -212,18 +219,20 @@ class NSQAckStreamReader(DataSourceStreamReader):
     def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
         loop_thread, self._loop_thread = self._loop_thread, None
-        if consumer is None or loop_thread is None:
+        tasks, self._tasks = self._tasks, []
+        if loop_thread is None:
             return
-        for task in self._tasks:
-            task.cancel()
-        with self._lock:
-            waiting = [*self._numbered.values(), *self._buffer]
-            self._numbered.clear()
-            self._buffer.clear()
-        for message in waiting:
-            with contextlib.suppress(Exception):
-                message.req(0, backoff=False)
         try:
-            loop_thread.run(consumer.close(timeout=5), timeout=15)
+            for task in tasks:
+                task.cancel()
+            with self._lock:
+                waiting = [*self._numbered.values(), *self._buffer]
+                self._numbered.clear()
+                self._buffer.clear()
+            for message in waiting:
+                with contextlib.suppress(Exception):
+                    message.req(0, backoff=False)
+            if consumer is not None:
+                loop_thread.run(consumer.close(timeout=5), timeout=15)
         finally:
             _loop_thread.release_shared(loop_thread)

@@ -175,11 +175,21 @@ class _Planner:
         return out
 
 
+@contextlib.contextmanager
+def _reading(options: SourceOptions) -> Iterator[tuple[_loop_thread.LoopThread, ClusterClient]]:
+    """The shared loop thread and an HTTP client for one read, both given back however it
+    ends (a failure building the client included: a leaked loop-thread user never stops)."""
+    loop_thread = _loop_thread.shared()
+    try:
+        with ClusterClient(options.cluster) as client:
+            yield loop_thread, client
+    finally:
+        _loop_thread.release_shared(loop_thread)
+
+
 def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[Any]:
     """Executor side: the rows of one range, in queue order."""
-    loop_thread = _loop_thread.shared()
-    client = ClusterClient(options.cluster)
-    try:
+    with _reading(options) as (loop_thread, client):
         leader = part.leader
         if options.cluster.lookupd:
             # the leader may have moved since planning; a fresh lookup costs one GET
@@ -198,18 +208,13 @@ def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[Any]:
                 pending = []
         if pending:
             yield message_batch(part.topic, node, pending)
-    finally:
-        client.close()
-        _loop_thread.release_shared(loop_thread)
 
 
 def _limited_end(options: SourceOptions, layout: TopicLayout, partition: int, start: int,
                  end: int, count: int) -> int:
     """The queue offset after ``count`` messages from ``start`` (at most ``end``)."""
-    loop_thread = _loop_thread.shared()
-    client = ClusterClient(options.cluster)
     found = [start]
-    try:
+    with _reading(options) as (loop_thread, client):
         for _ in read_range(loop_thread, client, layout.topic, partition,
                             layout.leaders[partition], start, end, ordered=layout.ordered,
                             ext=layout.ext, rdy=min(count, options.rdy),
@@ -217,9 +222,6 @@ def _limited_end(options: SourceOptions, layout: TopicLayout, partition: int, st
                             channel_prefix=options.channel_prefix, limit=count,
                             on_end=lambda e: found.__setitem__(0, e)):
             pass
-    finally:
-        client.close()
-        _loop_thread.release_shared(loop_thread)
     return found[0]
 
 

@@ -195,3 +195,62 @@ def test_a_range_planned_before_a_leader_move_is_read_from_the_new_leader(nsq: A
     rows = [row for batch in _read(options, part) for row in batch.to_pylist()]
     assert [r["body"] for r in rows] == [f"m{i}".encode() for i in range(20)]
     assert rows[0]["node"] != part.leader.tcp_address  # read where the partition lives now
+
+
+def _shared_loop_users() -> int:
+    from smartnsq import _loop_thread
+
+    return _loop_thread._shared_users if _loop_thread._shared is not None else 0
+
+
+def test_ack_reader_gives_the_shared_loop_back_when_its_consumer_fails_to_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from smartnsq.consumer import Consumer
+    from smartnsq.spark import ack_source
+
+    class Refusing(Consumer):
+        async def start(self) -> Consumer:
+            raise ConnectionError("refused")
+
+    monkeypatch.setattr(ack_source, "Consumer", Refusing)
+    before = _shared_loop_users()
+    reader = ack_source.NSQAckStreamReader(AckSourceOptions.parse(
+        {"nsqd": "127.0.0.1:1", "topic": "t", "channel": "c", "mode": "ack"}))
+    for _ in range(2):  # Spark plans again after a failure
+        with pytest.raises(ConnectionError):
+            reader.latestOffset()
+        assert _shared_loop_users() == before
+    reader.stop()
+    assert _shared_loop_users() == before
+
+
+def test_ack_reader_stop_gives_the_shared_loop_back() -> None:
+    from smartnsq.spark.ack_source import NSQAckStreamReader
+
+    before = _shared_loop_users()
+    # nothing listens there: the consumer starts anyway and retries in the background
+    reader = NSQAckStreamReader(AckSourceOptions.parse(
+        {"lookupd": "127.0.0.1:1", "topic": "t", "channel": "c", "mode": "ack"}))
+    assert reader.latestOffset() == {"seq": 0}
+    assert _shared_loop_users() == before + 1
+    reader.stop()
+    reader.stop()
+    assert _shared_loop_users() == before
+
+
+def test_range_read_gives_the_shared_loop_back_when_its_client_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from smartnsq.spark import source
+    from smartnsq.spark.cluster import LeaderInfo
+
+    def refuse(*args: Any) -> Any:
+        raise OSError("no client")
+
+    monkeypatch.setattr(source, "ClusterClient", refuse)
+    options = SourceOptions.parse({**LOOKUPD, "topic": "t"}, streaming=False)
+    part = source.NSQRangePartition("t", 0, 0, 100, LeaderInfo("127.0.0.1", 1, 2), False,
+                                    False)
+    before = _shared_loop_users()
+    with pytest.raises(OSError):
+        next(iter(source._read(options, part)))
+    assert _shared_loop_users() == before
