@@ -264,7 +264,11 @@ class FrameReader:
         unpack_msg = _HDR_MSG.unpack_from
         unpack_hdr = _HDR.unpack_from
         layout = self._layout
-        plain = layout.youzan and not layout.ext and not layout.detail
+        plain = not layout.ext and not layout.detail  # no optional block: decode inline
+        youzan = layout.youzan
+        has_ext = layout.ext
+        has_detail = layout.detail
+        unpack_detail = _DETAIL.unpack_from
         cls = self._message_class
         while n - pos >= 8:
             if n - pos >= 18:
@@ -281,9 +285,40 @@ class FrameReader:
                 if size < 30:
                     raise self._fail(f"message frame of {size - 4} bytes is shorter than 26")
                 if plain:
-                    append(cls(ts, attempts, data[pos + 18:pos + 34], data[pos + 34:end]))
+                    if youzan:
+                        append(cls(ts, attempts, data[pos + 18:pos + 34], data[pos + 34:end]))
+                    else:
+                        append(cls(ts, attempts, data[pos + 18:pos + 34], data[pos + 34:end],
+                                   0, None, None, None, False))
                 else:
-                    append(self._message(data, pos + 8, end, ts, attempts))
+                    # the optional blocks, inline: this is the ordered/ext consumer's hot path
+                    p = pos + 34
+                    ext_version = 0
+                    ext: bytes | None = None
+                    offset: int | None = None
+                    raw_size: int | None = None
+                    if has_ext:
+                        if p >= end:
+                            raise self._fail("message frame ends before its ext block")
+                        ext_version = data[p]
+                        p += 1
+                        if ext_version:
+                            if p + 2 > end:
+                                raise self._fail("message frame ends inside its ext length")
+                            length = (data[p] << 8) | data[p + 1]
+                            p += 2
+                            if p + length > end:
+                                raise self._fail(
+                                    f"ext block of {length} bytes overruns the frame")
+                            ext = data[p:p + length]
+                            p += length
+                    if has_detail:
+                        if p + 12 > end:
+                            raise self._fail("message frame ends inside its detail block")
+                        offset, raw_size = unpack_detail(data, p)
+                        p += 12
+                    append(cls(ts, attempts, data[pos + 18:pos + 34], data[p:end], ext_version,
+                               ext, offset, raw_size, youzan))
             elif ftype == 0:
                 payload = data[pos + 8:end]
                 append(HEARTBEAT if payload == HEARTBEAT_PAYLOAD else Response(payload))
@@ -302,35 +337,6 @@ class FrameReader:
                 self._need = 8
         return out
 
-    def _message(self, data: bytes, start: int, end: int, ts: int, attempts: int) -> Message:
-        layout = self._layout
-        msg_id = data[start + 10:start + 26]
-        pos = start + 26
-        ext_version = 0
-        ext: bytes | None = None
-        offset: int | None = None
-        raw_size: int | None = None
-        if layout.ext:
-            if pos >= end:
-                raise self._fail("message frame ends before its ext block")
-            ext_version = data[pos]
-            pos += 1
-            if ext_version != 0:
-                if pos + 2 > end:
-                    raise self._fail("message frame ends inside its ext length")
-                (length,) = _U16.unpack_from(data, pos)
-                pos += 2
-                if pos + length > end:
-                    raise self._fail(f"ext block of {length} bytes overruns the frame")
-                ext = data[pos:pos + length]
-                pos += length
-        if layout.detail:
-            if pos + 12 > end:
-                raise self._fail("message frame ends inside its detail block")
-            offset, raw_size = _DETAIL.unpack_from(data, pos)
-            pos += 12
-        return self._message_class(ts, attempts, msg_id, data[pos:end], ext_version, ext,
-                                   offset, raw_size, layout.youzan)
 
 
 # -- encoding frames (the server side: dev cluster, tests, benchmarks) ---------------------
