@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..lookup import normalize_lookupd
 from ..pool import parse_address
 from ..protocol import validate as v
 
@@ -63,17 +64,36 @@ def _check_known(opts: Mapping[str, str], known: frozenset[str], what: str) -> N
                               f"{', '.join(sorted(known))}", unknown)
 
 
-def _addresses(text: str | None, name: str) -> tuple[str, ...]:
+def _split(text: str | None, name: str) -> list[str]:
     if not text:
-        return ()
-    out = []
-    for item in text.split(","):
-        item = item.strip()
-        if item:
-            host, port = parse_address(item, name)
-            out.append(f"{host}:{port}")
-    if not out:
+        return []
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
         raise InvalidArgument(name, "needs at least one 'host:port'", text)
+    return items
+
+
+def _http_addresses(text: str | None, name: str) -> tuple[str, ...]:
+    """nsqlookupd / nsqd HTTP addresses, read as everywhere else in smartnsq: ``host:port``
+    or a URL such as ``http://host:port/``."""
+    out = []
+    for item in _split(text, name):
+        try:
+            out.append(normalize_lookupd(item))
+        except InvalidArgument as exc:
+            raise InvalidArgument(name, "must be 'host:http_port' (or http://host:port)",
+                                  item) from exc
+    return tuple(out)
+
+
+def _tcp_addresses(text: str | None, name: str) -> tuple[str, ...]:
+    """nsqd TCP addresses (``host:port``; IPv6 hosts in brackets)."""
+    out = []
+    for item in _split(text, name):
+        if "://" in item:
+            raise InvalidArgument(name, "takes TCP addresses 'host:port', not URLs", item)
+        host, port = parse_address(item, name)
+        out.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     return tuple(out)
 
 
@@ -219,8 +239,8 @@ class SinkOptions:
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         opts = _lower(options)
         _check_known(opts, SINK_OPTIONS, "sink")
-        lookupd = _addresses(opts.get("lookupd"), "lookupd")
-        nsqd = _addresses(opts.get("nsqd"), "nsqd")
+        lookupd = _http_addresses(opts.get("lookupd"), "lookupd")
+        nsqd = _tcp_addresses(opts.get("nsqd"), "nsqd")
         if bool(lookupd) == bool(nsqd):
             raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
                                   "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",
@@ -285,8 +305,8 @@ class SourceOptions:
         if mode != "replay":
             raise InvalidArgument("mode", "must be replay (or ack, for streaming reads only)",
                                   opts.get("mode"))
-        lookupd = _addresses(opts.get("lookupd"), "lookupd")
-        nsqd_http = _addresses(opts.get("nsqdhttp"), "nsqdHttp")
+        lookupd = _http_addresses(opts.get("lookupd"), "lookupd")
+        nsqd_http = _http_addresses(opts.get("nsqdhttp"), "nsqdHttp")
         if bool(lookupd) == bool(nsqd_http):
             raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
                                   "(nsqlookupd HTTP addresses) or nsqdHttp (nsqd HTTP "
@@ -349,8 +369,8 @@ class AckSourceOptions:
     def parse(cls, options: Mapping[str, str]) -> AckSourceOptions:
         opts = _lower(options)
         _check_known(opts, ACK_SOURCE_OPTIONS, "source (mode=ack)")
-        lookupd = _addresses(opts.get("lookupd"), "lookupd")
-        nsqd = _addresses(opts.get("nsqd"), "nsqd")
+        lookupd = _http_addresses(opts.get("lookupd"), "lookupd")
+        nsqd = _tcp_addresses(opts.get("nsqd"), "nsqd")
         if bool(lookupd) == bool(nsqd):
             raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
                                   "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",

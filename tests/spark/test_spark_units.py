@@ -56,6 +56,22 @@ def test_sink_options_refuse_bad_input(options: dict[str, str], name: str) -> No
     assert info.value.field == name
 
 
+def test_addresses_may_be_urls_and_are_normalised() -> None:
+    sink = SinkOptions.parse({"lookupd": "http://h1:4161, https://h2:4161/", "topic": "t"})
+    assert sink.cluster.lookupd == ("h1:4161", "h2:4161")
+    source = SourceOptions.parse({"nsqdHttp": "http://[::1]:4151", "topic": "t"},
+                                 streaming=False)
+    assert source.cluster.nsqd_http == ("[::1]:4151",)
+    ack = AckSourceOptions.parse({"nsqd": " [::1]:4150 ,h:4150", "topic": "t", "channel": "c"})
+    assert ack.cluster.nsqd == ("[::1]:4150", "h:4150")
+    for options, name in (({"lookupd": "http://h", "topic": "t"}, "lookupd"),
+                          ({"lookupd": ",", "topic": "t"}, "lookupd"),
+                          ({"nsqd": "tcp://h:4150", "topic": "t"}, "nsqd")):
+        with pytest.raises(InvalidArgument) as info:
+            SinkOptions.parse(options)
+        assert info.value.field == name
+
+
 def test_source_options() -> None:
     stream = SourceOptions.parse({**LOOKUPD, "topic": "a,b", "maxMessagesPerTrigger": "10"},
                                  streaming=True)
@@ -254,3 +270,16 @@ def test_range_read_gives_the_shared_loop_back_when_its_client_fails(
     with pytest.raises(OSError):
         next(iter(source._read(options, part)))
     assert _shared_loop_users() == before
+
+
+def test_lookupd_given_as_a_url_finds_the_topic(nsq: Any) -> None:
+    from smartnsq.spark.source import _Planner
+
+    nsq.create_topic("spark_url", partitions=2)
+    lookupd = ",".join(f"http://{a}/" for a in nsq.lookupd.split(","))
+    planner = _Planner(SourceOptions.parse({"lookupd": lookupd, "topic": "spark_url"},
+                                           streaming=False))
+    try:
+        assert sorted(planner.refresh()["spark_url"]) == [0, 1]
+    finally:
+        planner.close()
