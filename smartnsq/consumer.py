@@ -417,6 +417,12 @@ class _Subscription:
             consumer._subscribe_failed(self, exc)
             await self._pause()
             return
+        if not self.wanted or consumer._closing:
+            # stopped mid-handshake: on 3.10/3.11 asyncio.wait_for can swallow the cancel, so
+            # the subscription can finish after close() gave up on it; drop it, never serve it
+            link.conn.abort()
+            link.closed()
+            return
         self.link = link
         self.failures = 0
         try:
