@@ -58,6 +58,7 @@ from smartnsq.message import AlreadyResponded
 from smartnsq.message import Message as CoreMessage
 from smartnsq.pool import parse_address
 from smartnsq.producer import BatchResult, PublishResult
+from smartnsq.protocol.validate import check_channel, check_topic
 
 __all__ = ["Error", "Message", "Reader", "SendError", "Writer", "run", "stop"]
 
@@ -95,6 +96,7 @@ _loops_lock = threading.Lock()
 # the server on close())
 _stopping: set[asyncio.AbstractEventLoop] = set()
 _running: set[asyncio.AbstractEventLoop] = set()  # loops inside run()
+_readers: weakref.WeakSet[Reader] = weakref.WeakSet()  # for run()'s check of the handlers
 
 
 def _user_loop() -> asyncio.AbstractEventLoop:
@@ -126,6 +128,10 @@ def run() -> None:
     ``IOLoop.current().stop()`` stops it too.
     """
     loop = _user_loop()
+    for reader in list(_readers):
+        if reader._loop is loop and not reader._closed and not reader._has_handler():
+            raise InvalidArgument("message_handler", f"Reader {reader.name} has none: give "
+                                  "message_handler= or call set_message_handler() before run()")
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _on_signal)
@@ -560,10 +566,8 @@ class Reader:
                  max_backoff_duration: float = 128, lookupd_poll_jitter: float = 0.3,
                  lookupd_connect_timeout: float = 1, lookupd_request_timeout: float = 2, *,
                  consumer_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if not isinstance(topic, str) or not topic:
-            raise InvalidArgument("topic", "must be a non-empty str", topic)
-        if not isinstance(channel, str) or not channel:
-            raise InvalidArgument("channel", "must be a non-empty str", channel)
+        check_topic(topic)
+        check_channel(channel)
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) \
                 or max_in_flight < 0:
             raise InvalidArgument("max_in_flight", "must be an int >= 0", max_in_flight)
@@ -600,10 +604,10 @@ class Reader:
             **conn_options,
             **(consumer_options or {}),
         }
-        self._specs: list[dict[str, Any]] = []
+        specs: list[dict[str, Any]] = []
         shares = _split(max_in_flight, int(bool(lookupd)) + int(bool(nsqd)))
         if lookupd:
-            self._specs.append({**common, "max_in_flight": shares[0], "lookupd": lookupd,
+            specs.append({**common, "max_in_flight": shares[0], "lookupd": lookupd,
                                 "lookup_options": {
                 "poll_interval": float(lookupd_poll_interval),
                 "jitter": float(lookupd_poll_jitter),
@@ -611,10 +615,12 @@ class Reader:
                 "timeout": float(max(lookupd_request_timeout, lookupd_connect_timeout)),
             }})
         if nsqd:
-            self._specs.append({**common, "max_in_flight": shares[-1], "nsqd": nsqd})
+            specs.append({**common, "max_in_flight": shares[-1], "nsqd": nsqd})
+        # built here (a Consumer binds to no loop before start()): a bad argument raises
+        # InvalidArgument from this constructor, not later inside run()'s loop
+        self._consumers: list[Consumer] = [Consumer(topic, channel, **spec) for spec in specs]
         self._loop = _user_loop()
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
-        self._consumers: list[Consumer] = []
         self._closed = False
         self._starting = False
         # handed to the run() loop, not yet taken by a handler (claimed once: set ops are
@@ -627,6 +633,7 @@ class Reader:
             self._user = _mailbox(self._loop)
             self._net = _mailbox(self._thread.loop)
             self._finalizer = weakref.finalize(self, _loop_thread.release_shared, self._thread)
+            _readers.add(self)
             # a weak reference: a Reader dropped before run() must not be kept alive (and its
             # loop thread taken) by the callback waiting in the user loop
             self._loop.call_soon_threadsafe(_start_reader, weakref.ref(self))
@@ -640,22 +647,26 @@ class Reader:
         """On the user loop once ``run()`` runs: open the consumers on the network loop."""
         if self._closed or self._starting:
             return
+        if not self._has_handler():
+            # run() refuses to start in this case; only a loop run by other means gets here
+            log.error("[%s] no message_handler: not consuming (set_message_handler() "
+                      "before running the loop)", self.name)
+            return
         self._starting = True
-        if self.message_handler is None:
-            raise InvalidArgument("message_handler", "you must set the Reader's "
-                                  "message_handler")
-        for spec in self._specs:
-            future = self._thread.submit(self._open(spec))
+        for consumer in self._consumers:
+            future = self._thread.submit(self._open(consumer))
             future.add_done_callback(self._started)
 
-    async def _open(self, spec: dict[str, Any]) -> None:
-        # built on the network loop: whatever the consumer binds to the running loop at
-        # construction (its lookup manager, events) must be that loop, not the run() one
+    async def _open(self, consumer: Consumer) -> None:
+        # started on the network loop: what the consumer binds to the running loop at start
+        # (its lookup manager, events, tasks) must be that loop, not the run() one
         if self._closed:
             return
-        consumer = Consumer(self.topic, self.channel, **spec)
-        self._consumers.append(consumer)
         await consumer.start()
+
+    def _has_handler(self) -> bool:
+        return (self.message_handler is not None
+                or type(self).process_message is not Reader.process_message)
 
     def _started(self, future: concurrent.futures.Future[Any]) -> None:
         exc = None if future.cancelled() else future.exception()

@@ -22,7 +22,7 @@ WATCHDOG = 20.0
 
 
 @pytest.fixture
-def cluster_of(pynsq_objects: list[Any]) -> Iterator[Callable[..., DevCluster]]:
+def cluster_of(pynsq_objects: Any) -> Iterator[Callable[..., DevCluster]]:
     thread = LoopThread("devcluster-test").start()
     clusters: list[DevCluster] = []
 

@@ -6,10 +6,14 @@ No cluster: these Readers/Writers point at a closed port and are never run, or r
 from __future__ import annotations
 
 import gc
+import threading
 from typing import Any
+
+import pytest
 
 from smartnsq import _loop_thread
 from smartnsq.compat import pynsq as nsq
+from smartnsq.errors import InvalidArgument
 
 NOWHERE = "127.0.0.1:1"  # nothing listens there: connecting fails, retried in the background
 
@@ -40,3 +44,39 @@ def test_a_reader_dropped_unclosed_gives_the_loop_thread_back(pynsq_objects: lis
     del reader
     gc.collect()
     assert users() == before
+
+
+def test_bad_arguments_raise_at_construction_and_take_nothing() -> None:
+    before = users()
+    for topic, channel in (("bad topic!", "c"), ("t", "bad channel!"), ("", "c"), ("t", None)):
+        with pytest.raises(InvalidArgument):
+            nsq.Reader(topic, channel, lambda m: True, nsqd_tcp_addresses=NOWHERE)
+    # arguments the Consumer checks (pynsq raises on its bad arguments the same way)
+    with pytest.raises(InvalidArgument):
+        nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses=NOWHERE,
+                   consumer_options={"ordered": "yes"})
+    with pytest.raises(InvalidArgument):
+        nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses="no-port")
+    with pytest.raises(InvalidArgument):
+        nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses=NOWHERE,
+                   low_rdy_idle_timeout=0)
+    assert users() == before
+
+
+def test_run_refuses_a_reader_without_handler() -> None:
+    reader = nsq.Reader("t", "c", nsqd_tcp_addresses=NOWHERE)
+    watchdog = threading.Timer(10.0, nsq.stop)  # before the fix run() blocked here
+    watchdog.start()
+    try:
+        with pytest.raises(InvalidArgument, match="message_handler"):
+            nsq.run()
+    finally:
+        watchdog.cancel()
+    reader.set_message_handler(lambda m: True)
+    assert reader._has_handler()
+
+    class Overriding(nsq.Reader):
+        def process_message(self, message: nsq.Message) -> bool:
+            return True
+
+    assert Overriding("t", "c", nsqd_tcp_addresses=NOWHERE)._has_handler()
