@@ -40,12 +40,15 @@ from ..errors import (
     InvalidArgument,
     LookupFailed,
     NSQError,
+    ProtocolError,
     Timeout,
     TopicNotFound,
 )
 from ..pool import parse_address
 from ..protocol import commands
+from ..protocol.commands import StartPosition
 from ..protocol.frames import Message, MessageLayout
+from ..protocol.lookup import ACCEPT_V1, Node, TopicView, lookup_params, parse_lookup, unwrap
 from .options import ClusterOptions
 
 __all__ = [
@@ -60,8 +63,6 @@ __all__ = [
 
 log = logging.getLogger("smartnsq.spark")
 
-_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
-
 
 @dataclass(frozen=True)
 class LeaderInfo:
@@ -70,6 +71,10 @@ class LeaderInfo:
     host: str
     tcp_port: int
     http_port: int
+
+    @classmethod
+    def of(cls, node: Node) -> LeaderInfo:
+        return cls(node.broadcast_address, node.tcp_port, node.http_port)
 
     @property
     def http_address(self) -> str:
@@ -89,16 +94,20 @@ class TopicLayout:
     ext: bool
     leaders: dict[int, LeaderInfo] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, view: TopicView) -> TopicLayout:
+        """The layout a lookupd's view gives; refuses a topic without partitions."""
+        if view.empty:
+            raise TopicNotFound(view.topic)
+        leaders = {pid: LeaderInfo.of(node) for pid, node in view.leaders().items()}
+        if not leaders:
+            raise InvalidArgument("topic", f"{view.topic!r} has no partitions in lookup: the "
+                                  "replayable source needs a youzan cluster", view.topic)
+        return cls(view.topic, view.ordered, view.extend_support, leaders)
+
 
 class ClusterError(NSQError):
     """The cluster refused or failed an HTTP call the connector needed."""
-
-
-def _unwrap(data: Any) -> Any:
-    # v0 answers wrap the payload in {"status_code", "status_txt", "data"}
-    if isinstance(data, dict) and "status_code" in data and "data" in data:
-        return data["data"]
-    return data
 
 
 class ClusterClient:
@@ -106,7 +115,7 @@ class ClusterClient:
 
     def __init__(self, options: ClusterOptions) -> None:
         self._options = options
-        self._http = httpx.Client(timeout=options.http_timeout, headers=_ACCEPT)
+        self._http = httpx.Client(timeout=options.http_timeout, headers={"Accept": ACCEPT_V1})
 
     def close(self) -> None:
         self._http.close()
@@ -130,31 +139,19 @@ class ClusterClient:
         for address in self._options.lookupd:
             try:
                 answer = self._http.get(f"http://{address}/lookup",
-                                        params={"topic": topic, "access": "r",
-                                                "metainfo": "true"})
+                                        params=lookup_params(topic, "r"))
             except httpx.HTTPError as exc:
                 errors.append(f"{address}: {exc}")
                 continue
-            if answer.status_code == 404:
-                raise TopicNotFound(topic)
-            if answer.status_code != 200:
-                errors.append(f"{address}: HTTP {answer.status_code} {answer.text[:200]}")
+            try:
+                view = parse_lookup(topic, "r", answer.status_code, answer.content,
+                                    lookupd=address)
+            except TopicNotFound:
+                raise
+            except (LookupFailed, ProtocolError) as exc:  # this lookupd failed: ask the next
+                errors.append(f"{address}: {exc}")
                 continue
-            data = _unwrap(answer.json())
-            meta = data.get("meta") or {}
-            leaders = {}
-            for pid, node in (data.get("partitions") or {}).items():
-                if int(pid) < 0 or not node:
-                    continue
-                leaders[int(pid)] = LeaderInfo(node["broadcast_address"], int(node["tcp_port"]),
-                                               int(node["http_port"]))
-            if not leaders and not data.get("producers"):
-                raise TopicNotFound(topic)
-            if not leaders:
-                raise InvalidArgument("topic", f"{topic!r} has no partitions in lookup: the "
-                                      "replayable source needs a youzan cluster", topic)
-            return TopicLayout(topic, bool(meta.get("ordered")),
-                               bool(meta.get("extend_support")), leaders)
+            return TopicLayout.of(view)
         raise LookupFailed(f"no nsqlookupd answered the lookup of {topic!r}: "
                            + "; ".join(errors))
 
@@ -203,12 +200,12 @@ class ClusterClient:
 
     def set_offset(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
                    offset: int) -> None:
-        self.set_position(topic, partition, leader, channel, f"virtual_queue:{offset}")
+        self.set_position(topic, partition, leader, channel, StartPosition.queue_offset(offset))
 
     def set_position(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
-                     position: str) -> None:
-        """``/channel/setoffset`` with any position (``timestamp:T``, ``msgcount:N``...)."""
-        self._post(leader, "/channel/setoffset", topic, partition, channel, position.encode())
+                     position: StartPosition) -> None:
+        """``/channel/setoffset`` with any start position (its token is the body)."""
+        self._post(leader, "/channel/setoffset", topic, partition, channel, position.token())
 
     def channel_depth(self, topic: str, partition: int, leader: LeaderInfo,
                       channel: str) -> int:
@@ -247,9 +244,13 @@ class ClusterClient:
             answer = self._http.get(url, params=params)
         except httpx.HTTPError as exc:
             raise ClusterError(f"GET {url} failed: {exc}") from exc
-        if answer.status_code != 200:
-            raise ClusterError(f"GET {url}: HTTP {answer.status_code} {answer.text[:200]}")
-        return _unwrap(answer.json())
+        try:
+            status, data, message = unwrap(answer.status_code, answer.content)
+        except ProtocolError as exc:
+            raise ClusterError(f"GET {url}: {exc}") from exc
+        if status != 200:
+            raise ClusterError(f"GET {url}: HTTP {status} {message or answer.text[:200]}")
+        return data
 
 
 def temporary_channel(prefix: str) -> str:
@@ -420,7 +421,7 @@ def offset_at_time(loop_thread: LoopThread, client: ClusterClient, topic: str,
     client.create_channel(topic, partition, leader, name)
     reader: RangeReader | None = None
     try:
-        client.set_position(topic, partition, leader, name, f"timestamp:{unix_seconds}")
+        client.set_position(topic, partition, leader, name, StartPosition.timestamp(unix_seconds))
         if client.channel_depth(topic, partition, leader, name) == 0:
             return end
         reader = RangeReader(topic, partition, leader, name, 0, end, ordered=ordered, ext=ext,

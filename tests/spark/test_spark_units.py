@@ -283,3 +283,32 @@ def test_lookupd_given_as_a_url_finds_the_topic(nsq: Any) -> None:
         assert sorted(planner.refresh()["spark_url"]) == [0, 1]
     finally:
         planner.close()
+
+
+def _capture(name: str) -> tuple[int, bytes]:
+    """(HTTP status, body) of a captured answer in tests/fixtures."""
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / "fixtures" / name).read_bytes().split(b"\n")
+    i = next(n for n, line in enumerate(lines) if line.startswith(b"HTTP"))
+    status = int(lines[i].split()[1])
+    i = next(n for n in range(i + 1, len(lines)) if not lines[n].strip())
+    return status, b"\n".join(lines[i + 1:]).strip()
+
+
+def test_topic_layout_from_captured_lookups() -> None:
+    from smartnsq.errors import TopicNotFound
+    from smartnsq.protocol.lookup import parse_lookup
+    from smartnsq.spark.cluster import LeaderInfo, TopicLayout
+
+    status, body = _capture("youzan/http_lookup_ordered_w_metainfo_v1.txt")
+    layout = TopicLayout.of(parse_lookup("test_ordered", "r", status, body))
+    assert layout.ordered and not layout.ext and sorted(layout.leaders) == [0]
+    assert all(isinstance(leader, LeaderInfo) and leader.host == "127.0.0.1"
+               for leader in layout.leaders.values())
+    status, body = _capture("classic/http_lookupd_lookup_v1.txt")
+    with pytest.raises(InvalidArgument):  # no partitions: not replayable
+        TopicLayout.of(parse_lookup("cl_topic", "r", status, body))
+    status, body = _capture("youzan/http_lookup_nonexistent_r_v1.txt")
+    with pytest.raises(TopicNotFound):
+        TopicLayout.of(parse_lookup("nope", "r", status, body))
