@@ -53,7 +53,7 @@ from smartnsq import _loop_thread, sync
 from smartnsq.backoff import BackoffPolicy
 from smartnsq.config import ConnectionConfig
 from smartnsq.consumer import Consumer
-from smartnsq.errors import InvalidArgument
+from smartnsq.errors import ConnectionError_, InvalidArgument
 from smartnsq.message import AlreadyResponded
 from smartnsq.message import Message as CoreMessage
 from smartnsq.pool import parse_address
@@ -187,18 +187,25 @@ class _Mailbox:
         self._armed = False
         self._lock = threading.Lock()
 
-    def post(self, fn: Callable[..., object], *args: Any) -> None:
+    def post(self, fn: Callable[..., object], *args: Any) -> bool:
+        """Queue ``fn(*args)`` for the loop; False when the loop is closed (it will never
+        run): the caller must then answer whoever waits for that call."""
+        if self._loop.is_closed():
+            return False
         self._items.append((fn, args))
         if self._armed:
-            return
+            return True
         with self._lock:
             if self._armed:
-                return
+                return True
             self._armed = True
         try:
             self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop is closed: nothing will run there any more
-            log.debug("dropping calls to a closed event loop")
+        except RuntimeError:  # closed meanwhile: nothing will run there any more
+            with contextlib.suppress(ValueError):
+                self._items.remove((fn, args))
+            return False
+        return True
 
     def _drain(self) -> None:
         with self._lock:
@@ -353,6 +360,11 @@ class Writer:
         self.nsqd_tcp_addresses = nsqd
         self.lookupd_http_addresses = lookupd
         self.reconnect_interval = reconnect_interval  # smartnsq backs off by itself
+        self._closed = False
+        # publishes handed to the network loop and not answered yet (close() fails those the
+        # loop will never run)
+        self._pending: dict[concurrent.futures.Future[Any],
+                            tuple[str, str, Callback | None]] = {}
         self._loop = _user_loop()
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         # the sync Producer takes the shared loop thread and gives it back on close(), on
@@ -387,7 +399,7 @@ class Writer:
             -> concurrent.futures.Future[PublishResult]:
         """Publish one message (PUB)."""
         future: concurrent.futures.Future[PublishResult] = concurrent.futures.Future()
-        self._net.post(self._send, future, "pub", topic, callback, _body(msg), None)
+        self._post(future, "pub", topic, callback, _body(msg), None)
         return future
 
     def mpub(self, topic: str, msg: bytes | str | Sequence[bytes | str],
@@ -395,8 +407,7 @@ class Writer:
         """Publish several messages in one command (MPUB)."""
         bodies = [msg] if isinstance(msg, bytes | str) else list(msg)
         future: concurrent.futures.Future[BatchResult] = concurrent.futures.Future()
-        self._net.post(self._send, future, "mpub", topic, callback,
-                       [_body(b) for b in bodies], None)
+        self._post(future, "mpub", topic, callback, [_body(b) for b in bodies], None)
         return future
 
     def dpub(self, topic: str, delay_ms: int, msg: bytes | str,
@@ -405,15 +416,47 @@ class Writer:
         if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
             raise InvalidArgument("delay_ms", "must be an int >= 0", delay_ms)
         future: concurrent.futures.Future[PublishResult] = concurrent.futures.Future()
-        self._net.post(self._send, future, "dpub", topic, callback, _body(msg),
-                       delay_ms / 1000.0)
+        self._post(future, "dpub", topic, callback, _body(msg), delay_ms / 1000.0)
         return future
+
+    def _post(self, future: concurrent.futures.Future[Any], command: str, topic: str,
+              callback: Callback | None, payload: bytes | list[bytes],
+              delay: float | None) -> None:
+        """Hand the publish to the network loop; when nothing will run it there (the Writer
+        is closed, the loop thread stopped) fail it now rather than leave it waiting."""
+        if self._closed or not self._thread.running:
+            self._fail(future, command, topic, callback,
+                       ConnectionError_(f"the Writer is closed; {command} not sent"))
+            return
+        self._pending[future] = (command, topic, callback)
+        if not self._net.post(self._send, future, command, topic, callback, payload, delay):
+            self._pending.pop(future, None)
+            self._fail(future, command, topic, callback,
+                       ConnectionError_(f"the network loop is gone; {command} not sent"))
+
+    def _fail(self, future: concurrent.futures.Future[Any], command: str, topic: str,
+              callback: Callback | None, exc: BaseException) -> None:
+        """Fail a publish that never reached the producer: its future, then its callback."""
+        if not _settle(future, None, exc):
+            return  # answered already (or cancelled): its callback ran or will run
+        if callback is not None:
+            if not self._user.post(callback, None, SendError(f"{command} to {topic!r} "
+                                                             f"failed: {exc}", exc)):
+                log.error("[%s] %s to %r failed: %s (its callback cannot run: the event "
+                          "loop it belongs to is closed)", self.name, command, topic, exc)
+        else:
+            log.error("[%s] %s to %r failed: %s", self.name, command, topic, exc)
 
     def _send(self, future: concurrent.futures.Future[Any], command: str, topic: str,
               callback: Callback | None, payload: bytes | list[bytes],
               delay: float | None) -> None:
         """On the network loop: start the publish; its end answers the future and callback."""
-        if not future.set_running_or_notify_cancel():
+        try:
+            if not future.set_running_or_notify_cancel():
+                self._pending.pop(future, None)
+                return
+        except RuntimeError:  # failed by close() meanwhile
+            self._pending.pop(future, None)
             return
         coro: Any
         if isinstance(payload, list):
@@ -425,15 +468,18 @@ class Writer:
 
     def _sent(self, future: concurrent.futures.Future[Any], command: str, topic: str,
               callback: Callback | None, task: asyncio.Task[Any]) -> None:
+        self._pending.pop(future, None)
         exc: BaseException | None = asyncio.CancelledError() if task.cancelled() \
             else task.exception()
         if exc is None:
             result = task.result()
-            future.set_result(result)
+            if not _settle(future, result, None):
+                return  # failed by close() meanwhile: its callback got that answer
             conn: Any = Conn(result.node)
             data: Any = b"OK"
         else:
-            future.set_exception(exc)
+            if not _settle(future, None, exc):
+                return
             conn = None
             data = SendError(f"{command} to {topic!r} failed: {exc}", exc)
         if callback is not None:
@@ -442,11 +488,34 @@ class Writer:
             log.error("[%s] %s to %r failed: %s", self.name, command, topic, exc)
 
     def close(self) -> None:
-        """Close the connections (pending publishes fail)."""
-        self._sync.close()
+        """Close the connections (pending publishes fail, their callbacks get an Error)."""
+        self._closed = True
+        try:
+            self._sync.close()
+        finally:
+            # publishes the network loop never started (it stopped first) fail here
+            for future, (command, topic, callback) in list(self._pending.items()):
+                self._pending.pop(future, None)
+                self._fail(future, command, topic, callback,
+                           ConnectionError_(f"the Writer was closed before {command} was "
+                                            "sent"))
 
     def __repr__(self) -> str:
         return f"<smartnsq.compat.pynsq.Writer {self.name}>"
+
+
+def _settle(future: concurrent.futures.Future[Any], result: Any,
+            exc: BaseException | None) -> bool:
+    """Answer ``future`` unless it is answered already (two threads may race to): True when
+    this call answered it."""
+    try:
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+    except concurrent.futures.InvalidStateError:
+        return False
+    return True
 
 
 def _body(msg: bytes | str) -> bytes:
@@ -786,7 +855,10 @@ class Reader:
             return
         wrapped = Message(message, self)
         self._waiting.add(wrapped)
-        self._user.post(self._handle, wrapped)
+        if not self._user.post(self._handle, wrapped):  # the run() loop is closed
+            with contextlib.suppress(KeyError):
+                self._waiting.remove(wrapped)
+                message.req(0, backoff=False)
 
     def _handle(self, message: Message) -> None:
         try:

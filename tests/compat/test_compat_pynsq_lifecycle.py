@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from smartnsq import _loop_thread
+from smartnsq._loop_thread import LoopThread
 from smartnsq.compat import pynsq as nsq
-from smartnsq.errors import InvalidArgument
+from smartnsq.errors import ConnectionError_, InvalidArgument
 
 NOWHERE = "127.0.0.1:1"  # nothing listens there: connecting fails, retried in the background
 
@@ -80,3 +81,41 @@ def test_run_refuses_a_reader_without_handler() -> None:
             return True
 
     assert Overriding("t", "c", nsqd_tcp_addresses=NOWHERE)._has_handler()
+
+
+def test_publishes_fail_instead_of_hanging_once_nothing_runs_them() -> None:
+    thread = LoopThread("writer-test").start()
+    stopped = nsq.Writer(NOWHERE, producer_options={"loop_thread": thread})
+    thread.stop()  # the network loop is gone: a publish handed to it would never run
+    closed = nsq.Writer(NOWHERE)
+    closed.close()
+    for writer in (stopped, closed):
+        for future in (writer.pub("t", b"x"), writer.mpub("t", [b"x", b"y"]),
+                       writer.dpub("t", 5, b"x")):
+            assert isinstance(future.exception(5), ConnectionError_)
+    stopped.close()
+
+
+def test_a_failed_publish_still_calls_back_with_an_error() -> None:
+    writer = nsq.Writer(NOWHERE)
+    writer.close()
+    answers: list[tuple[Any, Any]] = []
+    done = threading.Event()
+
+    def callback(conn: Any, data: Any) -> None:
+        answers.append((conn, data))
+        done.set()
+        nsq.stop()
+
+    loop = nsq._user_loop()
+    loop.call_soon(writer.pub, "t", b"x", callback)  # from the run() thread, as pynsq apps do
+    watchdog = threading.Timer(10.0, nsq.stop)
+    watchdog.start()
+    try:
+        nsq.run()
+    finally:
+        watchdog.cancel()
+    assert done.is_set()
+    conn, data = answers[0]
+    assert conn is None and isinstance(data, nsq.Error)
+    assert isinstance(data.error, ConnectionError_)
