@@ -47,7 +47,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from smartnsq import _loop_thread, sync
 from smartnsq.backoff import BackoffPolicy
@@ -63,6 +63,8 @@ from smartnsq.protocol.validate import check_channel, check_topic
 __all__ = ["Error", "Message", "Reader", "SendError", "Writer", "run", "stop"]
 
 log = logging.getLogger("smartnsq.compat.pynsq")
+
+T = TypeVar("T")
 
 # pynsq's AsyncConn keyword arguments (what Reader/Writer accept in **kwargs)
 CONN_ARGS = frozenset({
@@ -811,7 +813,7 @@ class Reader:
     def is_starved(self) -> bool:
         """True when a connection's in-flight messages reach 85 % of its RDY (pynsq's rule:
         time to process a batch being buffered by ``enable_async`` handlers)."""
-        return any(c.is_starved() for c in self._consumers)
+        return bool(self._on_network_loop(lambda cs: any(c.is_starved() for c in cs)))
 
     def set_max_in_flight(self, max_in_flight: int) -> None:
         """Change max_in_flight at run time; 0 pauses the Reader."""
@@ -825,7 +827,18 @@ class Reader:
 
     def stats(self) -> list[dict[str, Any]]:
         """smartnsq's consumer statistics (one dict per source)."""
-        return [c.stats() for c in self._consumers]
+        return list(self._on_network_loop(lambda cs: [c.stats() for c in cs]))
+
+    def _on_network_loop(self, read: Callable[[list[Consumer]], T]) -> T:
+        """``read(consumers)`` on the network loop, which is what mutates their state (read
+        from here, a dict could change size mid-iteration); directly once that loop is gone,
+        as nothing mutates them any more."""
+        consumers = list(self._consumers)
+        thread = self._thread
+        if thread.running and not thread.in_loop_thread():
+            with contextlib.suppress(RuntimeError):  # stopped meanwhile
+                return thread.call(read, consumers)
+        return read(consumers)
 
     # -- subclass hooks (as pynsq) ------------------------------------------------------------
 

@@ -119,3 +119,24 @@ def test_a_failed_publish_still_calls_back_with_an_error() -> None:
     conn, data = answers[0]
     assert conn is None and isinstance(data, nsq.Error)
     assert isinstance(data.error, ConnectionError_)
+
+
+def test_stats_and_starvation_are_read_on_the_network_loop() -> None:
+    reader = nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses=NOWHERE)
+    consumer = reader._consumers[0]
+    where: list[bool] = []
+
+    def stats() -> dict[str, Any]:
+        where.append(reader._thread.in_loop_thread())
+        return {"topic": "t"}
+
+    def is_starved() -> bool:
+        where.append(reader._thread.in_loop_thread())
+        return False
+
+    consumer.stats = stats  # type: ignore[method-assign]
+    consumer.is_starved = is_starved  # type: ignore[method-assign]
+    assert reader.stats() == [{"topic": "t"}]
+    assert reader.is_starved() is False
+    assert where == [True, True]  # where the consumer's state changes: no torn reads
+    reader.close().result(10)
