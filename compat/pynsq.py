@@ -91,8 +91,25 @@ class SendError(Error):
 
 # -- where handlers and callbacks run --------------------------------------------------------
 
-_loops: dict[int, asyncio.AbstractEventLoop] = {}
-_loops_lock = threading.Lock()
+class _UserLoop:
+    """A thread's run() loop and how many Readers/Writers (and run() calls) use it.
+
+    The last one to let go drops it from ``_loops``; a loop this module created is then
+    closed and, on its own thread, unset as the thread's event loop (a loop the thread had
+    already, e.g. tornado's, is left as it was).
+    """
+
+    __slots__ = ("ident", "loop", "owned", "users")
+
+    def __init__(self, ident: int, loop: asyncio.AbstractEventLoop, owned: bool) -> None:
+        self.ident = ident
+        self.loop = loop
+        self.owned = owned
+        self.users = 0
+
+
+_loops: dict[int, _UserLoop] = {}
+_loops_lock = threading.RLock()
 # loops asked to stop by stop(): their mailboxes hand nothing more to handlers until the next
 # run(), so a handler calling stop() is the last one to run (the rest waits, or goes back to
 # the server on close())
@@ -101,26 +118,66 @@ _running: set[asyncio.AbstractEventLoop] = set()  # loops inside run()
 _readers: weakref.WeakSet[Reader] = weakref.WeakSet()  # for run()'s check of the handlers
 
 
-def _user_loop() -> asyncio.AbstractEventLoop:
-    """The calling thread's event loop (pynsq binds to ``IOLoop.current()`` the same way)."""
-    with contextlib.suppress(RuntimeError):
-        return asyncio.get_running_loop()
+def _set_loop() -> asyncio.AbstractEventLoop | None:
+    """The calling thread's set event loop, without creating one as ``get_event_loop`` may."""
+    policy = asyncio.get_event_loop_policy()
+    local = getattr(policy, "_local", None)
+    if local is not None and hasattr(local, "_loop"):
+        loop: asyncio.AbstractEventLoop | None = local._loop
+        return loop
+    try:  # another policy (uvloop's...): ask it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return policy.get_event_loop()
+    except RuntimeError:
+        return None
+
+
+def _user_entry(acquire: bool = False) -> _UserLoop:
+    """The calling thread's loop (pynsq binds to ``IOLoop.current()`` the same way): the
+    running one, else the thread's set one, else a new one this module owns."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
     ident = threading.get_ident()
     with _loops_lock:
-        loop = _loops.get(ident)
-        if loop is not None and not loop.is_closed():
-            return loop
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                loop = asyncio.get_event_loop_policy().get_event_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None or loop.is_closed():
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-        _loops[ident] = loop
-        return loop
+        entry = _loops.get(ident)
+        if entry is None or entry.loop.is_closed() or \
+                (running is not None and entry.loop is not running):
+            owned = False
+            loop = running or _set_loop()
+            if loop is None or loop.is_closed():
+                loop = asyncio.new_event_loop()
+                asyncio.set_event_loop(loop)
+                owned = True
+            # a replaced entry's users keep their own reference to it, and release that
+            entry = _loops[ident] = _UserLoop(ident, loop, owned)
+        if acquire:
+            entry.users += 1
+        return entry
+
+
+def _user_loop() -> asyncio.AbstractEventLoop:
+    return _user_entry().loop
+
+
+def _release_user_loop(entry: _UserLoop) -> None:
+    """One user less; the last one cleans the loop up (see :class:`_UserLoop`)."""
+    with _loops_lock:
+        entry.users -= 1
+        if entry.users > 0:
+            return
+        if _loops.get(entry.ident) is entry:
+            del _loops[entry.ident]
+        _mailboxes.pop(entry.loop, None)
+        _stopping.discard(entry.loop)
+        loop = entry.loop
+        if not entry.owned or loop.is_running() or loop.is_closed():
+            return  # running: the run() around it holds a use and releases it on return
+        if threading.get_ident() == entry.ident and _set_loop() is loop:
+            asyncio.set_event_loop(None)
+        loop.close()  # under the lock: a new user of this thread gets a fresh loop
 
 
 def run() -> None:
@@ -129,28 +186,33 @@ def run() -> None:
     As ``nsq.run()``: blocks the calling thread on its event loop. Tornado's
     ``IOLoop.current().stop()`` stops it too.
     """
-    loop = _user_loop()
-    for reader in list(_readers):
-        if reader._loop is loop and not reader._closed and not reader._has_handler():
-            raise InvalidArgument("message_handler", f"Reader {reader.name} has none: give "
-                                  "message_handler= or call set_message_handler() before run()")
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, _on_signal)
-    asyncio.set_event_loop(loop)
-    _stopping.discard(loop)
-    _running.add(loop)
+    entry = _user_entry(acquire=True)
+    loop = entry.loop
     try:
-        loop.run_forever()
-    finally:
-        _running.discard(loop)
+        for reader in list(_readers):
+            if reader._loop is loop and not reader._closed and not reader._has_handler():
+                raise InvalidArgument("message_handler", f"Reader {reader.name} has none: "
+                                      "give message_handler= or call set_message_handler() "
+                                      "before run()")
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, _on_signal)
         _stopping.discard(loop)
+        _running.add(loop)
+        try:
+            loop.run_forever()
+        finally:
+            _running.discard(loop)
+            _stopping.discard(loop)
+    finally:
+        _release_user_loop(entry)
 
 
 def stop() -> None:
     """Make :func:`run` return: the calling thread's, or, from another thread, every one."""
     with _loops_lock:
-        own = _loops.get(threading.get_ident())
+        entry = _loops.get(threading.get_ident())
+        own = entry.loop if entry is not None else None
         running = list(_running)
     if own is not None and own in running:
         targets = [own]
@@ -367,11 +429,17 @@ class Writer:
         # loop will never run)
         self._pending: dict[concurrent.futures.Future[Any],
                             tuple[str, str, Callback | None]] = {}
-        self._loop = _user_loop()
+        entry = _user_entry(acquire=True)
+        self._loop = entry.loop
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         # the sync Producer takes the shared loop thread and gives it back on close(), on
         # garbage collection (its finalizer) and when its own construction fails
-        self._sync = sync.Producer(lookupd=lookupd or None, nsqd=nsqd or None, **options)
+        try:
+            self._sync = sync.Producer(lookupd=lookupd or None, nsqd=nsqd or None, **options)
+        except BaseException:
+            _release_user_loop(entry)
+            raise
+        self._finalizer = weakref.finalize(self, _release_user_loop, entry)
         try:
             self._thread = self._sync.loop_thread
             self._producer = self._sync.async_producer
@@ -381,6 +449,7 @@ class Writer:
                 self._thread.submit(self._connect([parse_address(a, "nsqd") for a in nsqd]))
         except BaseException:
             self._sync.close()
+            self._finalizer()
             raise
 
     async def _connect(self, addresses: list[tuple[str, int]]) -> None:
@@ -501,6 +570,7 @@ class Writer:
                 self._fail(future, command, topic, callback,
                            ConnectionError_(f"the Writer was closed before {command} was "
                                             "sent"))
+            self._finalizer()  # the run() loop: closed with its last user
 
     def __repr__(self) -> str:
         return f"<smartnsq.compat.pynsq.Writer {self.name}>"
@@ -690,26 +760,37 @@ class Reader:
         # built here (a Consumer binds to no loop before start()): a bad argument raises
         # InvalidArgument from this constructor, not later inside run()'s loop
         self._consumers: list[Consumer] = [Consumer(topic, channel, **spec) for spec in specs]
-        self._loop = _user_loop()
+        entry = _user_entry(acquire=True)
+        self._loop = entry.loop
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         self._closed = False
         self._starting = False
         # handed to the run() loop, not yet taken by a handler (claimed once: set ops are
         # atomic, so a message is either handled or given back by close(), never both)
         self._waiting: set[Message] = set()
-        # the shared network loop: taken last, given back by close() (before its future
-        # completes), by the finalizer if the Reader is dropped unclosed, or here on failure
-        self._thread = _loop_thread.shared()
+        # the shared network loop and the run() loop: taken last, given back by close()
+        # (before its future completes), by the finalizer if the Reader is dropped unclosed,
+        # or here on failure
+        try:
+            self._thread = _loop_thread.shared()
+        except BaseException:
+            _release_user_loop(entry)
+            raise
         try:
             self._user = _mailbox(self._loop)
             self._net = _mailbox(self._thread.loop)
-            self._finalizer = weakref.finalize(self, _loop_thread.release_shared, self._thread)
+            self._finalizer = weakref.finalize(self, _loop_thread.release_shared,
+                                               self._thread)
+            # released by close() on the calling thread (normally the run() one, where the
+            # loop can also be unset as the thread's event loop), not on the network loop
+            self._loop_finalizer = weakref.finalize(self, _release_user_loop, entry)
             _readers.add(self)
             # a weak reference: a Reader dropped before run() must not be kept alive (and its
             # loop thread taken) by the callback waiting in the user loop
             self._loop.call_soon_threadsafe(_start_reader, weakref.ref(self))
         except BaseException:
             _loop_thread.release_shared(self._thread)
+            _release_user_loop(entry)
             raise
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -774,7 +855,12 @@ class Reader:
             await asyncio.gather(*(_close_consumer(c, timeout) for c in consumers),
                                  return_exceptions=True)
 
-        return self._close_then_release(close_all())
+        try:
+            return self._close_then_release(close_all())
+        finally:
+            # the run() loop: closed with its last user (when run() is not running it;
+            # otherwise when run() returns)
+            self._loop_finalizer()
 
     def _close_then_release(self, closing: Coroutine[Any, Any, None]) \
             -> concurrent.futures.Future[None]:

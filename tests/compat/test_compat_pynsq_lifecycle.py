@@ -98,7 +98,6 @@ def test_publishes_fail_instead_of_hanging_once_nothing_runs_them() -> None:
 
 def test_a_failed_publish_still_calls_back_with_an_error() -> None:
     writer = nsq.Writer(NOWHERE)
-    writer.close()
     answers: list[tuple[Any, Any]] = []
     done = threading.Event()
 
@@ -107,8 +106,11 @@ def test_a_failed_publish_still_calls_back_with_an_error() -> None:
         done.set()
         nsq.stop()
 
-    loop = nsq._user_loop()
-    loop.call_soon(writer.pub, "t", b"x", callback)  # from the run() thread, as pynsq apps do
+    def close_then_publish() -> None:  # on the run() thread, as pynsq apps do
+        writer.close()
+        writer.pub("t", b"x", callback)
+
+    writer.io_loop.call_soon(close_then_publish)
     watchdog = threading.Timer(10.0, nsq.stop)
     watchdog.start()
     try:
@@ -140,3 +142,36 @@ def test_stats_and_starvation_are_read_on_the_network_loop() -> None:
     assert reader.is_starved() is False
     assert where == [True, True]  # where the consumer's state changes: no torn reads
     reader.close().result(10)
+
+
+def test_the_run_loop_is_cleaned_up_with_its_last_user() -> None:
+    def scenario() -> None:
+        before = nsq._set_loop()
+        writer = nsq.Writer(NOWHERE)
+        reader = nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses=NOWHERE)
+        loop = writer.io_loop
+        assert reader.io_loop is loop and threading.get_ident() in nsq._loops
+        loop.call_soon(nsq.stop)
+        nsq.run()
+        writer.close()
+        assert threading.get_ident() in nsq._loops  # the Reader still uses it
+        reader.close().result(10)
+        assert threading.get_ident() not in nsq._loops
+        expected = before if before is not None and not before.is_closed() else None
+        assert nsq._set_loop() is expected  # ours is not left set as the thread's loop
+        if before is None:
+            assert loop.is_closed()  # it was ours
+
+    scenario()  # on the main thread (pytest's)
+    errors: list[BaseException] = []
+
+    def in_thread() -> None:
+        try:
+            scenario()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(30)
+    assert not errors, errors[0]
