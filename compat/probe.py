@@ -9,13 +9,15 @@ changing kind, and they never guess from the port.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
+
+from smartnsq.errors import ProtocolError
+from smartnsq.lookup import normalize_lookupd
+from smartnsq.protocol.lookup import ACCEPT_V1, unwrap
 
 from .detect import Kind, kind_of_info, kind_of_listlookup
 
@@ -23,39 +25,47 @@ __all__ = ["LookupdGroups", "group_lookupds", "probe_lookupd"]
 
 log = logging.getLogger("smartnsq.compat")
 
-ACCEPT_V1 = {"Accept": "application/vnd.nsq; version=1.0"}
+_HEADERS = {"Accept": ACCEPT_V1}
 
 
-def _url(address: str, path: str) -> str:
-    base = address if "://" in address else f"http://{address}"
-    return base.rstrip("/") + path
+def _client(timeout: float) -> httpx.AsyncClient:
+    # as the rest of the library: no proxy or credentials from the environment (a lookupd is
+    # an internal address; HTTP(S)_PROXY would route the probe elsewhere)
+    return httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False)
 
 
-def _json(response: httpx.Response) -> Any:
-    if not response.content:
-        return None
+async def _get(http: httpx.AsyncClient, base: str, path: str, timeout: float) \
+        -> tuple[int, object] | None:
+    """``(status, data)`` of a lookupd answer, through the core's envelope reader; ``None``
+    when the body is not JSON (a proxy's page: it proves nothing)."""
+    response = await http.get(base + path, headers=_HEADERS, timeout=timeout)
     try:
-        return json.loads(response.content)
-    except ValueError:
+        status, data, _ = unwrap(response.status_code, response.content)
+    except ProtocolError:
         return None
+    return status, data
 
 
 async def probe_lookupd(address: str, *, client: httpx.AsyncClient | None = None,
                         timeout: float = 2.0) -> Kind | None:
-    """The kind of the lookupd at ``address`` (``"host:port"`` or a URL), or ``None``."""
+    """The kind of the lookupd at ``address`` (``"host:port"`` or a URL), or ``None``.
+
+    A malformed address raises ``InvalidArgument`` (as everywhere lookupd addresses are
+    taken); one that does not answer is ``None``.
+    """
+    base = f"http://{normalize_lookupd(address)}"
     own = client is None
-    http = client or httpx.AsyncClient(timeout=timeout)
+    http = client or _client(timeout)
     try:
         try:
-            response = await http.get(_url(address, "/listlookup"), headers=ACCEPT_V1,
-                                      timeout=timeout)
-            kind = kind_of_listlookup(response.status_code, _json(response))
-            if kind is not None:
-                return kind
-            response = await http.get(_url(address, "/info"), headers=ACCEPT_V1,
-                                      timeout=timeout)
-            if response.status_code == 200:
-                return kind_of_info(_json(response))
+            answer = await _get(http, base, "/listlookup", timeout)
+            if answer is not None:
+                kind = kind_of_listlookup(*answer)
+                if kind is not None:
+                    return kind
+            answer = await _get(http, base, "/info", timeout)
+            if answer is not None and answer[0] == 200:
+                return kind_of_info(answer[1])
             return None
         except httpx.HTTPError as exc:
             log.info("lookupd %s did not answer the kind probe: %s", address, exc)
@@ -81,7 +91,7 @@ class LookupdGroups:
 async def group_lookupds(addresses: Iterable[str], *, timeout: float = 2.0) -> LookupdGroups:
     """Probe every lookupd at once and split them by kind (order kept within each group)."""
     wanted = list(dict.fromkeys(addresses))
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    async with _client(timeout) as client:
         kinds = await asyncio.gather(*(probe_lookupd(a, client=client, timeout=timeout)
                                        for a in wanted))
     groups: dict[Kind | None, list[str]] = {Kind.YOUZAN: [], Kind.CLASSIC: [], None: []}

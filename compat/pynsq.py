@@ -54,6 +54,7 @@ from smartnsq.backoff import BackoffPolicy
 from smartnsq.config import ConnectionConfig
 from smartnsq.consumer import Consumer
 from smartnsq.errors import ConnectionError_, InvalidArgument
+from smartnsq.lookup import normalize_lookupd
 from smartnsq.message import AlreadyResponded
 from smartnsq.message import Message as CoreMessage
 from smartnsq.pool import parse_address
@@ -362,14 +363,8 @@ def _addresses(value: str | Iterable[str] | None, what: str) -> list[str]:
 
 
 def _lookupd(addresses: list[str]) -> list[str]:
-    out = []
-    for address in addresses:
-        text = address.strip()
-        for scheme in ("http://", "https://"):
-            if text.startswith(scheme):
-                text = text[len(scheme):]
-        out.append(text.rstrip("/"))
-    return out
+    """pynsq's ``http://host:port`` addresses as the core takes them (``host:port``)."""
+    return [normalize_lookupd(a) for a in addresses]
 
 
 # -- Writer ------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from smartnsq.compat.detect import (
     unwrap,
 )
 from smartnsq.compat.probe import group_lookupds, probe_lookupd
+from smartnsq.errors import InvalidArgument
 from smartnsq.protocol.lookup import parse_lookup
 from smartnsq.protocol.responses import parse_identify_response
 
@@ -137,6 +138,27 @@ async def test_probe_each_kind(nsq_cluster_factory: Any) -> None:
     assert groups.youzan == tuple(youzan.lookupd_http_addresses)
     assert groups.classic == tuple(classic.lookupd_http_addresses)
     assert groups.unknown == ("127.0.0.1:1",) and groups.mixed
+
+
+async def test_probe_ignores_proxies_from_the_environment(nsq_cluster_factory: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) \
+        -> None:
+    """As the rest of the library (trust_env=False): a lookupd is reached directly, even with
+    a proxy set for the process (here one that does not exist)."""
+    classic = await nsq_cluster_factory(nodes=1, lookupds=1, mode="classic")
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:1")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert await probe_lookupd(classic.lookupd_http_addresses[0]) is Kind.CLASSIC
+    groups = await group_lookupds(classic.lookupd_http_addresses)
+    assert groups.classic == tuple(classic.lookupd_http_addresses)
+
+
+async def test_probe_refuses_a_malformed_address() -> None:
+    for address in ("no-port", "http://host:", "host:99999", ""):
+        with pytest.raises(InvalidArgument):
+            await probe_lookupd(address)
 
 
 async def test_kind_changes_with_the_cluster(nsq_cluster_factory: Any) -> None:

@@ -175,3 +175,12 @@ def test_the_run_loop_is_cleaned_up_with_its_last_user() -> None:
     thread.start()
     thread.join(30)
     assert not errors, errors[0]
+
+
+def test_lookupd_addresses_are_normalised_by_the_core() -> None:
+    assert nsq._lookupd(["http://h:4161/", " h:4161 ", "https://h:4161"]) == ["h:4161"] * 3
+    for bad in ("http://nohost", "h:port", "h:0"):
+        with pytest.raises(InvalidArgument):
+            nsq.Writer(lookupd_http_addresses=bad)
+        with pytest.raises(InvalidArgument):
+            nsq.Reader("t", "c", lambda m: True, lookupd_http_addresses=[bad])
