@@ -37,6 +37,7 @@ from typing import Literal
 
 import mmh3
 
+from smartnsq.config import doc
 from smartnsq.errors import InvalidArgument
 from smartnsq.pool import TopicRoutes
 from smartnsq.sharding import ShardingKey
@@ -55,9 +56,17 @@ _KEY_SEED = 0x6D696772  # keys' side hash must not correlate with their partitio
 class MigrationPolicy:
     """Where publishes to a topic present on both kinds of cluster go (module docstring)."""
 
-    prefer: Side = "youzan"
-    youzan_percent: float | None = None
-    topics: Mapping[str, MigrationPolicy] = field(default_factory=dict)
+    prefer: Side = field(default="youzan", metadata=doc(
+        "Where publishes to a topic found on both kinds of cluster go while that side has a "
+        "writable node (the other side only while it has none); ignored when youzan_percent "
+        "is set.", range='"youzan" or "classic"'))
+    youzan_percent: float | None = field(default=None, metadata=doc(
+        "Share of publishes sent to youzan, the rest to classic: unkeyed ones drawn at "
+        "random, keyed ones by a hash of the key (a key stays on one side); None sends all "
+        "to the preferred side.", unit="%", range="0..100 or None"))
+    topics: Mapping[str, MigrationPolicy] = field(default_factory=dict, metadata=doc(
+        "A policy per topic (topic name -> MigrationPolicy), used instead of this one for "
+        "that topic."))
 
     def __post_init__(self) -> None:
         if self.prefer not in ("youzan", "classic"):

@@ -33,6 +33,7 @@ from typing import Any
 
 import mmh3
 
+from smartnsq.config import doc
 from smartnsq.errors import InvalidArgument
 from smartnsq.sharding import ShardingKey, key_bytes
 
@@ -86,9 +87,16 @@ class ClassicPolicy:
     rendezvous hash (``False``: raise ``InvalidArgument`` as youzan's own clients do).
     """
 
-    drop_headers: bool = False
-    best_effort_order: bool = False
-    shard_over_nodes: bool = True
+    drop_headers: bool = field(default=False, metadata=doc(
+        "Publish messages with ext headers to a classic nsqd (which has none) without the "
+        "headers, logged once per topic; False raises InvalidArgument before sending."))
+    best_effort_order: bool = field(default=False, metadata=doc(
+        "Accept ordered consumption of a topic on classic nodes as RDY 1 per node (roughly "
+        "publish order per node, none across nodes, a requeue reorders); False raises "
+        "InvalidArgument."))
+    shard_over_nodes: bool = field(default=True, metadata=doc(
+        "Place sharding keys on a classic topic's nodes, one node per key (rendezvous hash "
+        "over the topic's nodes); False raises InvalidArgument as youzan's own clients do."))
     _warned: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

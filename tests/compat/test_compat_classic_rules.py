@@ -54,3 +54,21 @@ async def test_direct_nsqd_redialled_after_it_returns(nsq_cluster: Any) -> None:
             await nsq_cluster.start_node(0)
             await p.publish("fresh", b"after", timeout=WAIT)
         assert (await first(consumer)).body == b"after"
+
+
+def test_every_public_policy_field_has_a_meaning_in_the_reference() -> None:
+    """The configuration reference is generated from the fields' doc() metadata."""
+    import dataclasses
+
+    from smartnsq.compat.migration import MigrationPolicy
+    from smartnsq.compat.policy import ClassicPolicy
+    from smartnsq.reference import config_table
+
+    for cls in (ClassicPolicy, MigrationPolicy):
+        public = [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+        assert public
+        for f in public:
+            assert f.metadata.get("doc"), f"{cls.__name__}.{f.name} has no doc()"
+        table = config_table(f"{cls.__module__}.{cls.__qualname__}")
+        rows = [line for line in table.splitlines() if line.startswith("| `")]
+        assert len(rows) == len(public) and all(not row.endswith("|  |") for row in rows)
