@@ -827,6 +827,11 @@ class Reader:
         handlers holding messages (``enable_async``) get the consumer's drain time to answer;
         once it returned, nothing will answer them and they are left to the server's
         redelivery.
+
+        Bounded: a consumer close that outlasts its drain by ``CLOSE_GRACE`` (a subscription
+        caught mid-handshake can keep ``Consumer.close()`` waiting) has its connections
+        dropped, and the future completes at most ``CLOSE_GRACE`` later. The shared loop
+        thread is given back before the future completes.
         """
         self._closed = True
 
