@@ -21,7 +21,6 @@ from collections import Counter
 
 from smartnsq.compat import MigrationPolicy
 from smartnsq.compat.probe import group_lookupds
-
 from smartnsq.consumer import Consumer
 from smartnsq.devcluster import DevCluster
 from smartnsq.producer import Producer
