@@ -13,7 +13,7 @@ import pytest
 
 from smartnsq import _loop_thread
 
-FAIL_ON_SHARED_LOOP_LEAK = False
+FAIL_ON_SHARED_LOOP_LEAK = True
 """Flip to True once every suite releases what it takes: a leak then fails the test that
 left it instead of only warning (compat's suites still leak; their owner is on it)."""
 
