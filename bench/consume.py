@@ -1,9 +1,20 @@
 """Consume throughput: smartnsq's Consumer against the Python peers, same endpoint, same run.
 
-    python bench/consume.py [--quick] [--messages N] [--max-in-flight M] [--rounds R]
+    python bench/consume.py [--quick] [--server minimal|devcluster] [--messages N]
+                            [--max-in-flight 200,2500] [--rounds R]
                             [--clients smartnsq,smartnsq-conn,pynsq,...] [--via nsqd|lookupd]
 
-Before each run N messages (100-byte bodies) are loaded into a fresh topic's channel on one
+By default (``--server minimal``) the endpoint is ``bench/_endpoint.py`` in its own process:
+after SUB it pushes pre-built classic frames (100-byte bodies) as fast as RDY allows, never
+more in flight than the last RDY, refilling on every FIN, so the client is what is measured.
+Each client consumes N messages at each max_in_flight (200 and 2500); besides the rates the
+table gives peak memory (``ru_maxrss`` at the end minus the reading after imports), FINs per
+read at the endpoint (how well the client coalesces its FIN writes) and the largest number of
+messages the endpoint had in flight against the largest RDY; the goal of issue 5 item 12
+(>= 3x the best Python peer) is printed.
+
+``--server devcluster`` (the first runs' method): before each run N messages (100-byte
+bodies) are loaded into a fresh topic's channel on one
 classic nsqd of the dev cluster (its own process, loopback; ``--cluster youzan``: one youzan
 nsqd, a one-partition topic, peers subscribing without a partition); then one client, in its own
 interpreter, subscribes with max_in_flight M and finishes every message from a handler

@@ -1,30 +1,38 @@
 """Publish throughput: smartnsq's Producer against the Python peers, same endpoint, same run.
 
-    python bench/publish.py [--quick] [--messages N] [--sequential N] [--window W]
-                            [--rounds R] [--clients smartnsq,pynsq,...] [--via nsqd|lookupd]
+    python bench/publish.py [--quick] [--server minimal|devcluster] [--body 100,1024]
+                            [--messages N] [--sequential N] [--window W] [--rounds R]
+                            [--clients smartnsq,pynsq,...] [--via nsqd|lookupd]
 
 Clients: ``smartnsq`` (``smartnsq.producer.Producer``, asyncio), ``smartnsq-sync`` (the
 blocking ``smartnsq.sync.Producer``, calls cross to a background event loop thread; it has no
 pipelined row), pynsq (``nsq.Writer``, tornado callbacks), gnsq (``gnsq.Producer``, gevent),
-ansq (``open_connection``), asyncnsq (``create_writer``).
+ansq (``open_connection``), asyncnsq (``create_writer``), and ``asyncio-floor``: no library,
+the thinnest asyncio Protocol driven like the asyncio clients, which shows what the event
+loop alone allows.
 
-Three ways of publishing 100-byte messages to one classic nsqd of the dev cluster (its own
+The server: by default (``--server minimal``) ``bench/_endpoint.py`` in its own process,
+which answers OK to every publish as fast as its socket allows, so that the client is what is
+measured; the bodies are 100 B and 1 KiB, and the issue's goals (issue 4 item 6) are printed
+against the best peer. ``--server devcluster``: one classic nsqd of the dev cluster (its own
 process, loopback; ``--cluster youzan``: one youzan nsqd and a one-partition topic, which the
-peers write without naming the partition):
+peers write without naming the partition), as the first runs did.
+
+Three ways of publishing:
 
 * sequential: one publish at a time, each awaited (acknowledged) before the next;
-* pipelined: windows of W concurrent publishes on one connection, each window awaited;
+* pipelined: windows of W (1024) concurrent publishes on one connection, each window awaited;
 * MPUB x100: batches of 100 messages, each batch awaited before the next.
 
 Each client runs in its own interpreter (gevent's monkeypatching stays with gnsq) after a
-one-message warm-up that opens its connection; the clock covers the publishes only. Two
-figures per run: msg/s (wall clock) and the client's CPU time per message (every thread of
-its interpreter), the library's own cost, which the server's speed and the machine's other
-load disturb much less than a rate. Every
-run gets a fresh topic, and the server's message count is checked afterwards (``ok``).
+one-message warm-up that opens its connection; the clock covers the publishes only. Three
+figures per run: msg/s (wall clock), the client's CPU time per message (every thread of its
+interpreter; the library's own cost, which the server's speed and the machine's other load
+disturb much less than a rate) and its peak memory (``ru_maxrss`` at the end minus the
+reading after importing the library). The server's message count is checked after each run.
 With ``--rounds R`` the clients take turns R times (the order rotates each round) and the
-best rate and lowest CPU cost of each are kept, which evens out the noise of a shared
-machine. Ratios are each client's figure over smartnsq's.
+best rate, lowest CPU cost and lowest peak of each are kept, which evens out the noise of a
+shared machine. Ratios are each client's figure over smartnsq's.
 """
 
 from __future__ import annotations
