@@ -14,6 +14,12 @@ receives: the offset is ``{"seq": n}``, the count of messages received so far.
 * ``stop()`` requeues what was not committed; if the driver dies, its connections close and
   nsqd redelivers every message that was not FINed. Delivery is at least once.
 
+Spark (4.x) ends the Python process holding a stream reader with SIGTERM when the query stops,
+without calling ``stop()``: unanswered messages would then wait out nsqd's ``msg_timeout``
+before anyone else gets them. So the reader, once its consumer runs, handles SIGTERM in that
+process: it runs ``stop()`` (REQ 0 for what was not committed) and then hands the signal on
+to the previous handler (by default, terminating the process as before).
+
 Limits (also in docs/spark.md): every message passes through the driver; the messages of
 one micro-batch must fit ``maxInFlight`` (the consumer's RDY budget: unacknowledged messages
 stay in flight until commit) and a batch must be committed before the server's
@@ -29,9 +35,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -80,13 +89,17 @@ class NSQAckStreamReader(DataSourceStreamReader):
 
     def __init__(self, options: AckSourceOptions) -> None:
         self._options = options
-        self._lock = threading.Lock()
+        # reentrant: the SIGTERM handler runs stop() on the main thread, maybe inside a locked
+        # section of that same thread
+        self._lock = threading.RLock()
         self._buffer: list[Message] = []       # received, not yet numbered
         self._numbered: dict[int, Message] = {}  # seq -> message, until committed
         self._seq = 0                          # the highest number given
         self._loop_thread: _loop_thread.LoopThread | None = None
         self._consumer: Consumer | None = None
         self._tasks: list[concurrent.futures.Future[None]] = []
+        self._previous_sigterm: Any = None  # the handler ours replaced, while ours is set
+        self._terminating = False
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to call read() on executors: only the options travel
@@ -124,6 +137,43 @@ class NSQAckStreamReader(DataSourceStreamReader):
         self._loop_thread, self._consumer = loop_thread, consumer
         self._tasks.append(loop_thread.submit(self._pull(consumer)))
         self._tasks.append(loop_thread.submit(self._keep_alive()))
+        self._handle_sigterm()
+
+    def _handle_sigterm(self) -> None:
+        """Requeue on SIGTERM, Spark's way of ending this process (see the module docstring)."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; stop() is then up to the caller
+        try:
+            previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:  # pragma: no cover - not the main interpreter
+            return
+        # None: a handler set outside Python, which cannot be put back; default is closest
+        self._previous_sigterm = signal.SIG_DFL if previous is None else previous
+        self._terminating = False
+
+    def _release_sigterm(self) -> None:
+        previous, self._previous_sigterm = self._previous_sigterm, None
+        if previous is None or threading.current_thread() is not threading.main_thread():
+            return
+        with contextlib.suppress(ValueError):
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self._terminating:
+            return  # Spark may signal again while the first one is being handled
+        self._terminating = True
+        # stop() must leave our handler in place: a second SIGTERM under the default action
+        # would end the process before the REQs are out
+        previous, self._previous_sigterm = self._previous_sigterm, None
+        try:
+            self.stop()
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+            if callable(previous):
+                previous(signum, frame)
+            elif previous != signal.SIG_IGN:  # SIG_DFL (or unknown): terminate, as before
+                os.kill(os.getpid(), signal.SIGTERM)
 
     async def _pull(self, consumer: Consumer) -> None:
         async for message in consumer:
@@ -220,6 +270,7 @@ class NSQAckStreamReader(DataSourceStreamReader):
         consumer, self._consumer = self._consumer, None
         loop_thread, self._loop_thread = self._loop_thread, None
         tasks, self._tasks = self._tasks, []
+        self._release_sigterm()
         if loop_thread is None:
             return
         try:

@@ -312,3 +312,30 @@ def test_topic_layout_from_captured_lookups() -> None:
     status, body = _capture("youzan/http_lookup_nonexistent_r_v1.txt")
     with pytest.raises(TopicNotFound):
         TopicLayout.of(parse_lookup("nope", "r", status, body))
+
+
+def test_ack_reader_requeues_on_sigterm_then_hands_the_signal_on() -> None:
+    """Spark ends the reader's process with SIGTERM on query stop, never calling stop()."""
+    import os
+    import signal
+    import threading
+
+    from smartnsq.spark.ack_source import NSQAckStreamReader
+
+    handed_on = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: handed_on.set())
+    try:
+        before = _shared_loop_users()
+        reader = NSQAckStreamReader(AckSourceOptions.parse(
+            {"lookupd": "127.0.0.1:1", "topic": "t", "channel": "c", "mode": "ack"}))
+        assert reader.latestOffset() == {"seq": 0}
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert handed_on.wait(10)
+        assert _shared_loop_users() == before  # stopped: consumer closed, loop given back
+        assert reader._consumer is None
+        handed_on.clear()
+        os.kill(os.getpid(), signal.SIGTERM)  # our handler is gone again
+        assert handed_on.wait(10)
+        reader.stop()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
