@@ -1,6 +1,6 @@
 """Fixtures for the Spark connector tests: one local SparkSession and one dev cluster per run.
 
-A SparkSession takes 10-15 s to start, so every Spark test shares one (``local[2]``); the dev
+A SparkSession takes 5-15 s to start, so every Spark test shares one (``local[2]``); the dev
 cluster runs on a background event loop (``SparkDevCluster``) so it keeps serving while the
 driver blocks, and listens on loopback where Spark's Python worker processes reach it.
 Tests create their own topics, so sharing the cluster is safe.
@@ -42,6 +42,10 @@ def spark() -> Iterator[Any]:
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
                .config("spark.sql.streaming.stopTimeout", "30s")
+               # the tests are short: JVM start-up and warm-up dominate, and C2 compiler
+               # threads compete with the test for the machine's two cores
+               .config("spark.driver.extraJavaOptions",
+                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     smartnsq.spark.register(session)

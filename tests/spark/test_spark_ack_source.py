@@ -30,7 +30,7 @@ class _RowsSeen:
     """A listener counting input rows of one query; ``wait(n)`` blocks until n were seen."""
 
     def __init__(self, spark: Any) -> None:
-        from pyspark.sql.streaming import StreamingQueryListener
+        from pyspark.sql.streaming.listener import StreamingQueryListener
 
         outer = self
         self.rows = 0
