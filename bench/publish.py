@@ -382,6 +382,8 @@ def worker(argv: list[str]) -> int:
     client, mode, addr, lookupd, topic, count_s, body_s, window_s = argv
     count, body, window = int(count_s), b"x" * int(body_s), int(window_s)
     preimport(client)
+    if lookupd:  # the lookup client (and httpx) is imported on first use: not a publish cost
+        importlib.import_module("smartnsq.lookup")
     baseline = max_rss_kib()
     if client == "smartnsq":
         span = work_smartnsq(mode, addr, lookupd, topic, count, body, window)
