@@ -366,8 +366,8 @@ def main() -> int:
         plain = next(rates[id(c)] for c in candidates if c[0].startswith("baseline")
                      and c[1] == name)
         share = mine / plain
-        grows.append([name, fmt_rate(mine), fmt_rate(plain), f"{share:.0%}",
-                      "met" if share >= 0.8 else f"missed by {(0.8 - share) * 100:.0f} points"])
+        grows.append([name, fmt_rate(mine), fmt_rate(plain), f"{share:.1%}",
+                      "met" if share >= 0.8 else f"missed by {(0.8 - share) * 100:.1f} points"])
     print("\nsmartnsq FrameReader against the simplest pure-Python loop over the same chunks "
           "(goal: >= 80%)\n")
     print(table(["layout", "smartnsq msgs/s", "baseline msgs/s", "smartnsq / baseline",
