@@ -21,9 +21,10 @@ It prints ``LISTEN host:port`` once it accepts connections, then one JSON line p
 connection with its counters: ``reads`` (data_received calls), ``pubs`` (PUB/MPUB/DPUB
 commands), ``msgs`` (messages in them), ``sent`` (messages pushed), ``fins``, ``fin_reads``
 (reads that carried at least one FIN), ``max_in_flight`` (the most messages ever in flight;
-it never exceeds the largest RDY), ``rdy`` (the last RDY). ``fins / fin_reads`` says how
-well the client coalesces its FIN writes (a client that writes one FIN per syscall can still
-show more than one FIN per read when the endpoint falls behind, so it is a lower bound).
+it never exceeds the largest RDY), ``rdy`` (the last RDY), ``rdys`` (RDY commands received).
+``fins / fin_reads`` says how well the client coalesces its FIN writes (a client that writes
+one FIN per syscall can still show more than one FIN per read when the endpoint falls behind,
+so it is a lower bound).
 
 The endpoint runs in its own process: it must not share the client's GIL or event loop.
 """
@@ -92,7 +93,7 @@ class Endpoint(asyncio.Protocol):
         self.closing = False
         self.reads = self.pubs = self.msgs = 0
         self.sent = self.fins = self.reqs = self.fin_reads = 0
-        self.rdy = self.max_rdy = self.max_in_flight = 0
+        self.rdy = self.max_rdy = self.max_in_flight = self.rdys = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -103,6 +104,7 @@ class Endpoint(asyncio.Protocol):
             "reads": self.reads, "pubs": self.pubs, "msgs": self.msgs, "sent": self.sent,
             "fins": self.fins, "reqs": self.reqs, "fin_reads": self.fin_reads,
             "rdy": self.rdy, "max_rdy": self.max_rdy, "max_in_flight": self.max_in_flight,
+            "rdys": self.rdys,
         }), flush=True)
 
     def data_received(self, data: bytes) -> None:
@@ -207,6 +209,7 @@ class Endpoint(asyncio.Protocol):
         self.reqs += reqs
         at = lines.rfind(b"RDY ")
         if at >= 0:
+            self.rdys += lines.count(b"RDY ")
             self._set_rdy(int(lines[at + 4:lines.index(b"\n", at)]))
         if b"CLS\n" in lines:
             self.closing = True
@@ -215,6 +218,8 @@ class Endpoint(asyncio.Protocol):
         self._push()
 
     def _set_rdy(self, count: int) -> None:
+        if not self.subscribed:
+            self.rdys += 1
         self.rdy = count
         self.max_rdy = max(self.max_rdy, count)
         if self.subscribed:

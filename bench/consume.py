@@ -332,6 +332,7 @@ def run_minimal(args: argparse.Namespace, clients: list[str], count: int, rounds
                         result["fins_per_read"] = fins / reads if reads else 0.0
                         result["max_in_flight"] = max(c["max_in_flight"] for c in conns)
                         result["max_rdy"] = max(c["max_rdy"] for c in conns)
+                        result["rdys"] = sum(c.get("rdys", 0) for c in conns)
                     best[key] = merge(best.get(key), result)
     return best
 
@@ -346,7 +347,7 @@ def report_minimal(best: dict[tuple[str, int], dict[str, Any]], clients: list[st
         for client in clients:
             r = best[(client, mif)]
             if "error" in r:
-                rows.append([client, "failed", *["-"] * 7])
+                rows.append([client, "failed", *["-"] * 8])
                 notes.append(f"{client}: {r['error']}")
                 continue
             fpr = r.get("fins_per_read")
@@ -354,13 +355,15 @@ def report_minimal(best: dict[tuple[str, int], dict[str, Any]], clients: list[st
                          f"{r['cpu_us']:.2f}", fmt_ratio(r["cpu_us"], base.get("cpu_us")),
                          fmt_kib(r["peak_kib"]), f"{r['first'] * 1000:.0f} ms",
                          "?" if fpr is None else f"{fpr:.1f}",
-                         f"{r.get('max_in_flight', '?')} / {r.get('max_rdy', '?')}"])
+                         f"{r.get('max_in_flight', '?')} / {r.get('max_rdy', '?')}",
+                         str(r.get("rdys", "?"))])
         for peer, why in unavailable.items():
-            rows.append([peer, "not importable", *["-"] * 7])
+            rows.append([peer, "not importable", *["-"] * 8])
             notes.append(f"{peer}: {why}")
         print(f"--- max_in_flight {mif} ---\n")
         print(table(["client", "msg/s", "vs smartnsq", "CPU us/msg", "vs smartnsq",
-                     "peak memory", "first msg", "FINs per read", "max in flight / RDY"],
+                     "peak memory", "first msg", "FINs per read", "max in flight / RDY",
+                     "RDY sent"],
                     rows))
         for note in notes:
             print(f"  - {note}")
@@ -385,7 +388,7 @@ def report_minimal(best: dict[tuple[str, int], dict[str, Any]], clients: list[st
     print("\nFINs per read: FINs the endpoint found per read that carried any (higher = the "
           "client coalesces its FIN writes; a lower bound, since a busy endpoint also merges "
           "writes). max in flight / RDY: the most messages the endpoint had out at once and "
-          "the largest RDY the client sent.")
+          "the largest RDY the client sent. RDY sent: RDY commands over the whole run.")
 
 
 def main() -> int:
