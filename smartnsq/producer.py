@@ -42,6 +42,7 @@ from .config import ConnectionConfig, doc
 from .connection import Connection
 from .errors import (
     Action,
+    ConnectionClosed,
     ConnectionError_,
     InvalidArgument,
     LookupFailed,
@@ -337,6 +338,7 @@ class Producer:
         self._closed = False
         self._on_wire = 0  # publishes written and not answered yet
         self._drained: asyncio.Future[None] | None = None  # close() waits on it
+        self._tasks: set[asyncio.Task[PublishResult]] = set()  # publish_nowait slow paths
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -459,6 +461,197 @@ class Producer:
         return await self._send(topic, body, None, sharding_key, partition, trace_id, ext,
                                 delay_ms, timeout)  # type: ignore[return-value]
 
+    def publish_nowait(self, topic: str, body: bytes, *,
+                       sharding_key: ShardingKey | None = None, partition: int | None = None,
+                       trace_id: int | None = None, headers: Mapping[str, str] | None = None,
+                       delay: float | None = None, timeout: float | None = None,
+                       ) -> asyncio.Future[PublishResult]:
+        """Publish one message and return a future of its ``PublishResult``, without a task.
+
+        The way to have many publishes in flight: ``await asyncio.gather(*futures)`` (or
+        await each) instead of gathering ``publish()`` coroutines, which costs a Task each,
+        more than the publish itself. Same arguments, routing, retries, deadline, tracing,
+        results and errors as :meth:`publish`; call it on the producer's event loop.
+
+        ``InvalidArgument`` for the arguments themselves raises here, before anything is
+        sent; what only the topic's routes can tell (an ordered topic without key or
+        partition, a partition beyond ``partition_num``, headers on a non-ext topic...)
+        fails the future, as ``publish()`` raises it after the lookup. When the producer is
+        started, the topic's routes are known and the target's connection is open, the
+        message is written right away and the future settles from the connection's answer;
+        otherwise (and after a retriable failure of that first attempt) ``publish()``'s own
+        retry loop runs in a task and settles the future. Cancelling the future abandons the
+        publish the way cancelling ``publish()`` does.
+        """
+        if topic not in self._valid_topics:
+            self._check_topic(topic)
+        if body.__class__ is not bytes or not 0 < len(body) <= self._max_msg:
+            body = v.check_body(body, self._max_msg)
+        if trace_id is not None:
+            v.check_trace_id(trace_id)
+        ext = None if headers is None else self._check_headers(headers, trace_id)
+        delay_ms = None if delay is None else _delay_ms(delay)
+        if partition is not None:
+            v.check_partition(partition)
+            if sharding_key is not None:
+                raise InvalidArgument("partition", "give sharding_key or partition, not both",
+                                      partition)
+        elif sharding_key is not None and self._key_check:
+            key_bytes(sharding_key)
+        if timeout is None:
+            timeout = self._timeout
+        elif isinstance(timeout, bool) or not isinstance(timeout, int | float) \
+                or not timeout > 0:
+            raise InvalidArgument("timeout", "must be a positive number of seconds", timeout)
+        if not self._started or self._closed:
+            return self._later(asyncio.get_running_loop(), topic, body, sharding_key,
+                               partition, trace_id, ext, delay_ms, timeout)
+        loop = self._loop
+        pool = self._pool
+        routes = pool.routes(topic)
+        if routes is None:
+            return self._later(loop, topic, body, sharding_key, partition, trace_id, ext,
+                               delay_ms, timeout)
+        result: asyncio.Future[PublishResult] = loop.create_future()
+        try:
+            routes, target, address = self._route(routes, topic, sharding_key, partition)
+            if ext is not None or trace_id is not None or delay_ms is not None:
+                self._check_early(routes, ext, None, trace_id, delay_ms)
+            conn = None if address is None else pool.connection(address)
+            if conn is None or conn.writing_paused:
+                return self._later(loop, topic, body, sharding_key, partition, trace_id, ext,
+                                   delay_ms, timeout, result)
+            data, command, traced = self._encode_one(
+                conn, routes, topic, target, body, sharding_key is not None
+                or partition is not None, trace_id, ext, delay_ms)
+        except Exception as exc:  # what publish() would raise once it has the routes
+            result.set_exception(exc)
+            return result
+        assert address is not None
+        deadline = loop.time() + timeout
+        request_timeout = self._request_timeout
+        remaining = timeout
+        if request_timeout is not None and request_timeout < remaining:
+            remaining = request_timeout
+        try:
+            answer_future = conn.submit(data, command, remaining)
+        except ConnectionError_:  # closed since the pool handed it out: the slow path
+            return self._later(loop, topic, body, sharding_key, partition, trace_id, ext,
+                               delay_ms, timeout, result)
+        self._on_wire += 1
+
+        def answered(answer_future: asyncio.Future[bytes]) -> None:
+            self._on_wire -= 1
+            if self._drained is not None and not self._on_wire and not self._drained.done():
+                self._drained.set_result(None)
+            # read even when the caller gave up (no "exception never retrieved")
+            error: BaseException | None = (
+                ConnectionClosed(f"{command} to {address[0]}:{address[1]} abandoned")
+                if answer_future.cancelled() else answer_future.exception())
+            if result.done():  # cancelled by the caller: the answer is discarded
+                return
+            if error is None:
+                try:
+                    answer = answer_future.result()
+                    if not traced and trace_id is None and self._trace_default is not True \
+                            and not self._trace_topics:
+                        name = self._names.get(address)
+                        if name is None:
+                            name = self._names[address] = f"{address[0]}:{address[1]}"
+                        result.set_result(PublishResult(topic, target, name, None, None, None,
+                                                        None, 1))
+                    else:
+                        result.set_result(self._result(  # type: ignore[arg-type]
+                            topic, target, address, answer, traced, 1, None, body, trace_id))
+                except Exception as exc:  # an unreadable receipt
+                    result.set_exception(exc)
+                return
+            self._retry_later(error, result, topic, body, sharding_key, partition, trace_id,
+                              ext, delay_ms, timeout, deadline, target, address)
+
+        answer_future.add_done_callback(answered)
+        return result
+
+    def _retry_later(self, error: BaseException, result: asyncio.Future[PublishResult],
+                     topic: str, body: bytes, sharding_key: ShardingKey | None,
+                     partition: int | None, trace_id: int | None, ext: bytes | None,
+                     delay_ms: int | None, timeout: float, deadline: float,
+                     target: int | None, address: Address) -> None:
+        """A publish_nowait's first attempt failed: what ``_send`` does after a failed
+        attempt, then its loop from attempt 2."""
+        backoff = False
+        if isinstance(error, ServerError):
+            if error.action is Action.GIVE_UP:
+                result.set_exception(error)
+                return
+            if error.action is Action.REFRESH_AND_RETRY:
+                self._pool.leader_failed(topic, target, address)
+            backoff = True
+        elif isinstance(error, Timeout):
+            if self._loop.time() >= deadline:
+                timed_out = self._timeout_error(topic, timeout, error)
+                timed_out.__cause__ = error
+                result.set_exception(timed_out)
+                return
+        elif not isinstance(error, ConnectionError_):
+            result.set_exception(error)
+            return
+        self._later(self._loop, topic, body, sharding_key, partition, trace_id, ext, delay_ms,
+                    timeout, result, deadline, error, backoff)
+
+    def _later(self, loop: asyncio.AbstractEventLoop, topic: str, body: bytes,
+               sharding_key: ShardingKey | None, partition: int | None,
+               trace_id: int | None, ext: bytes | None, delay_ms: int | None,
+               timeout: float, result: asyncio.Future[PublishResult] | None = None,
+               deadline: float | None = None, error: BaseException | None = None,
+               backoff: bool = False) -> asyncio.Future[PublishResult]:
+        """The slow path of publish_nowait: publish()'s retry loop in a task, settling
+        ``result`` (a new future if None)."""
+        if result is None:
+            result = loop.create_future()
+        task = loop.create_task(self._publish_later(
+            topic, body, sharding_key, partition, trace_id, ext, delay_ms, timeout, deadline,
+            error, backoff))
+        self._tasks.add(task)
+
+        def finished(task: asyncio.Task[PublishResult]) -> None:
+            self._tasks.discard(task)
+            if task.cancelled():
+                if not result.done():
+                    result.cancel()
+                return
+            error = task.exception()
+            if result.done():
+                return
+            if error is None:
+                result.set_result(task.result())
+            else:
+                result.set_exception(error)
+
+        def abandoned(result: asyncio.Future[PublishResult]) -> None:
+            if result.cancelled():
+                task.cancel()
+
+        task.add_done_callback(finished)
+        result.add_done_callback(abandoned)
+        return result
+
+    async def _publish_later(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
+                             partition: int | None, trace_id: int | None, ext: bytes | None,
+                             delay_ms: int | None, timeout: float, deadline: float | None,
+                             error: BaseException | None, backoff: bool) -> PublishResult:
+        if error is None:  # nothing sent yet: exactly publish() after its validation
+            if not self._started:
+                await self._ensure_started()
+            return await self._send(topic, body, None, sharding_key, partition,  # type: ignore[return-value]
+                                    trace_id, ext, delay_ms, timeout)
+        assert deadline is not None
+        if backoff:
+            await self._backoff(topic, 1, deadline, error)
+        return await self._send(topic, body, None, sharding_key, partition,  # type: ignore[return-value]
+                                trace_id, ext, delay_ms, timeout, deadline=deadline, attempt=1,
+                                last_error=error)
+
     async def publish_many(self, topic: str, bodies: Iterable[bytes], *,
                            sharding_key: ShardingKey | None = None,
                            partition: int | None = None,
@@ -516,8 +709,12 @@ class Producer:
                     batch: _Batch | None,
                     sharding_key: ShardingKey | None, partition: int | None,
                     trace_id: int | None, ext: bytes | None,
-                    delay_ms: int | None, timeout: float | None) -> PublishResult | BatchResult:
-        if self._closed:
+                    delay_ms: int | None, timeout: float | None, *,
+                    deadline: float | None = None, attempt: int = 0,
+                    last_error: BaseException | None = None) -> PublishResult | BatchResult:
+        # ``deadline``/``attempt``/``last_error``: go on after attempts already made (a
+        # publish_nowait whose fast-path attempt failed), as if this loop had made them
+        if self._closed and not attempt:
             raise ConnectionError_("the producer is closed")
         pool = self._pool
         loop = self._loop
@@ -526,12 +723,11 @@ class Producer:
         elif isinstance(timeout, bool) or not isinstance(timeout, int | float) \
                 or not timeout > 0:
             raise InvalidArgument("timeout", "must be a positive number of seconds", timeout)
-        deadline = loop.time() + timeout
+        if deadline is None:
+            deadline = loop.time() + timeout
         request_timeout = self._request_timeout
         special = batch is not None or ext is not None or trace_id is not None \
             or delay_ms is not None
-        attempt = 0
-        last_error: BaseException | None = None
         while True:
             attempt += 1
             if attempt > 1:
@@ -548,45 +744,7 @@ class Producer:
                     last_error = exc
                     await self._backoff(topic, attempt, deadline, last_error)
                     continue
-            if routes.nodes and routes.partitioned and self._migration is not None:
-                # a topic on a youzan and a classic cluster: the compat chooser picks a side
-                routes = self._migration.choose(routes, sharding_key)
-            # -- pick the target
-            target: int | None
-            address: Address | None
-            if sharding_key is not None:
-                if not routes.partitioned:
-                    # classic (or partition-less) nodes: the same key, the same node
-                    target = None
-                    address = self._classic.node_for_key(sharding_key, routes.nodes, topic)
-                elif routes.partition_num <= 0:
-                    raise InvalidArgument("sharding_key", f"topic {topic!r} has no partition "
-                                          "count in lookup (standalone nodes); sharding "
-                                          "needs one", sharding_key)
-                else:
-                    target = self._router(sharding_key, routes.partition_num)
-                    address = routes.leaders.get(target)
-            elif partition is not None:
-                if not routes.partitioned:
-                    raise InvalidArgument("partition", f"topic {topic!r} has no partitions "
-                                          "(classic or standalone nodes)", partition)
-                if routes.partition_num and partition >= routes.partition_num:
-                    raise InvalidArgument("partition", f"topic {topic!r} has "
-                                          f"{routes.partition_num} partitions "
-                                          f"(0..{routes.partition_num - 1})", partition)
-                target = partition
-                address = routes.leaders.get(target)
-            else:
-                if routes.ordered:
-                    raise InvalidArgument("partition", f"topic {topic!r} is ordered: publish "
-                                          "with a sharding_key or a partition", None)
-                targets = routes.targets
-                if targets:
-                    index = self._rr.get(topic, 0)
-                    self._rr[topic] = index + 1
-                    target, address = targets[index % len(targets)]
-                else:
-                    target, address = None, None
+            routes, target, address = self._route(routes, topic, sharding_key, partition)
             if special:
                 self._check_early(routes, ext, batch, trace_id, delay_ms)
             if address is None:
@@ -675,6 +833,54 @@ class Producer:
                 return PublishResult(topic, target, name, None, trace_id, None, None, attempt)
             return self._result(topic, target, address, answer, traced, attempt, batch,
                                 payload, trace_id)
+
+    def _route(self, routes: TopicRoutes, topic: str, sharding_key: ShardingKey | None,
+               partition: int | None,
+               ) -> tuple[TopicRoutes, int | None, Address | None]:
+        """Where this attempt goes: (routes, partition or None, leader address or None).
+
+        Raises ``InvalidArgument`` for what the routes say is wrong with the call.
+        """
+        if routes.nodes and routes.partitioned and self._migration is not None:
+            # a topic on a youzan and a classic cluster: the compat chooser picks a side
+            routes = self._migration.choose(routes, sharding_key)
+        # -- pick the target
+        target: int | None
+        address: Address | None
+        if sharding_key is not None:
+            if not routes.partitioned:
+                # classic (or partition-less) nodes: the same key, the same node
+                target = None
+                address = self._classic.node_for_key(sharding_key, routes.nodes, topic)
+            elif routes.partition_num <= 0:
+                raise InvalidArgument("sharding_key", f"topic {topic!r} has no partition "
+                                      "count in lookup (standalone nodes); sharding "
+                                      "needs one", sharding_key)
+            else:
+                target = self._router(sharding_key, routes.partition_num)
+                address = routes.leaders.get(target)
+        elif partition is not None:
+            if not routes.partitioned:
+                raise InvalidArgument("partition", f"topic {topic!r} has no partitions "
+                                      "(classic or standalone nodes)", partition)
+            if routes.partition_num and partition >= routes.partition_num:
+                raise InvalidArgument("partition", f"topic {topic!r} has "
+                                      f"{routes.partition_num} partitions "
+                                      f"(0..{routes.partition_num - 1})", partition)
+            target = partition
+            address = routes.leaders.get(target)
+        else:
+            if routes.ordered:
+                raise InvalidArgument("partition", f"topic {topic!r} is ordered: publish "
+                                      "with a sharding_key or a partition", None)
+            targets = routes.targets
+            if targets:
+                index = self._rr.get(topic, 0)
+                self._rr[topic] = index + 1
+                target, address = targets[index % len(targets)]
+            else:
+                target, address = None, None
+        return routes, target, address
 
     async def _load_routes(self, topic: str, deadline: float) -> TopicRoutes:
         remaining = deadline - asyncio.get_running_loop().time()
