@@ -182,3 +182,21 @@ async def test_cancelling_a_future_leaves_the_others_alone(nsq_cluster: Any) -> 
         assert all(isinstance(o, PublishResult) for i, o in enumerate(outcomes) if i != 3)
         # the connection is still in step: the next publish gets its own answer
         assert (await p.publish_nowait("cancel", b"after")).partition == 0
+
+
+async def test_traced_and_ext_publishes_carry_their_receipts(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("traced", partitions=2, replicas=1)
+    await nsq_cluster.create_topic("withext", partitions=1, replicas=1, ext=True)
+    async with producer(nsq_cluster) as p:
+        await asyncio.gather(p.publish("traced", b"w", partition=0),
+                             p.publish("traced", b"w", partition=1),
+                             p.publish("withext", b"w", headers={"k": "v"}))
+        traced, ext = await asyncio.gather(
+            p.publish_nowait("traced", b"t", trace_id=4242),
+            p.publish_nowait("withext", b"e", trace_id=7, headers={"k": "v"}))
+    assert traced.trace_id == 4242 and traced.internal_id is not None
+    assert traced.queue_offset is not None and traced.partition in (0, 1)
+    assert ext.partition == 0
+    stored_ext = [m for m in nsq_cluster.state.topics["withext"].partitions[0].log.messages
+                  if m.body == b"e"]
+    assert len(stored_ext) == 1
