@@ -33,6 +33,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -540,37 +541,46 @@ class Producer:
                                delay_ms, timeout, result)
         self._on_wire += 1
 
-        def answered(answer_future: asyncio.Future[bytes]) -> None:
-            self._on_wire -= 1
-            if self._drained is not None and not self._on_wire and not self._drained.done():
-                self._drained.set_result(None)
-            # read even when the caller gave up (no "exception never retrieved")
-            error: BaseException | None = (
-                ConnectionClosed(f"{command} to {address[0]}:{address[1]} abandoned")
-                if answer_future.cancelled() else answer_future.exception())
-            if result.done():  # cancelled by the caller: the answer is discarded
-                return
-            if error is None:
-                try:
-                    answer = answer_future.result()
-                    if not traced and trace_id is None and self._trace_default is not True \
-                            and not self._trace_topics:
-                        name = self._names.get(address)
-                        if name is None:
-                            name = self._names[address] = f"{address[0]}:{address[1]}"
-                        result.set_result(PublishResult(topic, target, name, None, None, None,
-                                                        None, 1))
-                    else:
-                        result.set_result(self._result(  # type: ignore[arg-type]
-                            topic, target, address, answer, traced, 1, None, body, trace_id))
-                except Exception as exc:  # an unreadable receipt
-                    result.set_exception(exc)
-                return
-            self._retry_later(error, result, topic, body, sharding_key, partition, trace_id,
-                              ext, delay_ms, timeout, deadline, target, address)
-
-        answer_future.add_done_callback(answered)
+        # a partial of a method, not a closure: no cell per local on this hot path
+        answer_future.add_done_callback(partial(
+            self._answered, result, topic, target, address, traced, trace_id, body,
+            (sharding_key, partition, ext, delay_ms, timeout, deadline, command)))
         return result
+
+    def _answered(self, result: asyncio.Future[PublishResult], topic: str, target: int | None,
+                  address: Address, traced: bool, trace_id: int | None, body: bytes,
+                  retry: tuple[ShardingKey | None, int | None, bytes | None, int | None,
+                               float, float, str],
+                  answer_future: asyncio.Future[bytes]) -> None:
+        """A publish_nowait's fast-path answer: settle its future, or go on retrying."""
+        self._on_wire -= 1
+        if self._drained is not None and not self._on_wire and not self._drained.done():
+            self._drained.set_result(None)
+        # read even when the caller gave up (no "exception never retrieved")
+        error: BaseException | None = (
+            ConnectionClosed(f"{retry[6]} to {address[0]}:{address[1]} abandoned")
+            if answer_future.cancelled() else answer_future.exception())
+        if result.done():  # cancelled by the caller: the answer is discarded
+            return
+        if error is None:
+            try:
+                if not traced and trace_id is None and self._trace_default is not True \
+                        and not self._trace_topics:
+                    name = self._names.get(address)
+                    if name is None:
+                        name = self._names[address] = f"{address[0]}:{address[1]}"
+                    result.set_result(PublishResult(topic, target, name, None, None, None,
+                                                    None, 1))
+                else:
+                    result.set_result(self._result(  # type: ignore[arg-type]
+                        topic, target, address, answer_future.result(), traced, 1, None, body,
+                        trace_id))
+            except Exception as exc:  # an unreadable receipt
+                result.set_exception(exc)
+            return
+        sharding_key, partition, ext, delay_ms, timeout, deadline, _ = retry
+        self._retry_later(error, result, topic, body, sharding_key, partition, trace_id, ext,
+                          delay_ms, timeout, deadline, target, address)
 
     def _retry_later(self, error: BaseException, result: asyncio.Future[PublishResult],
                      topic: str, body: bytes, sharding_key: ShardingKey | None,
