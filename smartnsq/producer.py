@@ -340,6 +340,7 @@ class Producer:
         self._on_wire = 0  # publishes written and not answered yet
         self._drained: asyncio.Future[None] | None = None  # close() waits on it
         self._tasks: set[asyncio.Task[PublishResult]] = set()  # publish_nowait slow paths
+        self._slow: dict[str, int] = {}  # topic -> its publish_nowait slow paths running
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -510,7 +511,9 @@ class Producer:
         loop = self._loop
         pool = self._pool
         routes = pool.routes(topic)
-        if routes is None:
+        if routes is None or topic in self._slow:
+            # (while earlier calls for the topic are on the slow path, later ones queue
+            # behind them rather than overtake them on the wire)
             return self._later(loop, topic, body, sharding_key, partition, trace_id, ext,
                                delay_ms, timeout)
         result: asyncio.Future[PublishResult] = loop.create_future()
@@ -623,9 +626,16 @@ class Producer:
             topic, body, sharding_key, partition, trace_id, ext, delay_ms, timeout, deadline,
             error, backoff))
         self._tasks.add(task)
+        slow = self._slow
+        slow[topic] = slow.get(topic, 0) + 1
 
         def finished(task: asyncio.Task[PublishResult]) -> None:
             self._tasks.discard(task)
+            left = slow[topic] - 1
+            if left:
+                slow[topic] = left
+            else:
+                del slow[topic]
             if task.cancelled():
                 if not result.done():
                     result.cancel()

@@ -202,3 +202,19 @@ async def test_traced_and_ext_publishes_carry_their_receipts(nsq_cluster: Any) -
     stored_ext = [m for m in nsq_cluster.state.topics["withext"].partitions[0].log.messages
                   if m.body == b"e"]
     assert len(stored_ext) == 1
+
+
+async def test_one_key_is_stored_in_call_order_from_a_cold_start(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("inorder", partitions=4, replicas=1, ordered=True)
+    async with producer(nsq_cluster) as p:
+        # routes unknown and no connection yet: the first calls take the slow path, the later
+        # ones must not overtake them on the wire
+        first = [p.publish_nowait("inorder", b"%d" % i, sharding_key="k") for i in range(50)]
+        await asyncio.wait_for(first[0], WAIT)
+        rest = [p.publish_nowait("inorder", b"%d" % i, sharding_key="k")
+                for i in range(50, 300)]
+        results = await asyncio.wait_for(asyncio.gather(*first, *rest), WAIT)
+    partition = murmur3_partition("k", 4)
+    assert {r.partition for r in results} == {partition}
+    log = nsq_cluster.state.topics["inorder"].partitions[partition].log.messages
+    assert [m.body for m in log] == [b"%d" % i for i in range(300)]
