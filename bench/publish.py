@@ -92,8 +92,10 @@ def work_smartnsq(mode: str, addr: str, lookupd: str, topic: str, count: int, bo
                 for _ in range(count):
                     await publish(topic, body)
             elif mode == "pipe":
+                # many in flight without a task each: publish_nowait returns a future
+                nowait = producer.publish_nowait
                 for n in _windows(count, window):
-                    await asyncio.gather(*[publish(topic, body) for _ in range(n)])
+                    await asyncio.gather(*[nowait(topic, body) for _ in range(n)])
             else:
                 for n in _batches(count):
                     await producer.publish_many(topic, [body] * n)
