@@ -443,6 +443,19 @@ class Producer:
         Raises ``InvalidArgument`` before anything is sent, ``NonRetriableServerError`` when
         the server refuses the message, ``TopicNotFound``, or ``Timeout``.
         """
+        body, ext, delay_ms = self._check_one(topic, body, sharding_key, partition, trace_id,
+                                              headers, delay)
+        if not self._started:
+            await self._ensure_started()
+        return await self._send(topic, body, None, sharding_key, partition, trace_id, ext,
+                                delay_ms, timeout)  # type: ignore[return-value]
+
+    def _check_one(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
+                   partition: int | None, trace_id: int | None,
+                   headers: Mapping[str, str] | None, delay: float | None,
+                   ) -> tuple[bytes, bytes | None, int | None]:
+        """Validate one publish's arguments (before anything is sent): the body as sent, the
+        encoded ext header (or None) and the delay in ms (or None)."""
         if topic not in self._valid_topics:
             self._check_topic(topic)
         if body.__class__ is not bytes or not 0 < len(body) <= self._max_msg:
@@ -458,10 +471,7 @@ class Producer:
                                       partition)
         elif sharding_key is not None and self._key_check:
             key_bytes(sharding_key)
-        if not self._started:
-            await self._ensure_started()
-        return await self._send(topic, body, None, sharding_key, partition, trace_id, ext,
-                                delay_ms, timeout)  # type: ignore[return-value]
+        return body, ext, delay_ms
 
     def publish_nowait(self, topic: str, body: bytes, *,
                        sharding_key: ShardingKey | None = None, partition: int | None = None,
@@ -485,21 +495,8 @@ class Producer:
         retry loop runs in a task and settles the future. Cancelling the future abandons the
         publish the way cancelling ``publish()`` does.
         """
-        if topic not in self._valid_topics:
-            self._check_topic(topic)
-        if body.__class__ is not bytes or not 0 < len(body) <= self._max_msg:
-            body = v.check_body(body, self._max_msg)
-        if trace_id is not None:
-            v.check_trace_id(trace_id)
-        ext = None if headers is None else self._check_headers(headers, trace_id)
-        delay_ms = None if delay is None else _delay_ms(delay)
-        if partition is not None:
-            v.check_partition(partition)
-            if sharding_key is not None:
-                raise InvalidArgument("partition", "give sharding_key or partition, not both",
-                                      partition)
-        elif sharding_key is not None and self._key_check:
-            key_bytes(sharding_key)
+        body, ext, delay_ms = self._check_one(topic, body, sharding_key, partition, trace_id,
+                                              headers, delay)
         if timeout is None:
             timeout = self._timeout
         elif isinstance(timeout, bool) or not isinstance(timeout, int | float) \
