@@ -13,6 +13,12 @@ on first use: the parent's thread does not exist in the child and its loop state
 
 Calling a blocking method from inside the loop thread would wait for itself for ever; it raises
 ``RuntimeError`` instead (a callback given to the async layer must use the async API).
+
+Hot calls (the sync producer's publish) skip the coroutine and the Task: ``call_future(fn,
+...)`` queues a plain function that starts the work and returns an asyncio future, whose
+outcome is copied into a ``concurrent.futures.Future``. The queue is drained by one loop
+callback per batch (only the enqueue that finds it empty wakes the loop), so many threads
+calling at once cost one self-pipe write per loop iteration, not one per call.
 """
 
 from __future__ import annotations
@@ -20,10 +26,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from functools import partial
 from typing import Any, TypeVar
 
 __all__ = ["LoopThread", "release_shared", "shared"]
@@ -33,6 +42,49 @@ log = logging.getLogger("smartnsq.sync")
 T = TypeVar("T")
 
 _STOP_GRACE = 5.0
+
+
+class _Call(concurrent.futures.Future[T]):
+    """One queued ``call_future``: the function to start on the loop and, once started, the
+    asyncio future it returned (so a caller giving up can cancel the work)."""
+
+    def __init__(self, fn: Callable[..., asyncio.Future[T]], args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        super().__init__()
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.source: asyncio.Future[T] | None = None
+
+    def settle(self, source: asyncio.Future[T]) -> None:
+        """Copy the asyncio future's outcome (a done callback, on the loop thread)."""
+        # the outcome is read even when nobody waits any more (no "never retrieved" warning)
+        error = None if source.cancelled() else source.exception()
+        try:
+            if source.cancelled():
+                self.cancel()
+            elif not self.set_running_or_notify_cancel():
+                return  # the caller cancelled (gave up) meanwhile
+            elif error is not None:
+                self.set_exception(error)
+            else:
+                self.set_result(source.result())
+        except (concurrent.futures.InvalidStateError, RuntimeError):
+            pass  # failed by stop() meanwhile
+
+    def fail(self, error: BaseException) -> None:
+        """Fail from any thread, unless already settled or cancelled."""
+        try:
+            if self.set_running_or_notify_cancel():
+                self.set_exception(error)
+        except (concurrent.futures.InvalidStateError, RuntimeError):
+            pass  # settled meanwhile
+
+
+def _abandon(call: _Call[Any]) -> None:
+    """On the loop: the caller gave up on ``call``; cancel the work it started, if any."""
+    if call.source is not None and not call.source.done():
+        call.source.cancel()
 
 
 class LoopThread:
@@ -45,6 +97,10 @@ class LoopThread:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._stopped = False
+        # call_future(): queued calls, whether a drain is scheduled, the started ones not done
+        self._queue: deque[_Call[Any]] = deque()
+        self._drain_scheduled = False
+        self._running_calls: set[_Call[Any]] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -65,10 +121,12 @@ class LoopThread:
                     loop.run_forever()
                 finally:
                     try:
+                        self._fail_calls()
                         _cancel_remaining(loop)
                         loop.run_until_complete(loop.shutdown_asyncgens())
                     finally:
                         loop.close()
+                        self._fail_calls()
 
             thread = threading.Thread(target=main, name=self.name, daemon=True)
             thread.start()
@@ -85,6 +143,8 @@ class LoopThread:
             self._stopped = True
             loop, thread = self._loop, self._thread
         if loop is None or thread is None or not self._alive():
+            if self._pid == os.getpid():
+                self._fail_calls()
             return
         if threading.current_thread() is thread:
             loop.call_soon(loop.stop)  # cannot join ourselves; the thread ends after this step
@@ -152,6 +212,90 @@ class LoopThread:
             future.cancel()
             raise
 
+    def call_future(self, fn: Callable[..., asyncio.Future[T]], /, *args: Any,
+                    **kwargs: Any) -> concurrent.futures.Future[T]:
+        """Run ``fn(*args, **kwargs)`` on the loop (it returns an asyncio future) and return a
+        ``concurrent.futures.Future`` of that future's outcome, without a coroutine or a Task.
+
+        What ``fn`` raises fails the returned future with that very exception. Cancelling the
+        returned future cancels the asyncio future (or, not started yet, skips ``fn``). When
+        the loop thread stops first, the future fails with ``RuntimeError``.
+        """
+        loop = self._check()
+        call: _Call[T] = _Call(fn, args, kwargs)
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError(f"{self.name}: the loop thread is stopped")
+            self._queue.append(call)
+            if self._drain_scheduled:
+                return call
+            self._drain_scheduled = True
+        try:
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop closed meanwhile (stopped from its own thread)
+            self._fail_calls()
+        return call
+
+    def wait(self, future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+        """Wait for a ``call_future`` result; on timeout or interruption cancel the work first
+        (``TimeoutError`` on timeout, as ``run``)."""
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            self.abandon(future)
+            raise TimeoutError(f"no result within {timeout:g}s") from None
+        except BaseException:
+            self.abandon(future)
+            raise
+
+    def abandon(self, future: concurrent.futures.Future[Any]) -> None:
+        """Give up on a ``call_future`` result: cancel it, and the work on the loop."""
+        loop = self._loop
+        if future.cancel() and isinstance(future, _Call) and loop is not None and self.running:
+            with contextlib.suppress(RuntimeError):  # stopped meanwhile: nothing runs any more
+                loop.call_soon_threadsafe(_abandon, future)
+
+    def _drain(self) -> None:
+        """On the loop: start every queued call (one wake-up served the whole batch)."""
+        with self._lock:
+            self._drain_scheduled = False
+            if not self._queue:
+                return
+            batch = self._queue
+            self._queue = deque()
+        running = self._running_calls
+        while batch:
+            call = batch.popleft()
+            if call.cancelled():
+                continue
+            try:
+                source = call.fn(*call.args, **call.kwargs)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                call.fail(exc)
+                for rest in batch:  # nothing else runs on this loop now: do not leave waiters
+                    rest.fail(RuntimeError(f"{self.name}: the loop thread is stopping"))
+                raise
+            except BaseException as exc:
+                call.fail(exc)
+                continue
+            call.source = source
+            call.fn = _started  # drop the references to the arguments
+            call.args = ()
+            call.kwargs = {}
+            running.add(call)
+            source.add_done_callback(partial(_settled, running, call))
+
+    def _fail_calls(self) -> None:
+        """Fail every queued or started call (the loop is stopping: nothing will settle them)."""
+        with self._lock:
+            batch, self._queue = self._queue, deque()
+            self._drain_scheduled = False
+            started = list(self._running_calls)
+            self._running_calls.clear()
+        error = RuntimeError(f"{self.name}: the loop thread is stopped")
+        for call in (*batch, *started):
+            call.fail(error)
+
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a plain function on the loop thread and return its result (for loop-bound state)."""
         async def wrapper() -> T:
@@ -193,6 +337,15 @@ class LoopThread:
                     self.run(closer(), timeout=_STOP_GRACE)
                 except Exception:
                     log.debug("%s: closing an async iterator failed", self.name, exc_info=True)
+
+
+def _started(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("a call_future function ran twice")
+
+
+def _settled(running: set[_Call[Any]], call: _Call[Any], source: asyncio.Future[Any]) -> None:
+    running.discard(call)
+    call.settle(source)
 
 
 def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:

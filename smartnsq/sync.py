@@ -71,6 +71,14 @@ def _finalize(loop_thread: LoopThread, shared: bool,
             _loop_thread.release_shared(loop_thread)
 
 
+def _guard_for(timeout: object) -> float:
+    """How long a blocking call waits for the loop: the async deadline plus ``_GUARD`` (a
+    bad ``timeout`` is the async call's to refuse, with ``InvalidArgument``)."""
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        return float(timeout) + _GUARD
+    return _GUARD
+
+
 class _Facade:
     """Shared machinery of the blocking facades: the loop thread, calls, closing."""
 
@@ -163,10 +171,30 @@ class Producer(_Facade):
                 headers: Mapping[str, str] | None = None, delay: float | None = None,
                 timeout: float | None = None) -> PublishResult:
         """Blocking ``Producer.publish``: same arguments, result and errors."""
-        return self._run(self._producer.publish(
+        # No coroutine, no Task: the loop runs the task-free publish_nowait, whose future is
+        # copied into the concurrent future waited on here (argument errors included).
+        if self._closed:
+            raise RuntimeError("this Producer is closed")
+        future = self._loop_thread.call_future(
+            self._publish_on_loop, topic, body, sharding_key, partition, trace_id, headers,
+            delay, timeout)
+        guard = _guard_for(self._timeout if timeout is None else timeout)
+        try:
+            return self._loop_thread.wait(future, guard)
+        except TimeoutError as exc:
+            if isinstance(exc, Timeout):
+                raise
+            raise Timeout(f"no answer from the event loop within {guard:g}s") from None
+
+    def _publish_on_loop(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
+                         partition: int | None, trace_id: int | None,
+                         headers: Mapping[str, str] | None, delay: float | None,
+                         timeout: float | None) -> asyncio.Future[PublishResult]:
+        if self._closed:  # closed while this call was queued
+            raise RuntimeError("this Producer is closed")
+        return self._producer.publish_nowait(
             topic, body, sharding_key=sharding_key, partition=partition, trace_id=trace_id,
-            headers=headers, delay=delay, timeout=timeout),
-            self._timeout if timeout is None else timeout)
+            headers=headers, delay=delay, timeout=timeout)
 
     def publish_many(self, topic: str, bodies: Iterable[bytes], *,
                      sharding_key: ShardingKey | None = None, partition: int | None = None,
