@@ -195,3 +195,38 @@ async def wait_until(condition: Callable[[], bool], timeout: float = WAIT,
         await asyncio.wait_for(poll(), timeout)
     except asyncio.TimeoutError:
         raise TimeoutError(f"not reached in {timeout} s: {condition}") from None
+
+
+class BackgroundCluster:
+    """A dev cluster on a loop thread of its own, as a remote cluster is to blocking code.
+
+    ``topics`` maps each topic to create to its partition count (one replica each).
+    """
+
+    def __init__(self, nodes: int, topics: dict[str, int], wait: float = 10.0) -> None:
+        from smartnsq._loop_thread import LoopThread
+        from smartnsq.devcluster import DevCluster
+
+        self.wait = wait
+        self.thread = LoopThread("devcluster").start()
+
+        async def start() -> DevCluster:
+            cluster = DevCluster(nodes=nodes, lookupds=1)
+            await cluster.start()
+            for topic, partitions in topics.items():
+                await cluster.create_topic(topic, partitions=partitions, replicas=1)
+            return cluster
+
+        self.cluster = self.thread.run(start(), wait)
+
+    @property
+    def lookupd(self) -> list[str]:
+        return list(self.cluster.lookupd_http_addresses)
+
+    def messages(self, topic: str, partition: int) -> list[Any]:
+        return self.thread.call(
+            lambda: list(self.cluster.state.topics[topic].partitions[partition].log.messages))
+
+    def stop(self) -> None:
+        self.thread.run(self.cluster.stop(), self.wait)
+        self.thread.stop()

@@ -15,47 +15,19 @@ from functools import partial
 from typing import Any
 
 import pytest
+from support import BackgroundCluster
 
 from smartnsq import sync
 from smartnsq._loop_thread import LoopThread
-from smartnsq.devcluster import DevCluster
 from smartnsq.errors import InvalidArgument
 from smartnsq.producer import PublishResult
 
 WAIT = 10.0
 
 
-class Background:
-    """A dev cluster on a loop thread of its own, as a remote cluster would be."""
-
-    def __init__(self) -> None:
-        self.thread = LoopThread("devcluster").start()
-
-        async def start() -> DevCluster:
-            cluster = DevCluster(nodes=1, lookupds=1)
-            await cluster.start()
-            await cluster.create_topic("handoff", partitions=1, replicas=1)
-            await cluster.create_topic("pair", partitions=2, replicas=1)
-            return cluster
-
-        self.cluster = self.thread.run(start(), WAIT)
-
-    @property
-    def lookupd(self) -> list[str]:
-        return list(self.cluster.lookupd_http_addresses)
-
-    def messages(self, topic: str, partition: int) -> list[Any]:
-        return self.thread.call(
-            lambda: list(self.cluster.state.topics[topic].partitions[partition].log.messages))
-
-    def stop(self) -> None:
-        self.thread.run(self.cluster.stop(), WAIT)
-        self.thread.stop()
-
-
 @pytest.fixture
-def bg() -> Iterator[Background]:
-    background = Background()
+def bg() -> Iterator[BackgroundCluster]:
+    background = BackgroundCluster(1, {"handoff": 1, "pair": 2}, WAIT)
     yield background
     background.stop()
 
@@ -68,7 +40,8 @@ def _error_of(call: Callable[[], object]) -> BaseException:
     raise AssertionError("no exception")
 
 
-def test_invalid_arguments_raise_the_async_layers_invalid_argument(bg: Background) -> None:
+def test_invalid_arguments_raise_the_async_layers_invalid_argument(
+        bg: BackgroundCluster) -> None:
     bad: list[dict[str, Any]] = [
         {"topic": "bad topic", "body": b"x"},
         {"topic": "handoff", "body": b""},
@@ -100,7 +73,7 @@ def test_invalid_arguments_raise_the_async_layers_invalid_argument(bg: Backgroun
 
 
 def test_eight_threads_publishing_at_once_are_all_acknowledged_and_stored(
-        bg: Background) -> None:
+        bg: BackgroundCluster) -> None:
     per_thread = 500
     results: list[list[PublishResult]] = [[] for _ in range(8)]
     errors: list[BaseException] = []
@@ -131,7 +104,7 @@ def test_eight_threads_publishing_at_once_are_all_acknowledged_and_stored(
         assert bodies == [b"t%d-%d" % (worker, i) for i in range(per_thread)]
 
 
-def test_close_fails_the_calls_still_queued_promptly(bg: Background) -> None:
+def test_close_fails_the_calls_still_queued_promptly(bg: BackgroundCluster) -> None:
     lt = LoopThread("handoff-close").start()
     try:
         producer = sync.Producer(lookupd=bg.lookupd, loop_thread=lt)
@@ -185,7 +158,7 @@ def test_close_fails_the_calls_still_queued_promptly(bg: Background) -> None:
         lt.stop()
 
 
-def test_a_call_after_close_fails(bg: Background) -> None:
+def test_a_call_after_close_fails(bg: BackgroundCluster) -> None:
     producer = sync.Producer(lookupd=bg.lookupd)
     assert producer.publish("handoff", b"before").partition == 0
     producer.close()

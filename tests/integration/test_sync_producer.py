@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
+from support import BackgroundCluster
 
 from smartnsq import _loop_thread, sync
 from smartnsq._loop_thread import LoopThread
-from smartnsq.devcluster import DevCluster
 from smartnsq.errors import InvalidArgument, Timeout, TopicNotFound
 from smartnsq.producer import BatchResult, PublishResult
 from smartnsq.sharding import murmur3_partition
@@ -23,42 +22,14 @@ from smartnsq.sharding import murmur3_partition
 WAIT = 10.0
 
 
-class Background:
-    """A dev cluster running on a thread of its own."""
-
-    def __init__(self) -> None:
-        self.thread = LoopThread("devcluster").start()
-
-        async def start() -> DevCluster:
-            cluster = DevCluster(nodes=2, lookupds=1)
-            await cluster.start()
-            await cluster.create_topic("orders", partitions=4, replicas=1)
-            await cluster.create_topic("small", partitions=1, replicas=1)
-            return cluster
-
-        self.cluster = self.thread.run(start(), WAIT)
-
-    @property
-    def lookupd(self) -> list[str]:
-        return list(self.cluster.lookupd_http_addresses)
-
-    def messages(self, topic: str, partition: int) -> list[Any]:
-        return self.thread.call(
-            lambda: list(self.cluster.state.topics[topic].partitions[partition].log.messages))
-
-    def stop(self) -> None:
-        self.thread.run(self.cluster.stop(), WAIT)
-        self.thread.stop()
-
-
 @pytest.fixture
-def bg() -> Iterator[Background]:
-    background = Background()
+def bg() -> Iterator[BackgroundCluster]:
+    background = BackgroundCluster(2, {"orders": 4, "small": 1}, WAIT)
     yield background
     background.stop()
 
 
-def test_publish_blocks_until_acknowledged(bg: Background) -> None:
+def test_publish_blocks_until_acknowledged(bg: BackgroundCluster) -> None:
     with sync.Producer(lookupd=bg.lookupd) as producer:
         result = producer.publish("orders", b"hello", sharding_key="hello", trace_id=42)
         plain = producer.publish("small", b"plain")
@@ -75,7 +46,7 @@ def test_publish_blocks_until_acknowledged(bg: Background) -> None:
     assert producer.closed
 
 
-def test_many_threads_share_one_producer(bg: Background) -> None:
+def test_many_threads_share_one_producer(bg: BackgroundCluster) -> None:
     results: list[PublishResult] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
@@ -103,7 +74,7 @@ def test_many_threads_share_one_producer(bg: Background) -> None:
         assert mine == [b"w%d-%d" % (worker, i) for i in range(100)]  # per-key order kept
 
 
-def test_errors_arrive_in_the_calling_thread(bg: Background) -> None:
+def test_errors_arrive_in_the_calling_thread(bg: BackgroundCluster) -> None:
     with sync.Producer(lookupd=bg.lookupd, timeout=0.3) as producer:
         with pytest.raises(InvalidArgument, match="topic"):
             producer.publish("bad topic", b"x")
@@ -119,7 +90,7 @@ def test_errors_arrive_in_the_calling_thread(bg: Background) -> None:
             producer.publish("small", b"x", partition=0)
 
 
-def test_producers_share_the_process_loop_thread(bg: Background) -> None:
+def test_producers_share_the_process_loop_thread(bg: BackgroundCluster) -> None:
     a = sync.Producer(lookupd=bg.lookupd)
     b = sync.Producer(lookupd=bg.lookupd)
     try:
@@ -135,7 +106,7 @@ def test_producers_share_the_process_loop_thread(bg: Background) -> None:
     a.close()  # idempotent
 
 
-def test_an_explicit_loop_thread(bg: Background) -> None:
+def test_an_explicit_loop_thread(bg: BackgroundCluster) -> None:
     mine = LoopThread("mine").start()
     try:
         with sync.Producer(lookupd=bg.lookupd, loop_thread=mine) as producer:
@@ -146,7 +117,7 @@ def test_an_explicit_loop_thread(bg: Background) -> None:
         mine.stop()
 
 
-def test_set_trace_from_any_thread(bg: Background) -> None:
+def test_set_trace_from_any_thread(bg: BackgroundCluster) -> None:
     with sync.Producer(lookupd=bg.lookupd) as producer:
         producer.set_trace(True, "small")
         assert producer.trace_enabled("small") is True
@@ -156,7 +127,7 @@ def test_set_trace_from_any_thread(bg: Background) -> None:
         assert producer.trace_enabled("small") is None
 
 
-def test_a_blocking_call_on_the_loop_thread_is_refused(bg: Background) -> None:
+def test_a_blocking_call_on_the_loop_thread_is_refused(bg: BackgroundCluster) -> None:
     with sync.Producer(lookupd=bg.lookupd) as producer:
         async def inside() -> None:
             producer.publish("small", b"x")
@@ -165,7 +136,7 @@ def test_a_blocking_call_on_the_loop_thread_is_refused(bg: Background) -> None:
             producer.loop_thread.run(inside())
 
 
-def test_garbage_collected_producer_releases_the_loop(bg: Background) -> None:
+def test_garbage_collected_producer_releases_the_loop(bg: BackgroundCluster) -> None:
     producer = sync.Producer(lookupd=bg.lookupd)
     thread = producer.loop_thread
     producer.publish("small", b"x")
@@ -177,7 +148,7 @@ def test_garbage_collected_producer_releases_the_loop(bg: Background) -> None:
     assert _loop_thread._shared is None
 
 
-def test_construction_errors_release_the_loop(bg: Background) -> None:
+def test_construction_errors_release_the_loop(bg: BackgroundCluster) -> None:
     with pytest.raises(InvalidArgument):
         sync.Producer(lookupd=bg.lookupd, timeout=-1)
     with pytest.raises(InvalidArgument):
@@ -185,7 +156,8 @@ def test_construction_errors_release_the_loop(bg: Background) -> None:
     assert _loop_thread._shared is None
 
 
-def test_sync_producer_inside_a_running_event_loop_thread_is_fine(bg: Background) -> None:
+def test_sync_producer_inside_a_running_event_loop_thread_is_fine(
+        bg: BackgroundCluster) -> None:
     # an asyncio program may use the facade from a worker thread (run_in_executor)
     async def main() -> PublishResult:
         with sync.Producer(lookupd=bg.lookupd) as producer:
