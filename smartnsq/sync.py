@@ -48,6 +48,7 @@ from .sharding import ShardingKey
 __all__ = ["Consumer", "Producer"]
 
 T = TypeVar("T")
+F = TypeVar("F", bound="_Facade")
 
 log = logging.getLogger("smartnsq.sync")
 
@@ -135,6 +136,13 @@ class _Facade:
     @property
     def loop_thread(self) -> LoopThread:
         return self._loop_thread
+
+    def __enter__(self: F) -> F:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
 class Producer(_Facade):
@@ -230,13 +238,6 @@ class Producer(_Facade):
     def async_producer(self) -> AsyncProducer:
         """The async Producer behind this facade (use it only on ``loop_thread.loop``)."""
         return self._producer
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -379,13 +380,6 @@ class Consumer(_Facade):
     def async_consumer(self) -> AsyncConsumer:
         """The async Consumer behind this facade (use it only on ``loop_thread.loop``)."""
         return self._consumer
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

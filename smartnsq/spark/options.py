@@ -86,6 +86,17 @@ def _http_addresses(text: str | None, name: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _lookupd_or_nsqd(opts: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ``lookupd`` (HTTP) or ``nsqd`` (TCP) addresses: exactly one of them is given."""
+    lookupd = _http_addresses(opts.get("lookupd"), "lookupd")
+    nsqd = _tcp_addresses(opts.get("nsqd"), "nsqd")
+    if bool(lookupd) == bool(nsqd):
+        raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
+                              "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",
+                              opts.get("lookupd"))
+    return lookupd, nsqd
+
+
 def _tcp_addresses(text: str | None, name: str) -> tuple[str, ...]:
     """nsqd TCP addresses (``host:port``; IPv6 hosts in brackets)."""
     out = []
@@ -239,12 +250,7 @@ class SinkOptions:
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         opts = _lower(options)
         _check_known(opts, SINK_OPTIONS, "sink")
-        lookupd = _http_addresses(opts.get("lookupd"), "lookupd")
-        nsqd = _tcp_addresses(opts.get("nsqd"), "nsqd")
-        if bool(lookupd) == bool(nsqd):
-            raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
-                                  "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",
-                                  opts.get("lookupd"))
+        lookupd, nsqd = _lookupd_or_nsqd(opts)
         topic = opts.get("topic") or None
         topic_column = opts.get("topiccolumn") or None
         if (topic is None) == (topic_column is None):
@@ -369,12 +375,7 @@ class AckSourceOptions:
     def parse(cls, options: Mapping[str, str]) -> AckSourceOptions:
         opts = _lower(options)
         _check_known(opts, ACK_SOURCE_OPTIONS, "source (mode=ack)")
-        lookupd = _http_addresses(opts.get("lookupd"), "lookupd")
-        nsqd = _tcp_addresses(opts.get("nsqd"), "nsqd")
-        if bool(lookupd) == bool(nsqd):
-            raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
-                                  "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",
-                                  opts.get("lookupd"))
+        lookupd, nsqd = _lookupd_or_nsqd(opts)
         topics = _topics(opts.get("topic"))
         if len(topics) != 1:
             raise InvalidArgument("topic", "mode=ack reads one topic", opts.get("topic"))
