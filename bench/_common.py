@@ -457,3 +457,21 @@ def max_rss_kib() -> int:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak // 1024) if sys.platform == "darwin" else int(peak)
+
+
+def merge(prev: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any]:
+    """Keep the best rate and, separately, the lowest CPU cost and the lowest peak memory."""
+    if prev is None or "error" in prev:
+        return result
+    if "error" in result:
+        return prev
+    cpu = min(prev["cpu_us"], result["cpu_us"])
+    peak = min(prev["peak_kib"], result["peak_kib"])
+    best = result if result["rate"] > prev["rate"] else prev
+    best["cpu_us"] = cpu
+    best["peak_kib"] = peak
+    return best
+
+
+def fmt_kib(kib: float) -> str:
+    return f"{kib / 1024:.1f} MiB" if kib >= 1024 else f"{kib:.0f} KiB"

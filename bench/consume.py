@@ -55,9 +55,11 @@ from _common import (
     dev_cluster,
     emit,
     environment,
+    fmt_kib,
     fmt_rate,
     fmt_ratio,
     max_rss_kib,
+    merge,
     minimal_endpoint,
     peer_available,
     run_worker,
@@ -290,24 +292,6 @@ def leftover(cluster: Any, topic: str) -> int | None:
         if ch.get("channel_name") == CHANNEL:
             return int(ch.get("depth", 0)) + int(ch.get("in_flight_count", 0))
     return None
-
-
-def merge(prev: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any]:
-    """Keep the best rate; separately the lowest CPU cost and the lowest peak memory."""
-    if prev is None or "error" in prev:
-        return result
-    if "error" in result:
-        return prev
-    cpu = min(prev["cpu_us"], result["cpu_us"])
-    peak = min(prev["peak_kib"], result["peak_kib"])
-    best = result if result["rate"] > prev["rate"] else prev
-    best["cpu_us"] = cpu
-    best["peak_kib"] = peak
-    return best
-
-
-def fmt_kib(kib: float) -> str:
-    return f"{kib / 1024:.1f} MiB" if kib >= 1024 else f"{kib:.0f} KiB"
 
 
 def run_minimal(args: argparse.Namespace, clients: list[str], count: int, rounds: int,

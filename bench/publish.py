@@ -53,9 +53,11 @@ from _common import (
     dev_cluster,
     emit,
     environment,
+    fmt_kib,
     fmt_rate,
     fmt_ratio,
     max_rss_kib,
+    merge,
     minimal_endpoint,
     peer_available,
     run_worker,
@@ -449,24 +451,6 @@ def server(kind: str, cluster_mode: str) -> Iterator[Any]:
     else:
         with dev_cluster(cluster_mode) as cluster:
             yield DevClusterServer(cluster)
-
-
-def merge(prev: dict[str, Any] | None, result: dict[str, Any]) -> dict[str, Any]:
-    """Keep the best rate and, separately, the lowest CPU cost and the lowest peak memory."""
-    if prev is None or "error" in prev:
-        return result
-    if "error" in result:
-        return prev
-    cpu = min(prev["cpu_us"], result["cpu_us"])
-    peak = min(prev["peak_kib"], result["peak_kib"])
-    best = result if result["rate"] > prev["rate"] else prev
-    best["cpu_us"] = cpu
-    best["peak_kib"] = peak
-    return best
-
-
-def fmt_kib(kib: float) -> str:
-    return f"{kib / 1024:.1f} MiB" if kib >= 1024 else f"{kib:.0f} KiB"
 
 
 def report(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
