@@ -38,11 +38,10 @@ from typing import Literal
 import mmh3
 
 from smartnsq.config import doc
+from smartnsq.dialect import key_for_hash
 from smartnsq.errors import InvalidArgument
 from smartnsq.pool import TopicRoutes
 from smartnsq.sharding import ShardingKey
-
-from .policy import _key
 
 __all__ = ["MigrationChooser", "MigrationPolicy", "Side", "split_routes"]
 
@@ -135,7 +134,7 @@ class MigrationChooser:
         if key is None:
             draw = self._random()
         else:
-            draw = mmh3.hash(_key(key), _KEY_SEED, signed=False) / 2**32
+            draw = mmh3.hash(key_for_hash(key), _KEY_SEED, signed=False) / 2**32
         return "youzan" if draw < share else "classic"
 
     def choose(self, routes: TopicRoutes, key: ShardingKey | None = None) -> TopicRoutes:

@@ -54,6 +54,7 @@ from . import trace as tracing
 from .backoff import BackoffPolicy, RequeuePolicy, exponential_delay
 from .config import ConnectionConfig
 from .connection import Connection
+from .dialect import DEFAULT_POLICY, ClassicDialect
 from .errors import (
     Action,
     ConnectionError_,
@@ -794,7 +795,7 @@ class Consumer:
                  reconnect_delay: float = 1.0, reconnect_delay_max: float = 60.0,
                  low_rdy_idle_timeout: float = 10.0, rdy_tick_interval: float = 2.0,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
-                 classic: Any = None, config: ConnectionConfig | None = None,
+                 classic: ClassicDialect | None = None, config: ConnectionConfig | None = None,
                  **connection_options: Any) -> None:
         v.check_topic(topic)
         v.check_channel(channel)
@@ -814,7 +815,7 @@ class Consumer:
         self._lookup = lookup
         self._own_lookup = lookup is None and bool(self._lookupd)
         self._lookup_options = dict(lookup_options or {})
-        self._classic = classic  # smartnsq.compat.ClassicPolicy; None: its defaults
+        self._classic = classic  # None: the default ClassicPolicy
         self._partitions: frozenset[int] | None = None
         if partitions is not None:
             self._partitions = frozenset(v.check_partition(p) for p in partitions)
@@ -983,12 +984,8 @@ class Consumer:
         """The configuration error that closed the consumer, if any."""
         return self._fatal
 
-    def _classic_policy(self) -> Any:
-        if self._classic is None:
-            from smartnsq.compat.policy import DEFAULT_POLICY  # the documented hook object
-
-            self._classic = DEFAULT_POLICY
-        return self._classic
+    def _classic_policy(self) -> ClassicDialect:
+        return self._classic or DEFAULT_POLICY
 
     async def close(self, timeout: float | None = None) -> None:
         """Drain and close: RDY 0; requeue what was received but not started; wait up to

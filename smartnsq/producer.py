@@ -41,6 +41,7 @@ from . import trace as tracing
 from .backoff import exponential_delay
 from .config import ConnectionConfig, doc
 from .connection import Connection
+from .dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from .errors import (
     Action,
     ConnectionClosed,
@@ -121,12 +122,12 @@ class ProducerConfig:
         range="True, False or None"))
     connection: ConnectionConfig = field(default_factory=ConnectionConfig, metadata=doc(
         "How connections to nsqd are opened (timeouts, TLS, compression, auth)."))
-    classic: Any = field(default=None, metadata=doc(
+    classic: ClassicDialect | None = field(default=None, metadata=doc(
         "What youzan-only features become on classic nsqd: a "
         "smartnsq.compat.ClassicPolicy (None: its defaults, i.e. sharding keys placed on "
         "nodes by rendezvous hash, trace ids logged but not sent, headers refused).",
         range="ClassicPolicy or None"))
-    migration: Any = field(default=None, metadata=doc(
+    migration: RouteChooser | ChooserFactory | None = field(default=None, metadata=doc(
         "Where publishes to a topic found on both a youzan and a classic cluster go: a "
         "smartnsq.compat.MigrationPolicy (prefer youzan, prefer classic, or a percentage "
         "to youzan). None: youzan.", range="MigrationPolicy, MigrationChooser or None"))
@@ -324,16 +325,11 @@ class Producer:
         self._valid_topics: set[str] = set()
         self._request_timeout = config.connection.request_timeout
         self._names: dict[Address, str] = {}  # "host:port" of each address, built once
-        if config.classic is None:
-            from smartnsq.compat.policy import DEFAULT_POLICY  # the documented hook object
-
-            self._classic: Any = DEFAULT_POLICY
-        else:
-            self._classic = config.classic
+        self._classic: ClassicDialect = config.classic or DEFAULT_POLICY
         migration = config.migration
-        if migration is not None and hasattr(migration, "chooser"):
+        if isinstance(migration, ChooserFactory):
             migration = migration.chooser()  # a compat MigrationPolicy: its route chooser
-        self._migration: Any = migration
+        self._migration: RouteChooser | None = migration
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # start() sets
         self._started = False
         self._closed = False
