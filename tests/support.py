@@ -23,13 +23,66 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 WAIT = 10.0
 """Default bound for every wait: long enough for a loaded 2-core CI box, never reached when
 the awaited thing happens."""
+
+
+DEADLINE_SLACK = 1.0
+"""How far past its timeout a public call may finish (issue 12: "no public call outlives its
+timeout by more than 1 s"); precise figures belong in bench/, not in tests."""
+
+
+class DeadlineExceeded(AssertionError):
+    """A public call outlived its timeout by more than :data:`DEADLINE_SLACK`."""
+
+
+@contextlib.contextmanager
+def keeps_deadline(timeout: float, slack: float = DEADLINE_SLACK) -> Iterator[None]:
+    """Check that the block (one public call, sync or async) ends within ``timeout + slack``.
+
+    Whatever the block raises passes through; if it took too long, the check fails with how
+    long it took. Used around every call the fault tests make, so a call that ignores its
+    deadline fails the test that provoked it.
+    """
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        took = time.monotonic() - started
+        if took > timeout + slack:
+            raise DeadlineExceeded(f"took {took:.2f}s against a timeout of {timeout}s")
+
+
+@contextlib.asynccontextmanager
+async def bounded(timeout: float, slack: float = DEADLINE_SLACK) -> AsyncIterator[None]:
+    """``keeps_deadline`` that also cancels the block at ``timeout + slack + 1`` so a call that
+    would hang forever fails the test instead of hanging the suite."""
+    task = asyncio.current_task()
+    assert task is not None
+    fired = False
+
+    def cancel() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    with keeps_deadline(timeout, slack):
+        handle = asyncio.get_running_loop().call_later(timeout + slack + 1.0, cancel)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if fired:
+                raise DeadlineExceeded(f"still running {timeout + slack + 1.0:.1f}s after "
+                                       f"being given {timeout}s") from None
+            raise
+        finally:
+            handle.cancel()
 
 
 class Watch:
