@@ -26,6 +26,7 @@ import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 WAIT = 10.0
@@ -257,8 +258,8 @@ class BackgroundCluster:
     """
 
     def __init__(self, nodes: int, topics: dict[str, int], wait: float = 10.0) -> None:
-        from smartnsq._loop_thread import LoopThread
         from smartnsq.devcluster import DevCluster
+        from smartnsq.loop_thread import LoopThread
 
         self.wait = wait
         self.thread = LoopThread("devcluster").start()
@@ -283,3 +284,21 @@ class BackgroundCluster:
     def stop(self) -> None:
         self.thread.run(self.cluster.stop(), self.wait)
         self.thread.stop()
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+"""The captures of real servers copied from ``../shared/fixtures`` (tests read these copies)."""
+
+
+def http_capture(name: str) -> tuple[int, bytes]:
+    """``(HTTP status, body)`` of a captured HTTP answer in ``tests/fixtures`` (the youzan and
+    the classic capture layouts: comment lines, the status line, headers, a blank line)."""
+    lines = (FIXTURES / name).read_bytes().split(b"\n")
+    i = 0
+    while not lines[i].startswith(b"HTTP"):
+        i += 1
+    status = int(lines[i].split()[1])
+    i += 1
+    while lines[i].strip():
+        i += 1
+    return status, b"\n".join(lines[i + 1:]).strip()
