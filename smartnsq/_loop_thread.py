@@ -1,11 +1,15 @@
 """Deprecated name of :mod:`smartnsq.loop_thread` (kept for code written before it was public).
 
-The module object is the same one, so ``_loop_thread.shared()`` and ``loop_thread.shared()``
-hand out the same process-wide thread.
+At run time this name is the same module object, so ``_loop_thread.shared()`` and
+``loop_thread.shared()`` hand out the same process-wide thread; the imports below are what
+type checkers see.
 """
 
 import sys
 
-from . import loop_thread
+from . import loop_thread as _impl
+from .loop_thread import LoopThread, release_shared, shared, shared_users
 
-sys.modules[__name__] = loop_thread
+__all__ = ["LoopThread", "release_shared", "shared", "shared_users"]
+
+sys.modules[__name__] = _impl
