@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +302,33 @@ def http_capture(name: str) -> tuple[int, bytes]:
     while lines[i].strip():
         i += 1
     return status, b"\n".join(lines[i + 1:]).strip()
+
+
+def slow_topic_creation(cluster: Any, sends_needed: int,
+                        topics: Iterable[str] | None = None) -> list[str]:
+    """Make the dev cluster's leader lookupd create topics as the real one does
+    (real-cluster.md, "Topic creation is slow"): the partitions get leaders only with the
+    ``sends_needed``-th ``/topic/create`` of the topic (``topics``: only these). Returns the
+    list each send's topic name is appended to.
+
+    A stand-in until the dev cluster has this fault itself (issue 14/12's faults work).
+    """
+    state = cluster.state
+    original = state.create_topic
+    only = None if topics is None else set(topics)
+    sends: list[str] = []
+    leaders: dict[tuple[str, int], str | None] = {}
+
+    def create_topic(name: str, *args: Any, **kwargs: Any) -> Any:
+        info = original(name, *args, **kwargs)
+        if only is not None and name not in only:
+            return info
+        sends.append(name)
+        for p in info.partitions:
+            leaders.setdefault((name, p.partition), p.leader)
+            ready = sends.count(name) >= sends_needed
+            p.leader = leaders[(name, p.partition)] if ready else None
+        return info
+
+    state.create_topic = create_topic
+    return sends

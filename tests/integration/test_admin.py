@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from support import BackgroundCluster, bounded, keeps_deadline
+from support import BackgroundCluster, bounded, keeps_deadline, slow_topic_creation
 
 from smartnsq.admin import Admin, AdminError, AsyncAdmin, CreationProgress
 from smartnsq.errors import ConnectionError_, InvalidArgument, ProtocolError, Timeout, TopicNotFound
@@ -57,28 +57,8 @@ async def test_create_topic_waits_until_writable(nsq_cluster: Any) -> None:
 
 @pytest.fixture
 def slow_creation(nsq_cluster: Any) -> Callable[[int], list[str]]:
-    """The real leader lookupd's slow topic creation (real-cluster.md): the partitions get
-    leaders only when a create is sent again. ``arm(n)``: leaders appear with the n-th send;
-    returns the list the sends are recorded in."""
-    state = nsq_cluster.state
-    original = state.create_topic
-
-    def arm(sends_needed: int) -> list[str]:
-        sends: list[str] = []
-        leaders: dict[tuple[str, int], str | None] = {}
-
-        def create_topic(name: str, *args: Any, **kwargs: Any) -> Any:
-            sends.append(name)
-            info = original(name, *args, **kwargs)
-            for p in info.partitions:
-                leaders.setdefault((name, p.partition), p.leader)
-                p.leader = leaders[(name, p.partition)] if len(sends) >= sends_needed else None
-            return info
-
-        state.create_topic = create_topic
-        return sends
-
-    return arm
+    """``arm(n)``: the dev cluster's lookupd gives leaders only with the n-th create."""
+    return lambda sends_needed: slow_topic_creation(nsq_cluster, sends_needed)
 
 
 @YOUZAN
