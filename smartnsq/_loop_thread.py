@@ -8,8 +8,8 @@ type checkers see.
 import sys
 
 from . import loop_thread as _impl
-from .loop_thread import LoopThread, release_shared, shared, shared_users
+from .loop_thread import LoopThread, LoopTimeout, release_shared, shared, shared_users
 
-__all__ = ["LoopThread", "release_shared", "shared", "shared_users"]
+__all__ = ["LoopThread", "LoopTimeout", "release_shared", "shared", "shared_users"]
 
 sys.modules[__name__] = _impl

@@ -39,13 +39,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from functools import partial
 from typing import Any, TypeVar
 
-__all__ = ["LoopThread", "release_shared", "shared", "shared_users"]
+__all__ = ["LoopThread", "LoopTimeout", "release_shared", "shared", "shared_users"]
 
 log = logging.getLogger("smartnsq.sync")
 
 T = TypeVar("T")
 
 _STOP_GRACE = 5.0
+
+
+class LoopTimeout(TimeoutError):
+    """A blocking wait ran out before the call on the loop finished (the call was cancelled).
+
+    Distinct from the call's own errors: a call that keeps its deadline raises its own
+    ``smartnsq.errors.Timeout`` first, so this means the loop thread was blocked or the call
+    overran its deadline.
+    """
 
 
 class _Call(concurrent.futures.Future[T]):
@@ -203,18 +212,11 @@ class LoopThread:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and block until it finishes (or ``timeout`` s pass).
 
-        On timeout, or when the waiting thread is interrupted (``KeyboardInterrupt``), the
-        coroutine is cancelled on the loop before the exception propagates.
+        On timeout (:class:`LoopTimeout`), or when the waiting thread is interrupted
+        (``KeyboardInterrupt``), the coroutine is cancelled on the loop before the exception
+        propagates. What the coroutine raises (its own ``Timeout`` included) is raised as is.
         """
-        future = self.submit(coro)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"no result within {timeout:g}s") from None
-        except BaseException:
-            future.cancel()
-            raise
+        return self.wait(self.submit(coro), timeout)
 
     def call_future(self, fn: Callable[..., asyncio.Future[T]], /, *args: Any,
                     **kwargs: Any) -> concurrent.futures.Future[T]:
@@ -241,16 +243,21 @@ class LoopThread:
         return call
 
     def wait(self, future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
-        """Wait for a ``call_future`` result; on timeout or interruption cancel the work first
-        (``TimeoutError`` on timeout, as ``run``)."""
+        """Wait for a ``submit``/``call_future`` result; on timeout or interruption cancel the
+        work first. What the call raised is raised as is; :class:`LoopTimeout` only when the
+        call did not finish within ``timeout``."""
+        # waiting and the outcome are two steps: the call's own errors include timeouts
+        # (smartnsq's Timeout is a TimeoutError, as concurrent.futures' is), which must reach
+        # the caller as they are, not read as this wait running out
         try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            self.abandon(future)
-            raise TimeoutError(f"no result within {timeout:g}s") from None
+            done, _ = concurrent.futures.wait((future,), timeout)
         except BaseException:
             self.abandon(future)
             raise
+        if not done:
+            self.abandon(future)
+            raise LoopTimeout(f"no result within {timeout:g}s")
+        return future.result()
 
     def abandon(self, future: concurrent.futures.Future[Any]) -> None:
         """Give up on a ``call_future`` result: cancel it, and the work on the loop."""
@@ -300,12 +307,12 @@ class LoopThread:
         for call in (*batch, *started):
             call.fail(error)
 
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
+    def call(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
         """Run a plain function on the loop thread and return its result (for loop-bound state)."""
         async def wrapper() -> T:
             return fn(*args)
 
-        return self.run(wrapper())
+        return self.run(wrapper(), timeout)
 
     def call_soon(self, fn: Callable[..., object], *args: Any) -> None:
         """Fire and forget ``fn(*args)`` on the loop thread."""

@@ -254,10 +254,12 @@ async def wait_until(condition: Callable[[], bool], timeout: float = WAIT,
 class BackgroundCluster:
     """A dev cluster on a loop thread of its own, as a remote cluster is to blocking code.
 
-    ``topics`` maps each topic to create to its partition count (one replica each).
+    ``topics`` maps each topic to create to its partition count (one replica each);
+    ``options`` go to ``DevCluster`` (``proxied=True`` for connection faults).
     """
 
-    def __init__(self, nodes: int, topics: dict[str, int], wait: float = 10.0) -> None:
+    def __init__(self, nodes: int, topics: dict[str, int], wait: float = 10.0,
+                 **options: Any) -> None:
         from smartnsq.devcluster import DevCluster
         from smartnsq.loop_thread import LoopThread
 
@@ -265,7 +267,7 @@ class BackgroundCluster:
         self.thread = LoopThread("devcluster").start()
 
         async def start() -> DevCluster:
-            cluster = DevCluster(nodes=nodes, lookupds=1)
+            cluster = DevCluster(nodes=nodes, lookupds=1, **options)
             await cluster.start()
             for topic, partitions in topics.items():
                 await cluster.create_topic(topic, partitions=partitions, replicas=1)

@@ -18,8 +18,8 @@ import pytest
 from support import BackgroundCluster
 
 from smartnsq import sync
-from smartnsq._loop_thread import LoopThread
 from smartnsq.errors import InvalidArgument
+from smartnsq.loop_thread import LoopThread
 from smartnsq.producer import PublishResult
 
 WAIT = 10.0
