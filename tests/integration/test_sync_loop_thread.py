@@ -9,11 +9,10 @@ import threading
 from collections.abc import AsyncIterator
 
 import pytest
+from support import WAIT
 
 from smartnsq import loop_thread
 from smartnsq.loop_thread import LoopThread
-
-WAIT = 10.0
 
 
 @pytest.fixture

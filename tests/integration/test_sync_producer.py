@@ -11,15 +11,13 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from support import BackgroundCluster
+from support import WAIT, BackgroundCluster
 
 from smartnsq import loop_thread, sync
 from smartnsq.errors import InvalidArgument, Timeout, TopicNotFound
 from smartnsq.loop_thread import LoopThread
 from smartnsq.producer import BatchResult, PublishResult
 from smartnsq.sharding import murmur3_partition
-
-WAIT = 10.0
 
 
 @pytest.fixture
