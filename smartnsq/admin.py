@@ -392,7 +392,7 @@ class AsyncAdmin:
         """Create a topic, and with ``wait`` (the default) return only once it is usable.
 
         Youzan: ``POST /topic/create`` on the leader lookupd, re-sent every
-        ``resend_interval`` seconds while partitions lack a leader; then each of
+        ``resend_interval`` seconds until the topic is usable; meanwhile each of
         ``channels`` is created on each partition's leader, until a write lookup lists every
         partition (without ``channels`` it returns once every partition has a leader: a
         youzan lookupd shows a partition to writers only once it has a channel).

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import InvalidArgument, NSQError, ProtocolError
@@ -439,8 +439,8 @@ class CreationProgress:
     ``leaders`` are the partitions a read lookup lists with a leader, ``writable`` those a
     write lookup lists (a youzan lookupd hides a partition from writers until it has a
     channel), ``channels_ready`` those whose leader accepted every wanted channel. ``done``
-    when every partition has all three (writability only when channels were asked for or a
-    write lookup already lists it). ``resend`` says the create must be sent again: the
+    when every partition has a leader and, when channels were asked for, every channel and a
+    writable listing. ``resend`` says the create must be sent again: the
     partitions get leaders only when the leader lookupd's cluster check runs, and a re-sent
     create triggers one (real-cluster.md, "Topic creation is slow").
     """
@@ -484,16 +484,17 @@ def creation_progress(topic: str, partition_num: int, *, read: TopicView | None,
 
     ``read``/``write`` are the latest ``access=r``/``access=w`` views (``None`` while the
     lookupds do not know the topic or hide every partition). The create is (re)sent when it
-    never went out, or when partitions still lack a leader and ``resend_interval`` passed
-    since the last send.
+    never went out, or when the topic is not usable yet and ``resend_interval`` passed since
+    the last send: a real read lookup can name a leader before that node accepts the
+    channel (real-cluster.md), so a listed leader alone does not stop the re-sending.
     """
     leaders = frozenset(read.leaders()) if read is not None else frozenset()
     writable = frozenset(write.leaders()) if write is not None else frozenset()
-    every = frozenset(range(partition_num))
-    resend = last_sent is None or (not every <= leaders
-                                   and now - last_sent >= resend_interval)
-    return CreationProgress(topic, partition_num, leaders, writable, frozenset(channels_ready),
-                            want_channels, max(0.0, now - started), resend)
+    state = CreationProgress(topic, partition_num, leaders, writable, frozenset(channels_ready),
+                             want_channels, max(0.0, now - started), False)
+    if last_sent is None or (not state.done and now - last_sent >= resend_interval):
+        return replace(state, resend=True)
+    return state
 
 
 def leaders_of(view: TopicView | None, partitions: Sequence[int]) -> dict[int, Node]:

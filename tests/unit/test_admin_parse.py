@@ -197,15 +197,19 @@ def test_first_round_sends_the_create() -> None:
     assert state.resend and not state.done and state.missing_leaders == (0, 1, 2, 3)
 
 
-def test_resent_only_after_the_interval_while_leaders_are_missing() -> None:
-    def at(now: float, read: TopicView | None) -> bool:
-        return creation_progress("t", 4, read=read, write=None, channels_ready=(),
-                                 want_channels=False, started=0.0, last_sent=10.0, now=now,
-                                 resend_interval=5.0).resend
+def test_resent_only_after_the_interval_until_usable() -> None:
+    def at(now: float, read: TopicView | None, want_channels: bool = False,
+           write: TopicView | None = None) -> bool:
+        return creation_progress("t", 4, read=read, write=write, channels_ready=range(4),
+                                 want_channels=want_channels, started=0.0, last_sent=10.0,
+                                 now=now, resend_interval=5.0).resend
 
     assert not at(14.9, _view(2))
     assert at(15.0, _view(2))
     assert not at(30.0, _view(4))  # every partition has a leader: no more sends
+    # a read lookup can name leaders before the topic is writable: keep re-sending
+    assert at(30.0, _view(4), want_channels=True, write=_view(2, "w"))
+    assert not at(30.0, _view(4), want_channels=True, write=_view(4, "w"))
 
 
 def test_done_needs_leaders_then_writability_when_channels_are_wanted() -> None:
