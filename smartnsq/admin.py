@@ -444,6 +444,7 @@ class AsyncAdmin:
                                        multipart=multipart,
                                        disable_channel_auto_create=disable_auto)
         last_sent: float | None = None
+        registered: set[str] = set()  # disable_channel_auto_create: allowed on the lookupd
         ready: dict[str, set[int]] = {c: set() for c in channels}
         read: TopicView | None = None
         write: TopicView | None = None
@@ -474,6 +475,11 @@ class AsyncAdmin:
                     last_error = str(exc)  # the leader lookupd may be changing: ask again
                     with contextlib.suppress(NSQError):
                         leader = await self._youzan_leader("topic create") or leader
+            if disable_auto and last_sent is not None:
+                for channel in channels:
+                    if channel not in registered:
+                        await self._register_channel(leader, topic, channel, left())
+                        registered.add(channel)
             if progress is not None:
                 progress(state)
             if state.done or not wait:
@@ -499,6 +505,17 @@ class AsyncAdmin:
                 write = await self._view(topic, "w", left)
             if not state.done:
                 await asyncio.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+    async def _register_channel(self, leader: str, topic: str, channel: str,
+                                timeout: float) -> None:
+        """Allow ``channel`` of a topic created with ``disable_channel_auto_create`` (the
+        leader lookupd's ``/channel/create``; one already allowed is fine)."""
+        try:
+            await self._write(leader, "/channel/create", {"topic": topic, "channel": channel},
+                              what="nsqlookupd /channel/create", timeout=timeout)
+        except AdminError as exc:
+            if "already registered" not in exc.message:
+                raise
 
     async def _view(self, topic: str, access: str, left: Callable[[], float]
                     ) -> TopicView | None:

@@ -55,6 +55,21 @@ async def test_create_topic_waits_until_writable(nsq_cluster: Any) -> None:
         assert again.done
 
 
+@YOUZAN
+async def test_create_topic_registers_channels_when_auto_create_is_off(nsq_cluster: Any) -> None:
+    async with AsyncAdmin(nsq_cluster.lookupd_http_addresses) as admin:
+        state = await admin.create_topic("adm_closed", 2, 1, disable_channel_auto_create=True,
+                                         channels=["only"], timeout=20)
+        assert state.done
+        view = await admin.lookup("adm_closed", "w")
+        assert view.meta is not None and view.meta.disable_channel_auto_create
+        assert view.channels == ("only",) and sorted(view.partitions) == [0, 1]
+        # the leader lookupd allows the channel: a second registration is refused as such
+        with pytest.raises(AdminError, match="already registered"):
+            await admin._write(nsq_cluster.leader_lookupd.http_address, "/channel/create",
+                               {"topic": "adm_closed", "channel": "only"}, what="register")
+
+
 @pytest.fixture
 def slow_creation(nsq_cluster: Any) -> Callable[[int], list[str]]:
     """``arm(n)``: the dev cluster's lookupd gives leaders only with the n-th create."""
