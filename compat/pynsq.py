@@ -49,7 +49,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
-from smartnsq import _loop_thread, sync
+from smartnsq import loop_thread, sync
 from smartnsq.backoff import BackoffPolicy
 from smartnsq.config import ConnectionConfig
 from smartnsq.consumer import Consumer
@@ -119,19 +119,45 @@ _running: set[asyncio.AbstractEventLoop] = set()  # loops inside run()
 _readers: weakref.WeakSet[Reader] = weakref.WeakSet()  # for run()'s check of the handlers
 
 
+class _NoSetLoop(Exception):
+    """Raised by the probe in :func:`_set_loop` instead of creating a loop."""
+
+
+_probe_lock = threading.Lock()
+
+
 def _set_loop() -> asyncio.AbstractEventLoop | None:
-    """The calling thread's set event loop, without creating one as ``get_event_loop`` may."""
+    """The calling thread's set event loop, without creating one.
+
+    The policy's ``get_event_loop()`` answers it, except that on the main thread it creates
+    and sets a new loop when none was ever set (Python 3.10-3.13; later versions raise). So
+    for the duration of the question, the policy's ``new_event_loop`` refuses on this thread
+    (other threads calling it meanwhile get the policy's own): only public policy methods
+    are used, whatever the policy (asyncio's, uvloop's, tornado's).
+    """
     policy = asyncio.get_event_loop_policy()
-    local = getattr(policy, "_local", None)
-    if local is not None and hasattr(local, "_loop"):
-        loop: asyncio.AbstractEventLoop | None = local._loop
-        return loop
-    try:  # another policy (uvloop's...): ask it
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return policy.get_event_loop()
-    except RuntimeError:
-        return None
+    me = threading.get_ident()
+    with _probe_lock:
+        original = policy.new_event_loop
+        own = vars(policy).get("new_event_loop")  # someone's instance attribute: kept
+
+        def new_event_loop() -> asyncio.AbstractEventLoop:
+            if threading.get_ident() == me:
+                raise _NoSetLoop
+            return original()
+
+        policy.new_event_loop = new_event_loop  # type: ignore[method-assign]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return policy.get_event_loop()
+        except (_NoSetLoop, RuntimeError):
+            return None
+        finally:
+            if own is None:
+                del policy.new_event_loop  # the class's method again
+            else:
+                policy.new_event_loop = own  # type: ignore[method-assign]
 
 
 def _user_entry(acquire: bool = False) -> _UserLoop:
@@ -448,6 +474,7 @@ class Writer:
             raise
 
     async def _connect(self, addresses: list[tuple[str, int]]) -> None:
+        await self._producer.start()  # the sync Producer leaves it to the first call
         pool = self._producer.pool
         results = await asyncio.gather(*(pool.acquire(a) for a in addresses),
                                        return_exceptions=True)
@@ -767,14 +794,14 @@ class Reader:
         # (before its future completes), by the finalizer if the Reader is dropped unclosed,
         # or here on failure
         try:
-            self._thread = _loop_thread.shared()
+            self._thread = loop_thread.shared()
         except BaseException:
             _release_user_loop(entry)
             raise
         try:
             self._user = _mailbox(self._loop)
             self._net = _mailbox(self._thread.loop)
-            self._finalizer = weakref.finalize(self, _loop_thread.release_shared,
+            self._finalizer = weakref.finalize(self, loop_thread.release_shared,
                                                self._thread)
             # released by close() on the calling thread (normally the run() one, where the
             # loop can also be unset as the thread's event loop), not on the network loop
@@ -784,7 +811,7 @@ class Reader:
             # loop thread taken) by the callback waiting in the user loop
             self._loop.call_soon_threadsafe(_start_reader, weakref.ref(self))
         except BaseException:
-            _loop_thread.release_shared(self._thread)
+            loop_thread.release_shared(self._thread)
             _release_user_loop(entry)
             raise
 

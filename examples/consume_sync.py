@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 
 from smartnsq import sync
-from smartnsq._loop_thread import LoopThread
 from smartnsq.devcluster import DevCluster
+from smartnsq.loop_thread import LoopThread
 from smartnsq.message import Message
 
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from smartnsq import sync
-from smartnsq._loop_thread import LoopThread
 from smartnsq.devcluster import DevCluster
+from smartnsq.loop_thread import LoopThread
 
 
 @contextlib.contextmanager

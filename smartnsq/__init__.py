@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Admin": "smartnsq.admin",
+    "AsyncAdmin": "smartnsq.admin",
+    "AdminError": "smartnsq.admin",
+    "LoopThread": "smartnsq.loop_thread",
     "Producer": "smartnsq.producer",
     "ProducerConfig": "smartnsq.producer",
     "PublishResult": "smartnsq.producer",
@@ -34,7 +38,10 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Admin",
+    "AdminError",
     "AlreadyResponded",
+    "AsyncAdmin",
     "BackoffPolicy",
     "BatchResult",
     "ConnectionConfig",
@@ -42,6 +49,7 @@ __all__ = [
     "InvalidArgument",
     "LookupConfig",
     "LookupManager",
+    "LoopThread",
     "Message",
     "NSQError",
     "Producer",
@@ -57,11 +65,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .admin import Admin, AdminError, AsyncAdmin
     from .backoff import BackoffPolicy, RequeuePolicy
     from .config import ConnectionConfig
     from .consumer import Consumer
     from .errors import InvalidArgument, NSQError, ServerError, Timeout, TopicNotFound
     from .lookup import LookupConfig, LookupManager, TopicView
+    from .loop_thread import LoopThread
     from .message import AlreadyResponded, Message
     from .producer import BatchResult, Producer, ProducerConfig, PublishResult
     from .protocol.commands import StartPosition

@@ -34,19 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-import httpx
-
-from .cli_util import (
-    V1_HEADERS,
-    CLIError,
-    Progress,
-    bar,
-    format_table,
-    http_get,
-    split_addresses,
-)
-from .errors import LookupFailed, ProtocolError, TopicNotFound
-from .protocol.lookup import Node, TopicView, lookup_params, parse_listlookup, parse_lookup
+from .cli.util import CLIError, Progress, bar, format_table, split_addresses
+from .errors import TopicNotFound
 
 __all__ = ["DemoOptions", "DemoReport", "run_cli", "run_demo"]
 
@@ -75,6 +64,7 @@ class DemoOptions:
     progress: bool | None = None
     seed: int = 7
     timeout: float = 10.0
+    create_timeout: float = 120.0
 
     def check(self) -> None:
         if not 1 <= self.orders <= 1_000_000:
@@ -85,6 +75,8 @@ class DemoOptions:
             raise CLIError("--duration must be in 0..3600 seconds")
         if not 1 <= self.partitions <= 64:
             raise CLIError("--partitions must be in 1..64")
+        if not 1 <= self.create_timeout <= 3600:
+            raise CLIError("--create-timeout must be in 1..3600 seconds")
 
 
 @dataclass
@@ -162,11 +154,19 @@ class DemoReport:
 # -- the cluster the demo runs on ------------------------------------------------------------
 
 class _Lab:
-    """Where the demo runs: creates its topics, and moves leaders when it can."""
+    """Where the demo runs: creates its topics (through ``smartnsq.admin``, on either kind of
+    cluster the same way), and moves leaders when it can."""
 
     lookupd: list[str]
     description: str
     can_move_leaders = False
+
+    def __init__(self, timeout: float, create_timeout: float, err: TextIO,
+                 progress: bool | None) -> None:
+        self.timeout = timeout
+        self.create_timeout = create_timeout
+        self.err = err
+        self.progress = progress
 
     async def start(self) -> None: ...
 
@@ -174,18 +174,77 @@ class _Lab:
 
     async def create_topic(self, name: str, partitions: int, replicas: int, ordered: bool,
                            channel: str) -> None:
-        raise NotImplementedError
+        """Create ``name`` unless it exists as wanted, and return once every partition has a
+        leader and is writable: a real cluster gives leaders only after its cluster check,
+        which a re-sent create triggers (real-cluster.md), so the wait is ``create_topic``'s
+        with ``wait=True``, shown as it goes."""
+        from .admin import AsyncAdmin
+        from .errors import NSQError
+
+        async with AsyncAdmin(self.lookupd, timeout=self.timeout) as admin:
+            try:
+                view = await admin.lookup(name, "r")
+            except TopicNotFound:
+                view = None
+            except NSQError as exc:
+                raise CLIError(f"looking up {name}: {exc}") from None
+            if view is not None and not view.youzan and view.producers:
+                raise CLIError(f"{name}: the demo needs a youzan cluster (lookupd answered "
+                               "without partitions)")
+            if view is not None and view.meta is not None and view.meta.known:
+                if ordered and not view.ordered:
+                    raise CLIError(f"topic {name} exists and is not ordered; use another "
+                                   "--topic-prefix")
+                if view.partition_num != partitions:
+                    raise CLIError(f"topic {name} exists with {view.partition_num} partitions, "
+                                   f"not {partitions}; use another --topic-prefix")
+            shown = _CreationShown(self.err, self.progress)
+            try:
+                await admin.create_topic(name, partitions, replicas, ordered=ordered,
+                                         channels=[channel], timeout=self.create_timeout,
+                                         progress=shown.update)
+            except NSQError as exc:
+                raise CLIError(f"creating topic {name}: {exc}") from None
+            finally:
+                shown.done()
 
     def move_leader(self, topic: str, partition: int) -> tuple[str, str]:
         raise NotImplementedError
 
 
+class _CreationShown:
+    """Topic creation progress on stderr: a live line on a terminal, else a line each time
+    the state changes (a real cluster can take a minute; silence would look like a hang)."""
+
+    def __init__(self, err: TextIO, enabled: bool | None) -> None:
+        self.line = Progress(enabled, stream=err)
+        self.err = err
+        self.last = ""
+        self.started = time.monotonic()
+
+    def update(self, state: Any) -> None:
+        text = f"creating topic {state.describe()}"
+        if self.line.enabled:
+            self.line.update(text)
+            return
+        summary = text.rsplit(" after ", 1)[0]
+        # quiet when creation is quick; past a second, every change gets a line
+        if summary != self.last and time.monotonic() - self.started > 1.0:
+            self.err.write(text + "\n")
+            self.err.flush()
+            self.last = summary
+
+    def done(self) -> None:
+        self.line.done()
+
+
 class _Embedded(_Lab):
     can_move_leaders = True
 
-    def __init__(self) -> None:
+    def __init__(self, *args: Any) -> None:
         from .devcluster import DevCluster
 
+        super().__init__(*args)
         self.cluster = DevCluster(nodes=3, lookupds=2)
 
     async def start(self) -> None:
@@ -197,11 +256,6 @@ class _Embedded(_Lab):
 
     async def close(self) -> None:
         await self.cluster.stop()
-
-    async def create_topic(self, name: str, partitions: int, replicas: int, ordered: bool,
-                           channel: str) -> None:
-        await self.cluster.create_topic(name, partitions=partitions, replicas=replicas,
-                                        ordered=ordered, channels=[channel])
 
     def _address(self, node: Any) -> str:
         return self.cluster.node_info(node).tcp_address
@@ -216,88 +270,10 @@ class _Embedded(_Lab):
 class _Remote(_Lab):
     """A real youzan cluster: topics are created through its leader lookupd if missing."""
 
-    def __init__(self, lookupd: list[str], timeout: float) -> None:
+    def __init__(self, lookupd: list[str], *args: Any) -> None:
+        super().__init__(*args)
         self.lookupd = lookupd
-        self.timeout = timeout
         self.description = f"cluster at {', '.join(lookupd)}"
-        self.client = httpx.AsyncClient(timeout=timeout, headers=V1_HEADERS)
-
-    async def close(self) -> None:
-        await self.client.aclose()
-
-    async def _lookup(self, topic: str) -> TopicView | None:
-        """The readers' view of ``topic`` from the first lookupd that answers; ``None`` when
-        it does not exist (read by ``smartnsq.protocol.lookup``, every envelope and shape)."""
-        last: CLIError | None = None
-        for address in self.lookupd:
-            what = f"lookup of {topic}"
-            try:
-                response = await http_get(self.client, address, "/lookup",
-                                          lookup_params(topic, "r"), what=what)
-                return parse_lookup(topic, "r", response.status_code, response.content,
-                                    lookupd=address)
-            except TopicNotFound:
-                return None
-            except (LookupFailed, ProtocolError) as exc:
-                last = CLIError(f"{what}: {address}: {exc}")
-            except CLIError as exc:
-                last = exc
-        raise last or CLIError("no lookupd given")
-
-    async def _leader_lookupd(self) -> str:
-        for address in self.lookupd:
-            with contextlib.suppress(CLIError, LookupFailed, ProtocolError):
-                response = await http_get(self.client, address, "/listlookup",
-                                          what="nsqlookupd /listlookup")
-                listing = parse_listlookup(response.status_code, response.content)
-                if listing.leader:
-                    return listing.leader
-        raise CLIError("the demo needs a youzan cluster: no lookupd answered /listlookup "
-                       "with a leader")
-
-    async def create_topic(self, name: str, partitions: int, replicas: int, ordered: bool,
-                           channel: str) -> None:
-        view = await self._lookup(name)
-        if view is not None and not view.youzan and view.producers:
-            raise CLIError(f"{name}: the demo needs a youzan cluster (lookupd answered "
-                           "without partitions)")
-        if view is None or view.meta is None or not view.meta.known:
-            leader = await self._leader_lookupd()
-            params = {"topic": name, "partition_num": str(partitions),
-                      "replicator": str(replicas)}
-            if ordered:
-                params["orderedmulti"] = "true"
-            response = await self.client.post(f"http://{leader}/topic/create", params=params)
-            if response.status_code >= 400:
-                raise CLIError(f"creating topic {name} on {leader} failed: "
-                               f"HTTP {response.status_code} {response.text.strip()[:200]}")
-        elif ordered and not view.ordered:
-            raise CLIError(f"topic {name} exists and is not ordered; use another "
-                           "--topic-prefix")
-        deadline = time.monotonic() + max(60.0, self.timeout)
-        while True:
-            view = await self._lookup(name)
-            count = view.partition_num if view is not None else 0
-            leaders = view.leaders() if view is not None else {}
-            if count and len(leaders) >= count and await self._create_channels(
-                    name, leaders, channel):
-                return
-            if time.monotonic() > deadline:
-                raise CLIError(f"topic {name} did not get a leader for every partition in time")
-            await asyncio.sleep(0.5)  # a real cluster elects leaders in a periodic check
-
-    async def _create_channels(self, topic: str, leaders: dict[int, Node], channel: str) -> bool:
-        for partition, leader in leaders.items():
-            address = leader.http_address
-            try:
-                response = await self.client.post(
-                    f"http://{address}/channel/create",
-                    params={"topic": topic, "partition": str(partition), "channel": channel})
-            except httpx.HTTPError:
-                return False
-            if response.status_code >= 400:
-                return False  # E_FAILED_ON_NOT_LEADER while the leader settles: try again
-        return True
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -701,7 +677,8 @@ def render(report: DemoReport, options: DemoOptions) -> str:
 async def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> DemoReport:
     """Run the demo and print its report on ``out`` (progress on ``err``)."""
     options.check()
-    lab: _Lab = _Remote(options.cluster, options.timeout) if options.cluster else _Embedded()
+    shape = (options.timeout, options.create_timeout, err, options.progress)
+    lab: _Lab = _Remote(options.cluster, *shape) if options.cluster else _Embedded(*shape)
     if options.cluster:
         err.write(f"running the demo against {', '.join(options.cluster)}\n")
     else:
@@ -712,7 +689,8 @@ async def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> DemoReport
         demo = _Demo(options, lab, out, err)
         # a guard, not the verdict: the run checks its own progress, but a hang anywhere must
         # still end the command with a clear line instead of never returning
-        limit = 2 * options.duration + max(60.0, options.orders * options.events / 100)
+        limit = (2 * options.duration + max(60.0, options.orders * options.events / 100)
+                 + 2 * options.create_timeout)  # two topics to create first
         try:
             report = await asyncio.wait_for(demo.run(), limit)
         except asyncio.TimeoutError:
@@ -729,7 +707,8 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
     return DemoOptions(orders=args.orders, events=args.events, duration=args.duration,
                        cluster=cluster, topic_prefix=args.topic_prefix,
                        partitions=args.partitions, failover=not args.no_failover,
-                       progress=args.progress, seed=args.seed, timeout=args.timeout)
+                       progress=args.progress, seed=args.seed, timeout=args.timeout,
+                       create_timeout=getattr(args, "create_timeout", 120.0))
 
 
 async def run_cli(args: argparse.Namespace) -> int:

@@ -1,19 +1,29 @@
 """Blocking, thread-safe facades over the asyncio clients (for WSGI apps, Spark executors, scripts).
 
-Each facade owns an async client living on a background event loop (``smartnsq._loop_thread``,
-one per process by default, shared by every facade) and forwards each call to it, blocking
-until the async call finishes. The logic exists once, in the async client; a facade only
-crosses threads. Many threads may call one facade at once: their publishes meet on the loop,
-where the connection coalesces them into few socket writes, so a thread pool publishing
-through one ``smartnsq.sync.Producer`` gets the same batching an asyncio program gets.
+Each facade owns an async client living on a background event loop
+(:class:`smartnsq.loop_thread.LoopThread`, one per process by default, shared by every
+facade) and forwards each call to it, blocking until the async call finishes. The logic
+exists once, in the async client; a facade only crosses threads. Many threads may call one
+facade at once: their publishes meet on the loop, where the connection coalesces them into
+few socket writes, so a thread pool publishing through one ``smartnsq.sync.Producer`` gets
+the same batching an asyncio program gets.
 
 Facades are for code outside an event loop. Inside one (or in a callback running on the
 facade's own loop) use the async clients: a blocking call there raises ``RuntimeError``
 rather than deadlock.
 
-Writing another facade (``Consumer``): subclass ``_Facade``, build the async client with
-``self._start(factory)`` and forward calls with ``self._run(coro, timeout)``; async iterators
-go through ``self._loop_thread.iterate(...)``.
+Constructors do not wait for the network: they build the async client (checking every
+argument) and return; the producer connects on its first call, within that call's deadline,
+and the consumer's subscriptions come up in the background.
+
+A facade's error is the async call's own (``Timeout``, ``TopicNotFound``, ``ServerError``...,
+with their causes). Only when the async call overruns its own deadline by ``_GUARD`` seconds
+does the facade give up on it, with a ``Timeout`` saying so (its cause is the loop thread's
+``LoopTimeout``).
+
+Writing another facade: subclass ``_Facade``, build the async client with
+``self._start(factory)`` and forward calls with ``self._run(coro, timeout, what)``; async
+iterators go through ``self._loop_thread.iterate(...)``.
 """
 
 from __future__ import annotations
@@ -24,7 +34,6 @@ import logging
 import threading
 import weakref
 from collections.abc import (
-    Awaitable,
     Callable,
     Coroutine,
     Iterable,
@@ -35,10 +44,10 @@ from collections.abc import (
 from types import TracebackType
 from typing import Any, TypeVar
 
-from . import _loop_thread
-from ._loop_thread import LoopThread
+from . import loop_thread as _loops
 from .consumer import Consumer as AsyncConsumer
 from .errors import InvalidArgument, Timeout
+from .loop_thread import LoopThread, LoopTimeout
 from .message import Message
 from .pool import TopicRoutes
 from .producer import BatchResult, ProducerConfig, PublishResult
@@ -69,7 +78,12 @@ def _finalize(loop_thread: LoopThread, shared: bool,
                 log.debug("closing a facade's client failed", exc_info=True)
     finally:
         if shared:
-            _loop_thread.release_shared(loop_thread)
+            _loops.release_shared(loop_thread)
+
+
+def _overran(what: str, timeout: float | None) -> Timeout:
+    return Timeout(f"{what} did not finish within its {timeout:g}s deadline (+{_GUARD:g}s): "
+                   "the call overran its deadline or the event loop thread is blocked")
 
 
 def _guard_for(timeout: object) -> float:
@@ -85,41 +99,44 @@ class _Facade:
 
     def __init__(self, loop_thread: LoopThread | None) -> None:
         self._shared = loop_thread is None
-        self._loop_thread = _loop_thread.shared() if loop_thread is None else loop_thread.start()
+        self._loop_thread = _loops.shared() if loop_thread is None else loop_thread.start()
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
 
-    def _start(self, factory: Callable[[], Awaitable[T]],
+    def _start(self, factory: Callable[[], T],
                closer_of: Callable[[T], Callable[[], Coroutine[Any, Any, None]]],
                grace: Callable[[T], float] | None = None) -> T:
-        """Build the async client on the loop; register its closing for close() and GC
-        (``grace``: how much longer than the usual guard the closing may take)."""
-        async def build() -> T:
-            return await factory()
-
+        """Build the async client on the loop (no I/O: construction only checks arguments);
+        register its closing for close() and GC (``grace``: how much longer than the usual
+        guard the closing may take)."""
         try:
-            client = self._loop_thread.run(build())
+            client = self._loop_thread.call(factory, timeout=_GUARD)
+        except LoopTimeout as exc:
+            if self._shared:
+                _loops.release_shared(self._loop_thread)
+            raise Timeout(f"the event loop thread did not build the client within "
+                          f"{_GUARD:g}s (is it blocked?)") from exc
         except BaseException:
             if self._shared:
-                _loop_thread.release_shared(self._loop_thread)
+                _loops.release_shared(self._loop_thread)
             raise
         self._finalizer = weakref.finalize(self, _finalize, self._loop_thread, self._shared,
                                            closer_of(client),
                                            0.0 if grace is None else grace(client))
         return client
 
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
-        """Run ``coro`` on the loop and wait; ``timeout`` is the async call's own deadline."""
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None, what: str = "") -> T:
+        """Run ``coro`` on the loop and wait; ``timeout`` is the async call's own deadline.
+        The call's errors are raised as they are; the facade's guard only ends a call that
+        overran that deadline by ``_GUARD`` seconds."""
         if self._closed:
             coro.close()
             raise RuntimeError(f"this {type(self).__name__} is closed")
         guard = None if timeout is None else timeout + _GUARD
         try:
             return self._loop_thread.run(coro, guard)
-        except TimeoutError as exc:
-            if isinstance(exc, Timeout):
-                raise
-            raise Timeout(f"no answer from the event loop within {guard:g}s") from None
+        except LoopTimeout as exc:
+            raise _overran(what or type(self).__name__, timeout) from exc
 
     def close(self) -> None:
         """Close the async client and release the loop thread (idempotent)."""
@@ -149,8 +166,9 @@ class Producer(_Facade):
     """``smartnsq.producer.Producer`` as blocking calls; safe to share between threads.
 
     Takes the async Producer's arguments, plus ``loop_thread`` (a started
-    ``smartnsq._loop_thread.LoopThread``; default: the process-wide one). Use it as a context
-    manager or call ``close()``::
+    ``smartnsq.loop_thread.LoopThread``; default: the process-wide one). Nothing is dialled at
+    construction: the first call connects, within its deadline. Use it as a context manager
+    or call ``close()``::
 
         with smartnsq.sync.Producer(lookupd=["127.0.0.1:4161"]) as producer:
             producer.publish("orders", b"...", sharding_key=order_id)
@@ -161,13 +179,9 @@ class Producer(_Facade):
                  loop_thread: LoopThread | None = None, **kwargs: Any) -> None:
         super().__init__(loop_thread)
 
-        async def create() -> AsyncProducer:
-            producer = AsyncProducer(lookupd, nsqd, **kwargs)
-            try:
-                return await producer.start()
-            except BaseException:
-                await producer.close()
-                raise
+        def create() -> AsyncProducer:
+            # not started: the first call connects, within its own deadline
+            return AsyncProducer(lookupd, nsqd, **kwargs)
 
         # closing waits for unanswered publishes (drain_timeout) before the usual guard
         self._producer = self._start(create, lambda p: p.close,
@@ -186,13 +200,11 @@ class Producer(_Facade):
         future = self._loop_thread.call_future(
             self._publish_on_loop, topic, body, sharding_key, partition, trace_id, headers,
             delay, timeout)
-        guard = _guard_for(self._timeout if timeout is None else timeout)
+        deadline = self._timeout if timeout is None else timeout
         try:
-            return self._loop_thread.wait(future, guard)
-        except TimeoutError as exc:
-            if isinstance(exc, Timeout):
-                raise
-            raise Timeout(f"no answer from the event loop within {guard:g}s") from None
+            return self._loop_thread.wait(future, _guard_for(deadline))
+        except LoopTimeout as exc:
+            raise _overran(f"publish to {topic!r}", _guard_for(deadline) - _GUARD) from exc
 
     def _publish_on_loop(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
                          partition: int | None, trace_id: int | None,
@@ -214,12 +226,12 @@ class Producer(_Facade):
         return self._run(self._producer.publish_many(
             topic, list(bodies), sharding_key=sharding_key, partition=partition,
             trace_id=trace_id, headers=headers, timeout=timeout),
-            self._timeout if timeout is None else timeout)
+            self._timeout if timeout is None else timeout, f"publish_many to {topic!r}")
 
     def routes(self, topic: str, timeout: float | None = None) -> TopicRoutes:
         """The topic's current routes (partition count, leaders, meta), looked up if unknown."""
         return self._run(self._producer.routes(topic),
-                         self._timeout if timeout is None else timeout)
+                         self._timeout if timeout is None else timeout, f"routes of {topic!r}")
 
     def set_trace(self, enabled: bool | None, topic: str | None = None) -> None:
         """``Producer.set_trace``, applied on the loop thread."""
@@ -254,7 +266,8 @@ class Consumer(_Facade):
     Same arguments as the async Consumer (``handler`` is a plain function taking a
     :class:`~smartnsq.message.Message`; return -> FIN, raise -> REQ), plus ``threads`` (the
     pool size, which is the handler concurrency; default ``min(32, max_in_flight)``) and
-    ``loop_thread``. Subscriptions start at construction::
+    ``loop_thread``. Subscriptions start at construction, in the background (the constructor
+does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start's error)::
 
         consumer = smartnsq.sync.Consumer("orders", "billing", lookupd=[...], handler=handle)
         signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
@@ -297,15 +310,10 @@ class Consumer(_Facade):
 
         super().__init__(loop_thread)
 
-        async def create() -> AsyncConsumer:
-            consumer = AsyncConsumer(topic, channel, lookupd, nsqd, wrapper,
-                                     concurrency=threads if wrapper is not None else None,
-                                     **kwargs)
-            try:
-                return await consumer.start()
-            except BaseException:
-                await consumer.close()
-                raise
+        def create() -> AsyncConsumer:
+            return AsyncConsumer(topic, channel, lookupd, nsqd, wrapper,
+                                 concurrency=threads if wrapper is not None else None,
+                                 **kwargs)
 
         try:
             self._consumer = self._start(create, lambda c: c.close)
@@ -314,12 +322,19 @@ class Consumer(_Facade):
                 self._executor.shutdown(wait=False)
             raise
         self._stopped = threading.Event()
+        # subscriptions come up in the background: the constructor does not wait for them
+        self._starting = self._loop_thread.submit(self._consumer.start())
+
+    def _started(self) -> None:
+        """Wait for the background start; raise what it raised (its own error, as is)."""
+        self._loop_thread.wait(self._starting)
 
     def run(self, timeout: float | None = None) -> bool:
         """Block until the consumer is stopped and drained (or ``timeout`` s pass: then
         return False and keep consuming)."""
         if self._closed and self._stopped.is_set():
             return True
+        self._started()
         future = self._loop_thread.submit(self._consumer.join())
         try:
             future.result(timeout)
@@ -346,6 +361,8 @@ class Consumer(_Facade):
             raise RuntimeError("close() from a handler would wait for itself; use stop()")
         if self._closed:
             return
+        if not self._starting.done():
+            self._loop_thread.abandon(self._starting)  # a start still under way ends here
         if self._loop_thread.running and not self._consumer.closed:
             drain = timeout if timeout is not None else self._consumer.drain_timeout
             try:
@@ -361,6 +378,7 @@ class Consumer(_Facade):
             self._executor.shutdown(wait=False)
 
     def __iter__(self) -> Iterator[Message]:
+        self._started()
         aiterator = self._consumer.__aiter__()
         return self._loop_thread.iterate(aiterator, getattr(aiterator, "aclose", None))
 

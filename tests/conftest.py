@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from smartnsq import _loop_thread
+from smartnsq import loop_thread
 
 FAIL_ON_SHARED_LOOP_LEAK = True
 """Flip to True once every suite releases what it takes: a leak then fails the test that
@@ -24,15 +24,12 @@ class SharedLoopLeak(UserWarning):
 
 def shared_loop_users() -> int:
     """Users of the process-wide loop thread, 0 when none is running."""
-    thread = _loop_thread._shared
-    if thread is None or not thread.running:
-        return 0
-    return _loop_thread._shared_users
+    return loop_thread.shared_users()
 
 
 @pytest.fixture(autouse=True)
 def _shared_loop_balance(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Report a test that takes the shared loop thread (``_loop_thread.shared()``) and never
+    """Report a test that takes the shared loop thread (``loop_thread.shared()``) and never
     gives it back: that thread then outlives the test and skews every later count."""
     before = shared_loop_users()
     yield

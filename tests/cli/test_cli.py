@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from smartnsq.cli import main
-from smartnsq.cli_util import CLIError
+from smartnsq.cli.util import CLIError
 from smartnsq.sharding import murmur3_partition
 
 

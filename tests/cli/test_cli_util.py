@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from smartnsq.cli_tail import parse_start
-from smartnsq.cli_util import CLIError, Progress, bar, format_table, one_line, split_addresses
+from smartnsq.cli.tail import parse_start
+from smartnsq.cli.util import CLIError, Progress, bar, format_table, one_line, split_addresses
 from smartnsq.protocol.commands import StartPosition
 
 

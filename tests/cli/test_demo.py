@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import pytest
+from support import slow_topic_creation
 
 from smartnsq.cli import main
 
@@ -47,6 +48,23 @@ async def test_demo_against_a_given_cluster(nsq_cluster: Any) -> None:
     assert code == 0, text + err.getvalue()
     assert "failover:   skipped" in text and "result:     OK" in text
     assert nsq_cluster.state.topics["given_orders"].ordered
+
+
+async def test_demo_against_a_cluster_that_creates_topics_slowly(nsq_cluster: Any) -> None:
+    """Issue 12 item 6: on a real cluster the partitions get leaders only when the create is
+    sent again; the demo re-sends until every partition has a leader and is writable, and
+    says how far it got while it waits (before the fix: "did not get a leader for every
+    partition in time", 0 of 6 runs)."""
+    sends = slow_topic_creation(nsq_cluster, 2, topics=["slow_orders"])
+    out, err = io.StringIO(), io.StringIO()
+    lookupd = ",".join(nsq_cluster.lookupd_http_addresses)
+    code = await asyncio.to_thread(
+        main, ["demo", "--cluster", lookupd, "--orders", "20", "--events", "3",
+               "--duration", "0", "--topic-prefix", "slow", "--create-timeout", "30"],
+        stdout=out, stderr=err)
+    assert code == 0, out.getvalue() + err.getvalue()
+    assert sends.count("slow_orders") >= 2
+    assert "creating topic slow_orders: 0/4 partitions have a leader" in err.getvalue()
 
 
 def test_demo_bad_options() -> None:

@@ -11,12 +11,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from support import WAIT
 
 from smartnsq.consumer import Consumer
 from smartnsq.message import Message
 from smartnsq.producer import Producer
-
-WAIT = 10.0
 
 
 async def first(consumer: Consumer) -> Message:

@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from support import WAIT
 
 from smartnsq.compat import ClassicPolicy
 from smartnsq.consumer import Consumer
@@ -21,7 +22,6 @@ from smartnsq.message import Message
 from smartnsq.producer import Producer
 from smartnsq.protocol.commands import StartPosition
 
-WAIT = 10.0
 HOOK_WAIT = 3.0  # the refusal comes right after the first lookup
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from smartnsq._loop_thread import LoopThread
 from smartnsq.compat import pynsq as nsq
 from smartnsq.devcluster import DevCluster
 from smartnsq.errors import InvalidArgument
+from smartnsq.loop_thread import LoopThread
 
 WATCHDOG = 20.0
 

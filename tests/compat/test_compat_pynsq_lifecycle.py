@@ -12,19 +12,16 @@ from typing import Any
 
 import pytest
 
-from smartnsq import _loop_thread
-from smartnsq._loop_thread import LoopThread
+from smartnsq import loop_thread
 from smartnsq.compat import pynsq as nsq
 from smartnsq.errors import ConnectionError_, InvalidArgument
+from smartnsq.loop_thread import LoopThread
 
 NOWHERE = "127.0.0.1:1"  # nothing listens there: connecting fails, retried in the background
 
 
 def users() -> int:
-    thread = _loop_thread._shared
-    if thread is None or not thread.running:
-        return 0
-    return _loop_thread._shared_users
+    return loop_thread.shared_users()
 
 
 def test_close_gives_the_loop_thread_back_before_its_future_completes() -> None:

@@ -12,6 +12,7 @@ import socket
 from typing import Any
 
 import pytest
+from support import WAIT
 
 from smartnsq.config import ConnectionConfig
 from smartnsq.connection import Connection
@@ -32,8 +33,6 @@ from smartnsq.protocol import (
     parse_publish_response,
     youzan_message_id,
 )
-
-WAIT = 10.0  # upper bound for anything a test waits on; never reached when things work
 
 
 def address(cluster: Any, index: int = 0) -> tuple[str, int]:

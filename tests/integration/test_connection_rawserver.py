@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from support import WAIT
 
 from smartnsq.config import ConnectionConfig
 from smartnsq.connection import Connection
@@ -25,7 +26,6 @@ from smartnsq.errors import ConnectionClosed, ProtocolError
 from smartnsq.protocol import commands, encode_response
 from smartnsq.protocol.compression import Compression, DeflateStream, SnappyStream
 
-WAIT = 10.0
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "classic"
 _HEX = re.compile(r"^(?:##)?\s+[0-9a-f]{4}  ((?:[0-9a-f]{2} )+)")
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 import trustme
+from support import WAIT
 
 from smartnsq.config import ConnectionConfig
 from smartnsq.connection import Connection
 from smartnsq.errors import ConnectionClosed, ConnectionError_, InvalidArgument, ServerError
 from smartnsq.protocol import Message, commands
 
-WAIT = 10.0
 SECRET = "s3cret-for-tests"
 AUTH_TABLE = {SECRET: {"identity": "tester", "identity_url": "https://example.test/tester",
                        "authorizations": [{"topic": "^allowed_.*$", "channels": [".*"],

@@ -14,14 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support import Watch, channel_reaches, wait_until
+from support import WAIT, Watch, channel_reaches, wait_until
 
 from smartnsq.connection import Connection
 from smartnsq.consumer import Consumer, StartPosition
 from smartnsq.message import AlreadyResponded, Message
 from smartnsq.protocol import commands
-
-WAIT = 10.0
 
 
 async def publish(cluster: Any, topic: str, bodies: list[bytes], partition: int = 0,

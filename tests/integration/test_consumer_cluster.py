@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from support import Watch, watch_channels
+from support import WAIT, Watch, watch_channels
 
 from smartnsq.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.connection import Connection
@@ -20,7 +20,6 @@ from smartnsq.message import Message
 from smartnsq.producer import Producer
 from smartnsq.protocol import commands
 
-WAIT = 15.0
 FAST: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),
         "backoff_policy": BackoffPolicy(enabled=False), "reconnect_delay": 0.05,
         "reconnect_delay_max": 0.5}

@@ -13,14 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
-from support import Watch, channel_reaches, watch_channels
+from support import WAIT, Watch, channel_reaches, watch_channels
 
 from smartnsq.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.consumer import Consumer, StartPosition
 from smartnsq.message import Message
 from smartnsq.producer import Producer
 
-WAIT = 15.0
 FAST: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),
                         "backoff_policy": BackoffPolicy(enabled=False),
                         "reconnect_delay": 0.05, "reconnect_delay_max": 0.5,

@@ -8,13 +8,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from support import WAIT
 
 from smartnsq.connection import Connection
 from smartnsq.consumer import Consumer, StartPosition
 from smartnsq.message import Message
 from smartnsq.protocol import commands
-
-WAIT = 10.0
 
 
 async def publish(cluster: Any, topic: str, bodies: list[bytes], partition: int = 0) -> None:

@@ -13,13 +13,11 @@ import logging
 from typing import Any
 
 import pytest
-from support import Watch, poke_on_log
+from support import WAIT, Watch, poke_on_log
 
 from smartnsq.errors import Timeout
 from smartnsq.producer import BatchResult, Producer, PublishResult
 from smartnsq.sharding import java_partition, murmur3_partition
-
-WAIT = 10.0
 
 
 def producer(cluster: Any, **options: Any) -> Producer:

@@ -12,13 +12,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from support import Watch, poke_on_log
+from support import WAIT, Watch, poke_on_log
 
 from smartnsq.errors import Timeout
 from smartnsq.producer import Producer
 from smartnsq.sharding import murmur3_partition
 
-WAIT = 20.0
 TIMEOUT = 5.0  # each publish's own deadline
 PARTITIONS = 4
 

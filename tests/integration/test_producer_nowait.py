@@ -11,12 +11,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from support import WAIT
 
 from smartnsq.errors import InvalidArgument, NSQError
 from smartnsq.producer import Producer, PublishResult
 from smartnsq.sharding import murmur3_partition
 
-WAIT = 20.0  # bound of every gather; never reached when the futures settle
 TIMEOUT = 5.0  # each publish's own deadline in the fault tests
 
 

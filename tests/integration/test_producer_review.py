@@ -8,11 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support import WAIT
 
 from smartnsq.errors import ConnectionError_
 from smartnsq.producer import Producer
-
-WAIT = 10.0
 
 
 async def wait_until(condition: Callable[[], bool]) -> None:

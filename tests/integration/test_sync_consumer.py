@@ -10,14 +10,12 @@ import time
 from typing import Any
 
 import pytest
-from support import channel_reaches
+from support import WAIT, channel_reaches
 
 from smartnsq import sync
 from smartnsq.connection import Connection
 from smartnsq.message import AlreadyResponded, Message
 from smartnsq.protocol import commands
-
-WAIT = 10.0
 
 
 async def publish(cluster: Any, topic: str, bodies: list[bytes]) -> str:

@@ -15,14 +15,12 @@ from functools import partial
 from typing import Any
 
 import pytest
-from support import BackgroundCluster
+from support import WAIT, BackgroundCluster
 
 from smartnsq import sync
-from smartnsq._loop_thread import LoopThread
 from smartnsq.errors import InvalidArgument
+from smartnsq.loop_thread import LoopThread
 from smartnsq.producer import PublishResult
-
-WAIT = 10.0
 
 
 @pytest.fixture

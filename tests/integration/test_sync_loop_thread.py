@@ -1,4 +1,4 @@
-"""The background loop thread behind the blocking facades (smartnsq._loop_thread)."""
+"""The background loop thread behind the blocking facades (smartnsq.loop_thread)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ import threading
 from collections.abc import AsyncIterator
 
 import pytest
+from support import WAIT
 
-from smartnsq import _loop_thread
-from smartnsq._loop_thread import LoopThread
-
-WAIT = 10.0
+from smartnsq import loop_thread
+from smartnsq.loop_thread import LoopThread
 
 
 @pytest.fixture
@@ -149,22 +148,21 @@ def test_stop_cancels_pending_tasks() -> None:
 
 def shared_users() -> int:
     """Users of the shared loop thread right now (0 when none runs)."""
-    thread = _loop_thread._shared
-    return _loop_thread._shared_users if thread is not None and thread.running else 0
+    return loop_thread.shared_users()
 
 
 def test_shared_is_reference_counted() -> None:
     # relative to what is there already: another test (or a facade still open) may hold it
     before = shared_users()
-    a = _loop_thread.shared()
-    b = _loop_thread.shared()
+    a = loop_thread.shared()
+    b = loop_thread.shared()
     try:
         assert a is b and a.running
         assert shared_users() == before + 2
     finally:
-        _loop_thread.release_shared(a)
+        loop_thread.release_shared(a)
     assert b.running and shared_users() == before + 1
-    _loop_thread.release_shared(b)
+    loop_thread.release_shared(b)
     assert shared_users() == before
     assert a.running == (before > 0)  # only the last user stops it
 
@@ -172,25 +170,25 @@ def test_shared_is_reference_counted() -> None:
 def test_the_last_release_stops_the_shared_thread_and_a_new_one_starts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # a clean slate whatever earlier tests left: monkeypatch restores their thread after
-    monkeypatch.setattr(_loop_thread, "_shared", None)
-    monkeypatch.setattr(_loop_thread, "_shared_users", 0)
-    a = _loop_thread.shared()
-    b = _loop_thread.shared()
-    _loop_thread.release_shared(a)
+    monkeypatch.setattr(loop_thread, "_shared", None)
+    monkeypatch.setattr(loop_thread, "_shared_users", 0)
+    a = loop_thread.shared()
+    b = loop_thread.shared()
+    loop_thread.release_shared(a)
     assert b.running
-    _loop_thread.release_shared(b)
-    assert not a.running and _loop_thread._shared is None
-    c = _loop_thread.shared()
+    loop_thread.release_shared(b)
+    assert not a.running and loop_thread._shared is None
+    c = loop_thread.shared()
     try:
         assert c is not a and c.running
     finally:
-        _loop_thread.release_shared(c)
+        loop_thread.release_shared(c)
     assert not c.running
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32", reason="needs fork")
 def test_a_forked_child_gets_its_own_loop_thread() -> None:
-    parent = _loop_thread.shared()
+    parent = loop_thread.shared()
     try:
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -203,10 +201,10 @@ def test_a_forked_child_gets_its_own_loop_thread() -> None:
                 try:
                     parent.run(one())
                 except RuntimeError:
-                    child = _loop_thread.shared()
+                    child = loop_thread.shared()
                     if child is not parent and child.run(one()) == 1:
                         code = 0
-                    _loop_thread.release_shared(child)
+                    loop_thread.release_shared(child)
             finally:
                 os.write(write_fd, bytes([code]))
                 os._exit(code)
@@ -216,4 +214,4 @@ def test_a_forked_child_gets_its_own_loop_thread() -> None:
         os.waitpid(pid, 0)
         assert result == b"\x00"
     finally:
-        _loop_thread.release_shared(parent)
+        loop_thread.release_shared(parent)

@@ -11,15 +11,13 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from support import BackgroundCluster
+from support import WAIT, BackgroundCluster
 
-from smartnsq import _loop_thread, sync
-from smartnsq._loop_thread import LoopThread
+from smartnsq import loop_thread, sync
 from smartnsq.errors import InvalidArgument, Timeout, TopicNotFound
+from smartnsq.loop_thread import LoopThread
 from smartnsq.producer import BatchResult, PublishResult
 from smartnsq.sharding import murmur3_partition
-
-WAIT = 10.0
 
 
 @pytest.fixture
@@ -145,7 +143,7 @@ def test_garbage_collected_producer_releases_the_loop(bg: BackgroundCluster) -> 
 
     gc.collect()
     assert not thread.running
-    assert _loop_thread._shared is None
+    assert loop_thread._shared is None
 
 
 def test_construction_errors_release_the_loop(bg: BackgroundCluster) -> None:
@@ -153,7 +151,7 @@ def test_construction_errors_release_the_loop(bg: BackgroundCluster) -> None:
         sync.Producer(lookupd=bg.lookupd, timeout=-1)
     with pytest.raises(InvalidArgument):
         sync.Producer()
-    assert _loop_thread._shared is None
+    assert loop_thread._shared is None
 
 
 def test_sync_producer_inside_a_running_event_loop_thread_is_fine(

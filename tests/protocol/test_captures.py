@@ -7,12 +7,9 @@ across an exchange: message ids are echoed back raw, as received, in FIN/REQ/TOU
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from capture import FIXTURES, load, tcp_capture_names
 
 from smartnsq.protocol import CLASSIC_LAYOUT, FrameReader, Message, MessageLayout, commands

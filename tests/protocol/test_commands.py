@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from capture import Event, all_events, load
 
 from smartnsq.errors import InvalidArgument

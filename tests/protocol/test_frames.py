@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from capture import Capture, ExpectedFrame, load, tcp_capture_names
 
 from smartnsq.errors import ProtocolError

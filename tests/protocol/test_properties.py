@@ -12,17 +12,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import string
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from capture import load, tcp_capture_names
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from capture import load, tcp_capture_names
 from test_commands import reencode
 from test_frames import check_capture, layout_for
 

@@ -7,12 +7,9 @@ the recorder noted whether the server closed the connection.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from capture import load, tcp_capture_names
 
 from smartnsq.errors import (

@@ -1,7 +1,8 @@
-"""Small helpers shared by the ``smartnsq`` commands: errors, addresses, tables, progress, HTTP.
+"""What the ``smartnsq`` commands share: errors, addresses, tables, progress, clients.
 
-Kept apart from ``smartnsq.cli`` so each command module imports only what it needs and the
-parser module stays a readable table of commands.
+The one module the command modules import from each other: a command never imports another
+command. Imports of the library stay inside the functions, so ``smartnsq --help`` loads
+argparse and this file, not httpx or the clients.
 """
 
 from __future__ import annotations
@@ -11,27 +12,17 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-import httpx
-
-from .errors import InvalidArgument, ProtocolError
-from .lookup import normalize_lookupd
-from .protocol.lookup import ACCEPT_V1, unwrap
-
 __all__ = [
-    "V1_HEADERS",
     "CLIError",
     "Progress",
+    "admin_client",
     "format_table",
-    "http_get",
-    "http_get_json",
+    "lookup_manager",
     "split_addresses",
 ]
-
-V1_HEADERS = {"Accept": ACCEPT_V1}
-"""nsqlookupd and youzan nsqd answer bare JSON with real status codes only with this header."""
 
 
 class CLIError(Exception):
@@ -50,6 +41,9 @@ def split_addresses(values: Iterable[str] | str | None, what: str) -> list[str]:
     reads lookupd addresses (``smartnsq.lookup.normalize_lookupd``), so the CLI accepts
     exactly what the API does.
     """
+    from ..errors import InvalidArgument
+    from ..lookup import normalize_lookupd
+
     if values is None:
         return []
     if isinstance(values, str):
@@ -141,45 +135,6 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-async def http_get(client: httpx.AsyncClient, address: str, path: str,
-                   params: Mapping[str, str] | None = None, *, what: str) -> httpx.Response:
-    """GET ``http://address/path`` asking for v1 answers; whatever status it answers.
-
-    Only not getting an answer fails, as a one-line ``CLIError`` naming ``what`` and where:
-    the answer itself is for ``smartnsq.protocol.lookup``'s parsers (or ``http_get_json``).
-    """
-    url = f"http://{address}{path}"
-    try:
-        return await client.get(url, params=params, headers=V1_HEADERS)
-    except httpx.TimeoutException:
-        raise CLIError(f"{what}: {address} did not answer in time") from None
-    except httpx.HTTPError as exc:
-        raise CLIError(f"{what}: cannot reach {address} ({_reason(exc)})") from None
-
-
-async def http_get_json(client: httpx.AsyncClient, address: str, path: str,
-                        params: Mapping[str, str] | None = None, *, what: str) -> Any:
-    """GET ``http://address/path`` as JSON, bare or in youzan's ``{"status_code", "data"}``.
-
-    The envelope is read by ``smartnsq.protocol.lookup.unwrap`` (nsqd and nsqlookupd share
-    it); failures become one-line ``CLIError``s naming ``what`` was asked and where.
-    """
-    response = await http_get(client, address, path, params, what=what)
-    try:
-        status, data, message = unwrap(response.status_code, response.content)
-    except ProtocolError:
-        raise CLIError(f"{what}: {address} answered something that is not JSON") from None
-    if status != 200:
-        message = message or response.text.strip()[:200] or response.reason_phrase
-        raise CLIError(f"{what}: {address} answered HTTP {status}: {message}")
-    return {} if data is None else data
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0]
-
-
 def one_line(exc: BaseException) -> str:
     """An exception as one line: its message (or its type), its cause when that helps."""
     text = " ".join(str(exc).split()) or type(exc).__name__
@@ -208,10 +163,26 @@ def cluster_addresses(args: Any) -> tuple[list[str], list[str]]:
 
 def check_topic(topic: str) -> str:
     """The topic name rules, checked before anything is dialled."""
-    from .errors import InvalidArgument
-    from .protocol import validate
+    from ..errors import InvalidArgument
+    from ..protocol import validate
 
     try:
         return validate.check_topic(topic)
     except InvalidArgument as exc:
         raise CLIError(f"bad topic name {topic!r}: {exc.rule}") from None
+
+
+def lookup_manager(args: Any, lookupd: list[str]) -> Any:
+    """A LookupManager tuned for one-shot commands: fail within about ``--timeout``."""
+    from ..lookup import LookupManager
+
+    timeout = max(0.1, float(args.timeout))
+    return LookupManager(lookupd, timeout=timeout, connect_timeout=min(2.0, timeout),
+                         attempts=2, retry_delay=0.1, retry_delay_max=0.5)
+
+
+def admin_client(args: Any, lookupd: Sequence[str] = ()) -> Any:
+    """The commands' ``smartnsq.admin.AsyncAdmin``: every request within ``--timeout``."""
+    from ..admin import AsyncAdmin
+
+    return AsyncAdmin(list(lookupd), timeout=max(0.1, float(args.timeout)))

@@ -20,18 +20,44 @@ import contextlib
 import random
 import string
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .cli_util import V1_HEADERS, CLIError, check_topic, cluster_addresses, dumps
+from .util import CLIError, admin_client, check_topic, cluster_addresses, dumps, lookup_manager
 
-__all__ = ["parse_start", "run_tail"]
+__all__ = ["parse_start", "register", "run_tail"]
+
+
+def register(command: Callable[..., argparse.ArgumentParser]) -> None:
+    p = command("tail", "print messages of a topic as they arrive",
+                description="Consume a topic on an ephemeral channel (nothing is left behind) "
+                            "and print each message.")
+    p.add_argument("topic")
+    p.add_argument("--channel", help="consume this channel instead of a new ephemeral one "
+                                     "(its messages are then finished!)")
+    p.add_argument("--ordered", action="store_true",
+                   help="ordered consumption (SUB_ORDERED; the default on ordered topics)")
+    p.add_argument("--from", dest="start", metavar="WHERE",
+                   help="where a new channel starts: earliest, latest, "
+                        "timestamp:UNIX_SECONDS (or an ISO date), offset:QUEUE_OFFSET, "
+                        "count:MESSAGES (default: latest)")
+    p.add_argument("--partition", type=int, action="append", metavar="P",
+                   help="only this partition (repeatable)")
+    p.add_argument("-n", "--count", type=int, metavar="N", help="exit after N messages")
+    p.add_argument("--idle-exit", type=float, metavar="SECONDS",
+                   help="exit after this long without a message")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per message (partition, ids, offset, headers, body)")
+    p.add_argument("--show", choices=("body", "meta"), default="body",
+                   help="plain output: the body only (default) or metadata and body")
+    p.set_defaults(handler=run_tail)
 
 
 def parse_start(text: str | None) -> Any:
     """``--from`` as a ``StartPosition`` (``None`` for latest, the channel's default)."""
-    from .errors import InvalidArgument
-    from .protocol.commands import StartPosition
+    from ..errors import InvalidArgument
+    from ..protocol.commands import StartPosition
 
     if text is None or text in ("latest", "end"):
         return None
@@ -108,8 +134,8 @@ def _meta_line(message: Any) -> str:
 
 
 async def run_tail(args: argparse.Namespace) -> int:
-    from .consumer import Consumer
-    from .errors import LookupFailed, TopicNotFound
+    from ..consumer import Consumer
+    from ..errors import LookupFailed, TopicNotFound
 
     topic = check_topic(args.topic)
     lookupd, nsqd = cluster_addresses(args)
@@ -117,7 +143,7 @@ async def run_tail(args: argparse.Namespace) -> int:
     if args.count is not None and args.count < 1:
         raise CLIError("-n must be at least 1")
     channel = args.channel or _ephemeral_channel()
-    from .protocol import validate
+    from ..protocol import validate
 
     try:
         validate.check_channel(channel)
@@ -125,8 +151,6 @@ async def run_tail(args: argparse.Namespace) -> int:
         raise CLIError(f"bad --channel {channel!r}: {exc}") from None
     options: dict[str, Any] = {}
     if lookupd:
-        from .cli_lookup import lookup_manager
-
         # one lookup first: an unknown topic or a dead lookupd is an error now, not a silent
         # consumer retrying for ever
         manager = lookup_manager(args, lookupd)
@@ -239,28 +263,23 @@ async def run_tail(args: argparse.Namespace) -> int:
 
 async def _position_channel(view: Any, channel: str, start: Any,
                             args: argparse.Namespace) -> None:
-    """Create ``channel`` on each partition's leader and move it to ``start`` (nsqd HTTP
-    ``/channel/create`` then ``/channel/setoffset``)."""
-    import httpx
+    """Create ``channel`` on each partition's leader and move it to ``start`` (nsqd
+    ``/channel/create`` then ``/channel/setoffset``, through ``smartnsq.admin``)."""
+    from ..errors import NSQError
 
     wanted = set(args.partition or view.partitions)
-    async with httpx.AsyncClient(timeout=args.timeout, headers=V1_HEADERS) as client:
+    async with admin_client(args) as admin:
         for pid in sorted(wanted):
             partition = view.partitions.get(pid)
             if partition is None or partition.leader is None:
                 raise CLIError(f"partition {pid} of {view.topic!r} has no leader now")
             address = partition.leader.http_address
-            params = {"topic": view.topic, "partition": str(pid), "channel": channel}
-            for path, body in (("/channel/create", b""), ("/channel/setoffset", start.token())):
-                try:
-                    response = await client.post(f"http://{address}{path}", params=params,
-                                                 content=body)
-                except httpx.HTTPError as exc:
-                    raise CLIError(f"cannot reach {address} to position the channel: "
-                                   f"{exc}") from None
-                if response.status_code >= 400:
-                    raise CLIError(f"{address} refused {path} for partition {pid}: HTTP "
-                                   f"{response.status_code} {response.text.strip()[:200]}")
+            try:
+                await admin.create_channel(view.topic, channel, partition=pid, address=address)
+                await admin.set_offset(view.topic, channel, start, partition=pid,
+                                       address=address)
+            except NSQError as exc:
+                raise CLIError(f"positioning the channel on partition {pid}: {exc}") from None
 
 
 def _check_subscribed(consumer: Any, topic: str) -> None:

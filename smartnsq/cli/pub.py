@@ -14,13 +14,38 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .cli_util import CLIError, Progress, bar, check_topic, cluster_addresses, format_table
+from .util import CLIError, Progress, bar, check_topic, cluster_addresses, format_table
 
-__all__ = ["run_pub"]
+__all__ = ["register", "run_pub"]
+
+
+def register(command: Callable[..., argparse.ArgumentParser]) -> None:
+    p = command("pub", "publish lines from stdin or files",
+                description="Publish each non-empty line as one message (MPUB batches).")
+    p.add_argument("topic")
+    p.add_argument("files", nargs="*", metavar="FILE", default=[],
+                   help="files to read ('-' or none: stdin)")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--sharding-key", metavar="KEY",
+                     help="one sharding key for every message")
+    key.add_argument("--key-field", metavar="FIELD",
+                     help="lines are JSON objects; shard each by this field (a.b for nested)")
+    key.add_argument("--partition", type=int, help="write every message to this partition")
+    p.add_argument("--sharding", choices=("murmur3", "java"), default="murmur3",
+                   help="hash of sharding keys: murmur3 (Go client, default) or java")
+    p.add_argument("--trace-id", type=int, metavar="ID",
+                   help="publish traced with this uint64 trace id")
+    p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                   help="ext JSON header (repeatable; ext topics only)")
+    p.add_argument("--batch", type=int, default=200,
+                   help="messages per MPUB (default 200; 1 sends PUB)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress line on stderr for files (default: when a terminal)")
+    p.set_defaults(handler=run_pub)
 
 _CHUNK_BATCHES = 8  # batches per partition read ahead before sending
 
@@ -105,9 +130,9 @@ def _key_of(body: bytes, path: list[str], where: str) -> str | int:
 
 
 async def run_pub(args: argparse.Namespace) -> int:
-    from .errors import InvalidArgument, LookupFailed, NSQError, TopicNotFound
-    from .producer import Producer
-    from .sharding import make_router
+    from ..errors import InvalidArgument, LookupFailed, NSQError, TopicNotFound
+    from ..producer import Producer
+    from ..sharding import make_router
 
     topic = check_topic(args.topic)
     lookupd, nsqd = cluster_addresses(args)
@@ -232,7 +257,7 @@ async def run_pub(args: argparse.Namespace) -> int:
         raise
     except NSQError as exc:
         progress.done()
-        from .cli_util import one_line
+        from .util import one_line
 
         done = f" ({totals.messages} messages were published before)" if totals.messages else ""
         raise CLIError(f"publishing to {topic!r} failed: {one_line(exc)}{done}") from None

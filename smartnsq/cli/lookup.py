@@ -9,23 +9,31 @@ best effort: a node that does not answer leaves its replicas out, and the comman
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
-import httpx
+from .util import (
+    CLIError,
+    admin_client,
+    check_topic,
+    dumps,
+    format_table,
+    lookup_manager,
+    split_addresses,
+)
 
-from .cli_util import CLIError, check_topic, dumps, format_table, http_get_json, split_addresses
-
-__all__ = ["lookup_manager", "run_lookup"]
+__all__ = ["register", "run_lookup"]
 
 
-def lookup_manager(args: argparse.Namespace, lookupd: list[str]) -> Any:
-    """A LookupManager tuned for one-shot commands: fail within about ``--timeout``."""
-    from .lookup import LookupManager
-
-    timeout = max(0.1, float(args.timeout))
-    return LookupManager(lookupd, timeout=timeout, connect_timeout=min(2.0, timeout),
-                         attempts=2, retry_delay=0.1, retry_delay_max=0.5)
+def register(command: Callable[..., argparse.ArgumentParser]) -> None:
+    p = command("lookup", "show a topic's partitions, leaders, replicas and meta")
+    p.add_argument("topic")
+    p.add_argument("--access", choices=("r", "w"), default="r",
+                   help="look up for reading (default, every partition with a leader) or "
+                        "writing (only writable partitions)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=run_lookup)
 
 
 def _node(node: Any) -> dict[str, Any] | None:
@@ -36,30 +44,30 @@ def _node(node: Any) -> dict[str, Any] | None:
             "version": node.version}
 
 
-async def _replicas(nodes: list[str], topic: str, timeout: float
-                    ) -> tuple[dict[int, list[str]], list[str]]:
-    """partition -> HTTP addresses of the nodes holding it without leading it; failed nodes."""
+async def _replicas(args: argparse.Namespace, lookupd: list[str], holders: set[str],
+                    topic: str) -> tuple[dict[int, list[str]], list[str]]:
+    """partition -> HTTP addresses of the nodes holding it without leading it (every node
+    lookupd knows, and the leaders, asked for their ``/stats``); the nodes that failed."""
+    from ..errors import NSQError
+
+    async with admin_client(args, lookupd) as admin:
+        with contextlib.suppress(NSQError):  # without the list, the leaders are still asked
+            holders |= {n.http_address for n in await admin.nodes()}
+        answers = await admin.cluster_stats(topic, nsqd=sorted(holders))
     out: dict[int, list[str]] = {}
     failed: list[str] = []
-    async with httpx.AsyncClient(timeout=timeout) as client:
-        answers = await asyncio.gather(
-            *(http_get_json(client, n, "/stats", {"format": "json", "topic": topic},
-                            what="nsqd /stats") for n in nodes), return_exceptions=True)
-    for node, answer in zip(nodes, answers, strict=True):
-        if isinstance(answer, BaseException) or not isinstance(answer, dict):
+    for node, answer in answers.items():
+        if isinstance(answer, NSQError):
             failed.append(node)
             continue
-        for stats in answer.get("topics") or []:
-            if stats.get("topic_name") != topic or stats.get("is_leader") is not False:
-                continue
-            partition = stats.get("topic_partition")
-            if partition not in (None, ""):
-                out.setdefault(int(partition), []).append(node)
+        for stats in answer.partitions(topic, leader=False):
+            if stats.partition is not None:
+                out.setdefault(stats.partition, []).append(node)
     return out, failed
 
 
 async def run_lookup(args: argparse.Namespace) -> int:
-    from .errors import LookupFailed, TopicNotFound
+    from ..errors import LookupFailed, TopicNotFound
 
     topic = check_topic(args.topic)
     lookupd = split_addresses(args.lookupd, "lookupd")
@@ -78,17 +86,10 @@ async def run_lookup(args: argparse.Namespace) -> int:
     replicas: dict[int, list[str]] = {}
     failed: list[str] = []
     if view.youzan and view.partitions:
-        holders = sorted({n.http_address for n in view.producers}
-                         | {p.leader.http_address for p in view.partitions.values()
-                            if p.leader is not None})
-        from .cli_stats import node_http_addresses
-
-        try:
-            async with httpx.AsyncClient(timeout=args.timeout) as client:
-                holders = sorted(set(holders) | set(await node_http_addresses(client, lookupd)))
-        except CLIError:
-            pass  # the leaders are still worth asking
-        replicas, failed = await _replicas(holders, topic, args.timeout)
+        holders = ({n.http_address for n in view.producers}
+                   | {p.leader.http_address for p in view.partitions.values()
+                      if p.leader is not None})
+        replicas, failed = await _replicas(args, lookupd, holders, topic)
     meta = view.meta
     partitions = []
     for pid in sorted(view.partitions):

@@ -1,0 +1,198 @@
+"""``smartnsq``: the command line (``smartnsq ...`` and ``python -m smartnsq ...``).
+
+Commands: ``demo``, ``dev-cluster``, ``lookup``, ``pub``, ``tail``, ``stats`` (docs/cli.md).
+Each lives in its own module, ``smartnsq.cli.<command>``, which declares its arguments and its
+handler (``register``); what they share is in ``smartnsq.cli.util``, and no command imports
+another. A command module imports the library only when its handler runs, so
+``smartnsq --help`` and ``smartnsq dev-cluster`` start fast.
+
+Errors are for people: anything expected (bad input, unreachable lookupd, unknown topic, a
+server refusing) prints ONE line on stderr and exits non-zero; a traceback only appears with
+``--debug``, which also turns on debug logging. ``main(argv, stdin=, stdout=, stderr=)`` is
+importable so tests drive every command in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from .. import __version__
+from . import demo, devcluster, lookup, pub, stats, tail
+from .util import CLIError, one_line
+
+__all__ = ["build_parser", "main"]
+
+log = logging.getLogger("smartnsq.cli")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+_DEFAULT_LOOKUPD_ENV = "SMARTNSQ_LOOKUPD"
+
+COMMANDS: tuple[Callable[[Callable[..., argparse.ArgumentParser]], None], ...] = (
+    demo.register, devcluster.register, lookup.register, pub.register, tail.register,
+    stats.register)
+"""Each command module's ``register(command)``: it adds its sub-parser and sets its handler
+(a function; the module imports the library only when the handler runs)."""
+
+
+_streams = threading.local()  # where argparse writes during one main() call, per thread
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse writing to ``main``'s streams instead of the process-wide ``sys.stdout``/
+    ``sys.stderr``, so concurrent in-process calls (tests, embedding) do not mix outputs."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not message:
+            return
+        out = getattr(_streams, "out", None)
+        err = getattr(_streams, "err", None)
+        if file is None or file is sys.stderr:
+            file = err or sys.stderr
+        elif file is sys.stdout:
+            file = out or sys.stdout
+        file.write(message)
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes, before or after the command name.
+
+    On the sub-commands they default to SUPPRESS, so a value given before the command name is
+    not overwritten by the sub-parser's default.
+    """
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("cluster options")
+    group.add_argument("--lookupd", action="append", metavar="HOST:PORT[,HOST:PORT]",
+                       default=default(None),
+                       help=f"nsqlookupd HTTP address(es), repeatable or comma separated "
+                            f"(default: ${_DEFAULT_LOOKUPD_ENV})")
+    group.add_argument("--nsqd", action="append", metavar="HOST:PORT[,HOST:PORT]",
+                       default=default(None),
+                       help="nsqd TCP address(es) to use directly instead of lookupd")
+    group.add_argument("--timeout", type=float, metavar="SECONDS", default=default(10.0),
+                       help="deadline of each network operation (default 10)")
+    group.add_argument("--debug", action="store_true", default=default(False),
+                       help="debug logging, and a traceback on errors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="smartnsq",
+        description="Partition-aware tools for youzan NSQ (and classic NSQ). "
+                    "Start with: smartnsq demo")
+    parser.add_argument("--version", action="version", version=f"smartnsq {__version__}")
+    _add_global_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=kwargs.pop("description", help),
+                           **kwargs)
+        _add_global_options(p, top=False)
+        return p
+
+    for register in COMMANDS:
+        register(command)
+    return parser
+
+
+def _setup_logging(debug: bool, stderr: TextIO) -> None:
+    logger = logging.getLogger("smartnsq")
+    if debug:
+        handler: logging.Handler = logging.StreamHandler(stderr)
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(name)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    elif not logger.handlers and not logging.getLogger().handlers:
+        # the library logs retries and failovers as warnings (and asyncio its own complaints
+        # at shutdown); without --debug the CLI says what matters itself, in one line, so
+        # keep Python's last-resort handler quiet
+        logger.addHandler(logging.NullHandler())
+        asyncio_logger = logging.getLogger("asyncio")
+        if not asyncio_logger.handlers:
+            asyncio_logger.addHandler(logging.NullHandler())
+
+
+def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
+         stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run one command; return its exit status (0 success, 1 failure, 2 usage, 130 Ctrl-C)."""
+    out = stdout if stdout is not None else sys.stdout
+    err = stderr if stderr is not None else sys.stderr
+    parser = build_parser()
+    _streams.out, _streams.err = out, err
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "passthrough", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # argparse printed usage or help
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    finally:
+        _streams.out = _streams.err = None
+    if args.command is None:
+        parser.print_help(out)
+        return EXIT_USAGE
+    args.extra = extra
+    args.stdin = stdin if stdin is not None else sys.stdin
+    args.out = out
+    args.err = err
+    if getattr(args, "passthrough", False):
+        return int(args.handler(args) or 0)  # dev-cluster: its own options, logging, errors
+    if args.lookupd is None and os.environ.get(_DEFAULT_LOOKUPD_ENV):
+        args.lookupd = [os.environ[_DEFAULT_LOOKUPD_ENV]]
+    _setup_logging(args.debug, err)
+    handler = args.handler
+    try:
+        result = handler(args)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except KeyboardInterrupt:
+        if args.command == "tail":
+            return EXIT_OK  # Ctrl-C is how a tail without -n ends
+        err.write("interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (smartnsq tail ... | head): stop quietly
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+        return EXIT_OK
+    except CLIError as exc:
+        if args.debug:
+            raise
+        err.write(f"smartnsq {args.command}: error: {one_line(exc)}\n")
+        return exc.code
+    except Exception as exc:
+        if args.debug:
+            raise
+        err.write(f"smartnsq {args.command}: error: {_describe(exc)}\n")
+        return EXIT_FAILED
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception the commands did not turn into a CLIError themselves."""
+    from ..errors import NSQError
+
+    text = one_line(exc)
+    if isinstance(exc, NSQError | OSError | ValueError | asyncio.TimeoutError):
+        if isinstance(exc, asyncio.TimeoutError) and not str(exc):
+            return "timed out"
+        return text
+    return f"{type(exc).__name__}: {text} (run with --debug for the traceback)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
