@@ -205,7 +205,8 @@ class Lookupd:
             regs = []
             for p in info.partitions:
                 node = self._alive(p.leader)
-                if node is not None and p.writable:
+                # a stalled leader has not noticed yet that it cannot write: still registered
+                if node is not None and p.leader_ready and (p.writable or p.stalled()):
                     regs.append(_Reg(p.partition, node, p))
         return [r for r in regs if pid == "*" or str(r.pid) == pid]
 
@@ -490,9 +491,12 @@ class Lookupd:
                 ordered=req.arg("orderedmulti") == "true",
                 ext=req.arg("extend") == "true",
                 multipart=req.arg("multipart") == "true",
-                disable_channel_auto_create=req.arg("disable_channel_auto_create") == "true")
+                disable_channel_auto_create=req.arg("disable_channel_auto_create") == "true",
+                pending=self.state.slow_creation)
         except ValueError as exc:
             raise HTTPError(400, COORD_TMP_ERR + str(exc)) from None
+        if self.state.creation_check is not None:  # a create, new or re-sent, asks for a check
+            self.state.creation_check()
         return None
 
     async def _topic_delete(self, req: Request) -> None:

@@ -168,6 +168,7 @@ class NsqdNode:
         self.start_time = int(time.time())
         self._tcp_port = tcp_port
         self._server: asyncio.Server | None = None
+        self.exiting = False  # a graceful leave is under way (see begin_exit)
         self.http = NsqdHTTP(self, http_port)
 
     def __repr__(self) -> str:
@@ -212,6 +213,7 @@ class NsqdNode:
         """Listen (again, on the same ports after a stop) and show up as alive."""
         if self._server is not None:
             return
+        self.exiting = False
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: NsqdConnection(self), self.host,
                                                 self._tcp_port, reuse_address=True)
@@ -255,6 +257,16 @@ class NsqdNode:
         if self.info is not None:
             self.info.alive = False
         log.info("%s stopped", self.name)
+
+    def begin_exit(self) -> None:
+        """Start a graceful leave (SIGTERM): stop accepting, drop the consumers, and answer
+        PUB ``E_PUB_FAILED exiting`` until ``stop()`` (failover_sigterm_*.txt)."""
+        self.exiting = True
+        if self._server is not None:
+            self._server.close()  # new connections are refused; open ones stay
+        for conn in list(self.connections):
+            if conn.channel is not None:
+                conn.close()
 
     async def restart(self) -> None:
         await self.stop()

@@ -188,7 +188,7 @@ class NsqdHTTP:
         return p, info, name
 
     def _leader(self, p: PartitionInfo) -> None:
-        if p.leader != self.node.node_id:
+        if not p.serving(self.node.node_id):
             raise HTTPError(400, "E_FAILED_ON_NOT_LEADER")
 
     def _existing(self, p: PartitionInfo, name: str) -> Channel:
