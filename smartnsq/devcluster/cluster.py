@@ -527,6 +527,8 @@ class DevCluster:
     async def start_node(self, ref: NodeRef) -> None:
         """Restart a stopped nsqd on the same ports; it serves what it still leads."""
         node = self.node(ref)
+        if getattr(node, "exiting", False) and getattr(node, "running", False):
+            raise RuntimeError("the node is still leaving: await cluster.faults.settled()")
         await node.start()
         info = self.node_info(node)
         info.alive = True
