@@ -238,6 +238,8 @@ async def _publish_key(producer: Any, ledger: _Ledger, key: str, interval: float
 async def _inject(cluster: DevCluster, config: ChaosConfig, schedule: list[Step],
                   started: float) -> None:
     for step in schedule:
+        if time.monotonic() - started >= config.seconds:
+            break  # long recoveries pushed the rest of the schedule past the run's end
         delay = started + step.at - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)  # the schedule's clock
