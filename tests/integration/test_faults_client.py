@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from support import bounded
 
 from smartnsq import Consumer, Producer, Timeout
 from smartnsq.devcluster import DevCluster
 from smartnsq.devcluster.profile import FaultProfile
-from support import bounded
 
 FAST_LOOKUP = {"poll_interval": 0.5, "discover_interval": 5.0}
 
