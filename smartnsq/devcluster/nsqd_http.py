@@ -11,6 +11,7 @@ route style.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -123,18 +124,31 @@ class NsqdHTTP:
     async def _pub(self, req: Request) -> Any:
         if self.node.classic:
             return self._classic_pub(req)
+        await self._stall(req)
         return self._youzan_pub(req, trace=False, ext=False)
 
     async def _pubtrace(self, req: Request) -> Any:
+        await self._stall(req)
         return self._youzan_pub(req, trace=True, ext=False)
 
     async def _pub_ext(self, req: Request) -> Any:
+        await self._stall(req)
         return self._youzan_pub(req, trace=False, ext=True)
 
     async def _mpub(self, req: Request) -> Any:
         if self.node.classic:
             return self._classic_mpub(req)
+        await self._stall(req)
         return self._youzan_mpub(req)
+
+    async def _stall(self, req: Request) -> None:
+        """A stalled partition's leader answers a publish only once the stall is over."""
+        try:
+            p, _ = self._held(req)
+        except HTTPError:
+            return  # the publish itself reports it
+        while p.stalled():
+            await asyncio.sleep(p.stalled_until - time.monotonic())
 
     def _bodies(self, req: Request) -> list[bytes]:
         """``/mpub`` bodies: ``binary`` framing or one message per line (empty lines dropped)."""

@@ -201,6 +201,20 @@ async def test_kill_replica_stalls_live_leader_then_not_writable_until_isr_shrin
     producer.close()
 
 
+async def test_kill_replica_stalls_http_pub_too(cluster: DevCluster,
+                                              http: httpx.AsyncClient) -> None:
+    await cluster.create_topic("t", partitions=2, replicas=2, channels=["c"])
+    p1 = cluster.state.partition("t", 1)
+    assert p1 is not None
+    leader = cluster.node_info(p1.leader)
+    await cluster.kill_node(next(r for r in p1.replicas if r != p1.leader))
+    stall_end = p1.stalled_until
+    resp = await http.post(f"http://127.0.0.1:{leader.http_port}/pub",
+                           params={"topic": "t", "partition": "1"}, content=b"in-stall")
+    assert time.monotonic() >= stall_end
+    assert (resp.status_code, resp.text) == (400, '{"message":"E_FAILED_ON_NOT_WRITABLE"}')
+
+
 async def test_killed_node_back_before_its_session_expires_keeps_leading(
         cluster: DevCluster) -> None:
     await cluster.create_topic("t", partitions=1, replicas=2, channels=["c"])
