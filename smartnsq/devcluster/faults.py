@@ -306,7 +306,7 @@ class FaultClock:
 
     def _periodic_check(self) -> None:
         self._periodic = None
-        self.check()
+        self.check(quiet=True)
         if self._started:
             self._schedule_periodic()
 
@@ -314,12 +314,14 @@ class FaultClock:
         self._check_timer = None
         self.check()
 
-    def check(self) -> None:
+    def check(self, quiet: bool = False) -> None:
         """One cluster check: every partition still without a leader gets one, which serves
-        ``leader_ready_delay`` later."""
+        ``leader_ready_delay`` later. ``quiet``: no timeline entry if it named nobody (the
+        periodic check)."""
         self._last_check = time.monotonic()
         named = self.state.elect_pending()
-        self._record("cluster_check", named=[f"{p.topic}/{p.partition}" for p in named])
+        if named or not quiet:
+            self._record("cluster_check", named=[f"{p.topic}/{p.partition}" for p in named])
         for p in named:
             self._later(self.seconds("leader_ready_delay"), self._ready, p)
 

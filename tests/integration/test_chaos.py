@@ -7,6 +7,8 @@ nothing acknowledged may be lost, nothing phantom delivered, no key's order brok
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from smartnsq.devcluster.chaos import ChaosConfig, make_schedule, run_chaos
@@ -22,7 +24,7 @@ def test_schedule_is_seeded_and_one_fault_at_a_time() -> None:
     assert make_schedule(SHORT) != other
     steps = make_schedule(ChaosConfig(seed=3, seconds=120.0))
     assert {s.fault for s in steps} == {"kill", "leave", "move_leader"}
-    for a, b in zip(steps, steps[1:], strict=False):
+    for a, b in itertools.pairwise(steps):
         assert b.at >= a.at + a.down_for  # a node is back before the next fault
     with pytest.raises(ValueError, match="faults"):
         ChaosConfig(faults=("flood",))
