@@ -133,7 +133,7 @@ class TopicReport:
 @dataclass
 class ChaosReport:
     config: ChaosConfig
-    schedule: list[Step]
+    schedule: list[Step]  # the faults injected
     topics: list[TopicReport]
     seconds: float = 0.0
     drained: bool = False
@@ -236,7 +236,8 @@ async def _publish_key(producer: Any, ledger: _Ledger, key: str, interval: float
 
 
 async def _inject(cluster: DevCluster, config: ChaosConfig, schedule: list[Step],
-                  started: float) -> None:
+                  started: float, done: list[Step]) -> None:
+    """Play the schedule; ``done`` receives each step as it is injected."""
     for step in schedule:
         if time.monotonic() - started >= config.seconds:
             break  # long recoveries pushed the rest of the schedule past the run's end
@@ -244,6 +245,7 @@ async def _inject(cluster: DevCluster, config: ChaosConfig, schedule: list[Step]
         if delay > 0:
             await asyncio.sleep(delay)  # the schedule's clock
         log.info("chaos: %s", step)
+        done.append(step)
         if step.fault == "move_leader":
             p = cluster.state.partition(step.topic, step.partition)
             if p is not None and p.leader is not None and cluster.node_info(p.leader).alive:
@@ -265,6 +267,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
     from smartnsq import Consumer, Producer  # the public API, nothing else of the client
 
     schedule = make_schedule(config)
+    injected: list[Step] = []  # the schedule's steps that ran before the time was up
     ledgers = [_Ledger(TOPIC, False), _Ledger(ORDERED_TOPIC, True)]
     began = time.monotonic()
     async with DevCluster(nodes=config.nodes, lookupds=2, profile=config.profile) as cluster:
@@ -296,7 +299,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
                 publishers = [asyncio.create_task(_publish_key(
                     producer, ledger, f"k{i}", interval, stop, config.publish_timeout))
                     for ledger in ledgers for i in range(config.keys)]
-                await _inject(cluster, config, schedule, started)
+                await _inject(cluster, config, schedule, started, injected)
                 remaining = started + config.seconds - time.monotonic()
                 if remaining > 0:
                     await asyncio.sleep(remaining)
@@ -309,7 +312,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
                 for consumer in consumers:
                     with contextlib.suppress(Exception):
                         await consumer.close(5.0)
-    return ChaosReport(config, schedule, [ledger.report(started, ended) for ledger in ledgers],
+    return ChaosReport(config, injected, [ledger.report(started, ended) for ledger in ledgers],
                        seconds=time.monotonic() - began, drained=drained)
 
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib
-import inspect
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +40,7 @@ import httpx
 from .admin import AdminServer
 from .faults import FaultClock
 from .lookupd import Lookupd
+from .nsqd import NsqdNode, NsqdOptions
 from .profile import OFF, FaultProfile
 from .proxy import TCPProxy
 from .state import ClusterState, NodeInfo, TopicInfo
@@ -65,28 +64,6 @@ class NodeProxies:
 
     def all(self) -> tuple[TCPProxy, TCPProxy]:
         return self.tcp, self.http
-
-
-def _default_node_factory() -> Callable[..., Any]:
-    nsqd = importlib.import_module(".nsqd", __package__)  # the nsqd implementation
-
-    for name in ("NsqdNode", "Nsqd", "NSQD", "NsqdServer"):
-        factory = getattr(nsqd, name, None)
-        if factory is not None:
-            return factory  # type: ignore[no-any-return]
-    raise ImportError("smartnsq.devcluster.nsqd has no node class")
-
-
-def _call_with_supported(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Pass only the keyword arguments the factory accepts (None values are left out)."""
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return factory(*args, **kwargs)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return factory(*args, **kwargs)
-    return factory(*args, **{k: v for k, v in kwargs.items() if k in params})
 
 
 class DevCluster:
@@ -114,7 +91,7 @@ class DevCluster:
                  lookupd_http_ports: Sequence[int] = (),
                  nsqd_tcp_ports: Sequence[int] = (), nsqd_http_ports: Sequence[int] = (),
                  nsqd_options: Mapping[str, Any] | None = None,
-                 node_factory: Callable[..., Any] | None = None,
+                 node_factory: Callable[..., NsqdNode] = NsqdNode,
                  state: ClusterState | None = None,
                  profile: FaultProfile = OFF, admin_port: int | None = None) -> None:
         if mode not in MODES:
@@ -142,7 +119,7 @@ class DevCluster:
         self._node_factory = node_factory
         self._nsqd_options = dict(nsqd_options or {})
         self.lookupds: list[Lookupd] = []
-        self.nodes: list[Any] = []
+        self.nodes: list[NsqdNode] = []
         self.proxies: dict[str, NodeProxies] = {}
         self.profile = profile
         self.faults = FaultClock(self.state, profile, self._crash_stop)
@@ -202,16 +179,13 @@ class DevCluster:
             self.state.lookupd_leader = self.lookupds[0].node_id
 
     async def _start_nodes(self) -> None:
-        factory = self._node_factory or _default_node_factory()
-        from .nsqd import NsqdOptions
-
         known = {f.name for f in dataclasses.fields(NsqdOptions)}
         options = {**self.profile.nsqd_options(known), **self._nsqd_options}
         total = self._youzan_count + self._classic_count
         for i in range(total):
             classic = i >= self._youzan_count
-            node = _call_with_supported(
-                factory, self.state, host=self.host,
+            node = self._node_factory(
+                self.state, host=self.host,
                 tcp_port=self._tcp_ports[i] if i < len(self._tcp_ports) else 0,
                 http_port=self._http_ports[i] if i < len(self._http_ports) else 0,
                 classic=classic, tls=self.tls, auth=self.auth, name=f"nsqd-{i + 1}",
