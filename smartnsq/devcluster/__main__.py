@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from .admin import check_loopback
+from .admin import AdminServer, check_loopback
 from .cluster import MODES, DevCluster
 from .profile import PROFILES, profile_named
 
@@ -106,9 +106,8 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None, *,
         mode=args.mode, proxied=args.proxied, host=args.host,
         lookupd_http_ports=args.lookupd_port, nsqd_tcp_ports=args.nsqd_tcp_port,
         nsqd_http_ports=args.nsqd_http_port,
-        profile=profile_named(args.profile, args.time_scale, args.seed),
-        admin_port=args.admin_port)
-    async with cluster:
+        profile=profile_named(args.profile, args.time_scale, args.seed))
+    async with cluster, AdminServer(cluster, args.host, args.admin_port) as admin:
         for spec in map(_topic_spec, args.topic):
             await cluster.create_topic(spec.name, spec.partitions, spec.replicas,
                                        ordered=spec.ordered, ext=spec.ext,
@@ -119,9 +118,8 @@ async def run(args: argparse.Namespace, stop: asyncio.Event | None = None, *,
             print(f"  topic {spec.name} ({spec.partitions} partitions, {spec.replicas} "
                   f"replicas{flags})")
         print(f"  profile {args.profile} x{args.time_scale}")
-        if cluster.admin_address:
-            print(f"  admin http://{cluster.admin_address}")
-            print(f"DEVCLUSTER_ADMIN={cluster.admin_address}")
+        print(f"  admin http://{admin.address}")
+        print(f"DEVCLUSTER_ADMIN={admin.address}")
         print(f"NSQLOOKUPD_HTTP={','.join(cluster.lookupd_http_addresses)}")
         print(f"NSQD_TCP={','.join(cluster.nsqd_tcp_addresses)}")
         print(f"NSQD_HTTP={','.join(cluster.nsqd_http_addresses)}")

@@ -31,12 +31,11 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import Any
 
+from .cluster import DevCluster
 from .httpserver import PLAIN, V1, HTTPError, HTTPServer, Request
-
-if TYPE_CHECKING:
-    from .cluster import DevCluster
 
 __all__ = ["AdminServer", "check_loopback"]
 
@@ -57,7 +56,11 @@ def check_loopback(host: str) -> None:
 
 
 class AdminServer:
-    """The admin HTTP API of one :class:`~smartnsq.devcluster.cluster.DevCluster`."""
+    """The admin HTTP API of one started :class:`~smartnsq.devcluster.cluster.DevCluster`::
+
+        async with DevCluster(...) as cluster, AdminServer(cluster, port=0) as admin:
+            print(admin.address)
+    """
 
     def __init__(self, cluster: DevCluster, host: str = "127.0.0.1", port: int = 0) -> None:
         check_loopback(host)
@@ -87,6 +90,14 @@ class AdminServer:
 
     async def stop(self) -> None:
         await self.http.stop()
+
+    async def __aenter__(self) -> AdminServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.stop()
 
     # -- arguments --------------------------------------------------------------------------
 

@@ -37,7 +37,6 @@ from typing import Any
 
 import httpx
 
-from .admin import AdminServer
 from .faults import FaultClock
 from .lookupd import Lookupd
 from .nsqd import NsqdNode, NsqdOptions
@@ -80,9 +79,7 @@ class DevCluster:
     advertise the proxies, enabling ``cut_connections``/``stall``/``slow``.
     ``profile`` (a :class:`~smartnsq.devcluster.profile.FaultProfile`, default ``OFF``: no
     fault takes time) says how long ``kill_node``/``leave_node`` and topic creation take; its
-    :class:`~smartnsq.devcluster.faults.FaultClock` is ``cluster.faults``. ``admin_port``
-    (0: any free port) starts the loopback admin endpoint other processes inject faults
-    through (:mod:`smartnsq.devcluster.admin`, ``cluster.admin_address``).
+    :class:`~smartnsq.devcluster.faults.FaultClock` is ``cluster.faults``.
     """
 
     def __init__(self, nodes: int = 3, lookupds: int = 2, classic_nodes: int = 0,
@@ -93,7 +90,7 @@ class DevCluster:
                  nsqd_options: Mapping[str, Any] | None = None,
                  node_factory: Callable[..., NsqdNode] = NsqdNode,
                  state: ClusterState | None = None,
-                 profile: FaultProfile = OFF, admin_port: int | None = None) -> None:
+                 profile: FaultProfile = OFF) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if nodes < 0 or lookupds < 0 or classic_nodes < 0:
@@ -123,7 +120,6 @@ class DevCluster:
         self.proxies: dict[str, NodeProxies] = {}
         self.profile = profile
         self.faults = FaultClock(self.state, profile, self._crash_stop)
-        self.admin = None if admin_port is None else AdminServer(self, host, admin_port)
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -147,8 +143,6 @@ class DevCluster:
                 await self._start_lookupds()
                 await self._start_nodes()
             self.faults.start()
-            if self.admin is not None:
-                await self.admin.start()
         except BaseException:
             await self.stop()
             raise
@@ -206,8 +200,6 @@ class DevCluster:
     async def stop(self) -> None:
         """Stop everything: nodes, proxies, lookupds (in that order). Safe to call twice."""
         self.faults.stop()
-        if self.admin is not None:
-            await self.admin.stop()
         for proxies in self.proxies.values():
             for proxy in proxies.all():
                 with contextlib.suppress(Exception):
@@ -228,11 +220,6 @@ class DevCluster:
         if proxies is None:
             return info.broadcast_address, info.tcp_port, info.http_port
         return self.host, proxies.tcp.port, proxies.http.port
-
-    @property
-    def admin_address(self) -> str | None:
-        """``host:port`` of the admin endpoint (None without ``admin_port``)."""
-        return None if self.admin is None else self.admin.address
 
     @property
     def lookupd_http_addresses(self) -> list[str]:

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from struct import Struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..protocol.frames import (
     CLASSIC_LAYOUT,
@@ -55,12 +55,11 @@ from .nsqd_errors import (
     go_quote,
     nonfatal,
 )
+from .nsqd_options import Settings
 from .nsqd_publish import HOLD, READ_INT32, PublishCommands, valid_name
 from .nsqd_streams import SnappyStream, Stream, deflate_stream
+from .nsqd_view import NodeView
 from .state import ClusterState, PartitionInfo
-
-if TYPE_CHECKING:
-    from .nsqd import NsqdNode, Settings
 
 __all__ = ["NsqdConnection", "valid_name"]
 
@@ -84,7 +83,7 @@ def _text(data: bytes) -> str:
 class NsqdConnection(PublishCommands, asyncio.Protocol):
     """The server side of one client connection."""
 
-    def __init__(self, node: NsqdNode) -> None:
+    def __init__(self, node: NodeView) -> None:
         self.node = node
         self.state: ClusterState = node.state
         self.opts: Settings = node.options

@@ -19,16 +19,14 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from struct import Struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .channels import Channel
 from .httpserver import NEGOTIATE, PLAIN, V1, HTTPError, HTTPServer, Request, Response
 from .nsqd_errors import GoParseError, go_atoi
 from .nsqd_publish import DISPATCH_TAG_KEY, TRACE_ID_KEY, valid_name
+from .nsqd_view import NodeView
 from .state import BatchItem, PartitionInfo, TopicInfo
-
-if TYPE_CHECKING:
-    from .nsqd import NsqdNode
 
 __all__ = ["NsqdHTTP"]
 
@@ -55,7 +53,7 @@ def _go_time(ns: int) -> str:
 class NsqdHTTP:
     """The HTTP server of one node; routes depend on the node's flavour."""
 
-    def __init__(self, node: NsqdNode, port: int = 0) -> None:
+    def __init__(self, node: NodeView, port: int = 0) -> None:
         self.node = node
         self.server = HTTPServer(node.host, port, classic=node.classic, name=f"{node.name}-http")
         r = self.server.route

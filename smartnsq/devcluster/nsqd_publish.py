@@ -16,15 +16,14 @@ import re
 import time
 from collections.abc import Generator
 from struct import Struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..protocol.responses import PublishReceipt, encode_publish_receipt
 from ..protocol.validate import MAX_NAME_LENGTH
 from .nsqd_errors import GoParseError, fatal, go_atoi, go_base10, go_quote, nonfatal
+from .nsqd_options import Settings
+from .nsqd_view import NodeView
 from .state import BatchItem, ClusterState, PartitionInfo, TopicInfo
-
-if TYPE_CHECKING:
-    from .nsqd import NsqdNode, Settings
 
 __all__ = ["HOLD", "READ_INT32", "PublishCommands", "valid_name"]
 
@@ -96,7 +95,7 @@ class PublishCommands:
     A mixin of :class:`~smartnsq.devcluster.nsqd_conn.NsqdConnection`.
     """
 
-    node: NsqdNode
+    node: NodeView
     state: ClusterState
     opts: Settings
 
