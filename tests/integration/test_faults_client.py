@@ -80,14 +80,20 @@ async def test_publish_retries_pub_failed_exiting_during_a_graceful_leave(
     assert bodies == [b"before", b"during-leave"]
 
 
-async def test_consumer_gets_every_message_back_after_its_leader_is_killed(
-        cluster: DevCluster) -> None:
-    await cluster.create_topic("t", partitions=2, replicas=2, channels=["c"])
+@pytest.mark.parametrize("fault", ["kill", "leave"])
+@pytest.mark.parametrize("ordered", [False, True], ids=["plain", "ordered"])
+async def test_consumer_gets_every_message_back_after_its_leader_fails(
+        cluster: DevCluster, fault: str, ordered: bool) -> None:
+    await cluster.create_topic("t", partitions=2, replicas=2, ordered=ordered, channels=["c"])
     bodies = {f"m{i}".encode() for i in range(20)}
     async with Producer(lookupd=cluster.lookupd_http_addresses) as producer:
         for i, body in enumerate(sorted(bodies)):
             await producer.publish("t", body, partition=i % 2)
-    await cluster.kill_node(cluster.leader_of("t", 0))
+    victim = cluster.leader_of("t", 0)
+    if fault == "kill":
+        await cluster.kill_node(victim)
+    else:
+        await cluster.leave_node(victim)
     seen: set[bytes] = set()
     done = asyncio.Event()
 
