@@ -11,6 +11,10 @@ fault                          what a client sees
 ``stop_node``                  its TCP/HTTP ports refuse; open connections get EOF/RST;
                                its partitions vanish from lookups (no leader) until
                                ``start_node`` or a failover (``failover=True``)
+``kill_node``                  SIGKILL on the profile's clock (``FaultProfile``): no
+                               leader for the leaderless window, live leaders that lost a
+                               replica stall then refuse writes until the ISR shrinks
+``leave_node``                 SIGTERM: ``E_PUB_FAILED exiting``, leadership handed off
 ``move_leader``                the old leader answers PUB ``E_FAILED_ON_NOT_LEADER``,
                                lookups name the new leader
 ``set_writable(..., False)``   PUB ``E_FAILED_ON_NOT_WRITABLE``; ``access=w`` lookups

@@ -3,9 +3,11 @@
 A real lookupd answers from its registration DB (what nsqd nodes registered over TCP) and, in
 youzan cluster mode, from etcd. Here both are views of the shared :class:`ClusterState`:
 
-* a partition is *registered* when its leader is an alive node and the partition is writable
-  (youzan nsqd unregisters a partition whose writes are disabled, e.g. during a leader change:
-  ``failover_*.txt`` shows ``access=w`` hiding it while ``access=r`` still names the leader);
+* a partition is *registered* when its leader is an alive node that has taken the lead
+  (``leader_ready``) and the partition is writable (youzan nsqd unregisters a partition whose
+  writes are disabled, e.g. during a leader change: ``failover_*.txt`` shows ``access=w``
+  hiding it while ``access=r`` still names the leader) or is stalled (a leader waiting on a
+  lost replica has not noticed yet: it stays registered until the stall ends);
 * the *consume leader* (``access=r`` fallback, YS ``#tryFindRegsForConsumer``) is the leader
   when it is alive, writable or not;
 * channels are registered by the leader, so a partition's channels count while its leader lives;
