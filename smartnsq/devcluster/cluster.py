@@ -11,6 +11,10 @@ fault                          what a client sees
 ``stop_node``                  its TCP/HTTP ports refuse; open connections get EOF/RST;
                                its partitions vanish from lookups (no leader) until
                                ``start_node`` or a failover (``failover=True``)
+``kill_node``                  SIGKILL on the profile's clock (``FaultProfile``): no
+                               leader for the leaderless window, live leaders that lost a
+                               replica stall then refuse writes until the ISR shrinks
+``leave_node``                 SIGTERM: ``E_PUB_FAILED exiting``, leadership handed off
 ``move_leader``                the old leader answers PUB ``E_FAILED_ON_NOT_LEADER``,
                                lookups name the new leader
 ``set_writable(..., False)``   PUB ``E_FAILED_ON_NOT_WRITABLE``; ``access=w`` lookups
@@ -27,9 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import inspect
+import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -37,7 +41,10 @@ from typing import Any
 
 import httpx
 
+from .faults import FaultClock
 from .lookupd import Lookupd
+from .nsqd import NsqdNode, NsqdOptions
+from .profile import OFF, FaultProfile
 from .proxy import TCPProxy
 from .state import ClusterState, NodeInfo, TopicInfo
 
@@ -62,28 +69,6 @@ class NodeProxies:
         return self.tcp, self.http
 
 
-def _default_node_factory() -> Callable[..., Any]:
-    nsqd = importlib.import_module(".nsqd", __package__)  # the nsqd implementation
-
-    for name in ("NsqdNode", "Nsqd", "NSQD", "NsqdServer"):
-        factory = getattr(nsqd, name, None)
-        if factory is not None:
-            return factory  # type: ignore[no-any-return]
-    raise ImportError("smartnsq.devcluster.nsqd has no node class")
-
-
-def _call_with_supported(factory: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Pass only the keyword arguments the factory accepts (None values are left out)."""
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return factory(*args, **kwargs)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return factory(*args, **kwargs)
-    return factory(*args, **{k: v for k, v in kwargs.items() if k in params})
-
-
 class DevCluster:
     """An embedded NSQ cluster; use as ``async with DevCluster(...) as cluster:``.
 
@@ -96,6 +81,9 @@ class DevCluster:
     ``nsqd_options`` (``NsqdOptions`` fields such as ``msg_timeout=5000``). ``proxied=True`` puts a
     :class:`TCPProxy` in front of each nsqd's TCP and HTTP port and makes the lookupds
     advertise the proxies, enabling ``cut_connections``/``stall``/``slow``.
+    ``profile`` (a :class:`~smartnsq.devcluster.profile.FaultProfile`, default ``OFF``: no
+    fault takes time) says how long ``kill_node``/``leave_node`` and topic creation take; its
+    :class:`~smartnsq.devcluster.faults.FaultClock` is ``cluster.faults``.
     """
 
     def __init__(self, nodes: int = 3, lookupds: int = 2, classic_nodes: int = 0,
@@ -104,8 +92,9 @@ class DevCluster:
                  lookupd_http_ports: Sequence[int] = (),
                  nsqd_tcp_ports: Sequence[int] = (), nsqd_http_ports: Sequence[int] = (),
                  nsqd_options: Mapping[str, Any] | None = None,
-                 node_factory: Callable[..., Any] | None = None,
-                 state: ClusterState | None = None) -> None:
+                 node_factory: Callable[..., NsqdNode] = NsqdNode,
+                 state: ClusterState | None = None,
+                 profile: FaultProfile = OFF) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if nodes < 0 or lookupds < 0 or classic_nodes < 0:
@@ -131,8 +120,10 @@ class DevCluster:
         self._node_factory = node_factory
         self._nsqd_options = dict(nsqd_options or {})
         self.lookupds: list[Lookupd] = []
-        self.nodes: list[Any] = []
+        self.nodes: list[NsqdNode] = []
         self.proxies: dict[str, NodeProxies] = {}
+        self.profile = profile
+        self.faults = FaultClock(self.state, profile, self._crash_stop)
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -155,6 +146,7 @@ class DevCluster:
             else:
                 await self._start_lookupds()
                 await self._start_nodes()
+            self.faults.start()
         except BaseException:
             await self.stop()
             raise
@@ -185,16 +177,17 @@ class DevCluster:
             self.state.lookupd_leader = self.lookupds[0].node_id
 
     async def _start_nodes(self) -> None:
-        factory = self._node_factory or _default_node_factory()
+        known = {f.name for f in dataclasses.fields(NsqdOptions)}
+        options = {**self.profile.nsqd_options(known), **self._nsqd_options}
         total = self._youzan_count + self._classic_count
         for i in range(total):
             classic = i >= self._youzan_count
-            node = _call_with_supported(
-                factory, self.state, host=self.host,
+            node = self._node_factory(
+                self.state, host=self.host,
                 tcp_port=self._tcp_ports[i] if i < len(self._tcp_ports) else 0,
                 http_port=self._http_ports[i] if i < len(self._http_ports) else 0,
                 classic=classic, tls=self.tls, auth=self.auth, name=f"nsqd-{i + 1}",
-                **self._nsqd_options)
+                **options)
             self.nodes.append(node)
             await node.start()
             if self.proxied:
@@ -210,6 +203,7 @@ class DevCluster:
 
     async def stop(self) -> None:
         """Stop everything: nodes, proxies, lookupds (in that order). Safe to call twice."""
+        self.faults.stop()
         for proxies in self.proxies.values():
             for proxy in proxies.all():
                 with contextlib.suppress(Exception):
@@ -313,7 +307,7 @@ class DevCluster:
                            multipart: bool | None = None,
                            disable_channel_auto_create: bool = False,
                            channels: Sequence[str] | None = ("default",),
-                           timeout: float = 10.0) -> TopicInfo:
+                           timeout: float | None = None) -> TopicInfo:
         """Create a topic the way an operator does, and return once it is writable.
 
         Youzan/mixed: ``POST /topic/create`` on the leader lookupd, then ``/channel/create`` on
@@ -321,8 +315,14 @@ class DevCluster:
         without a channel), then wait until an ``access=w`` lookup lists every partition.
         ``multipart`` defaults to what the cluster needs (partitions x replicas > nodes).
         Classic: ``/topic/create`` and ``/channel/create`` on every classic nsqd.
+        With a profile's ``slow_creation`` the create is re-sent every ``create_resend`` until
+        every partition has a serving leader, as real-cluster.md advises. ``timeout``
+        (default: 10 s plus what the profile's creation can take) bounds it all.
         Raises ``RuntimeError`` with the server's message if a server refuses.
         """
+        if timeout is None:
+            timeout = 10.0 + 2 * sum(self.profile.longest(name) for name in (
+                "create_resend", "check_min_spacing", "check_delay", "leader_ready_delay"))
         channels = list(channels or ())
         async with httpx.AsyncClient(headers=V1_ACCEPT, timeout=timeout) as client:
             if self.mode == "classic":
@@ -353,6 +353,7 @@ class DevCluster:
         if resp.status_code != 200:
             raise RuntimeError(f"topic/create {name}: {resp.status_code} {resp.text}")
         info = self.state.topics[name]
+        await self._until_led(client, info, params)
         for channel in channels:
             if disable_auto:
                 resp = await client.post(f"http://{leader.http_address}/channel/create",
@@ -363,6 +364,20 @@ class DevCluster:
                 await self._create_channel(client, name, p.partition, channel)
         if channels:
             await self._wait_writable(client, name, partitions)
+
+    async def _until_led(self, client: httpx.AsyncClient, info: TopicInfo,
+                         params: dict[str, str]) -> None:
+        """Re-send ``/topic/create`` until every partition has a serving leader."""
+        resend = max(self.profile.seconds("create_resend"), 0.05)
+        sent = time.monotonic()
+        while not all(p.leader is not None and p.leader_ready for p in info.partitions):
+            if time.monotonic() - sent >= resend:
+                leader = self.leader_lookupd
+                if leader is not None:
+                    await client.post(f"http://{leader.http_address}/topic/create",
+                                      params=params)
+                sent = time.monotonic()
+            await asyncio.sleep(0.01)
 
     async def _create_channel(self, client: httpx.AsyncClient, topic: str, partition: int,
                               channel: str) -> None:
@@ -436,13 +451,54 @@ class DevCluster:
                     if p.leader == info.node_id:
                         self.state.move_leader(topic.name, p.partition)
 
+    async def kill_node(self, ref: NodeRef) -> None:
+        """Kill an nsqd as SIGKILL does, and let the cluster react on the profile's clock.
+
+        Its connections drop at once and its ports refuse. The partitions it led have no leader
+        for ``leaderless_window``, then a replica leads (``E_FAILED_ON_NOT_WRITABLE`` for
+        ``elect_not_writable``). A partition whose live leader had a replica on it leaves PUBs
+        unanswered for ``replica_stall``, then answers ``E_FAILED_ON_NOT_WRITABLE`` until
+        ``isr_shrink``; below a write quorum it stays so until ``replica_catchup``. Every
+        committed message is kept. Returns at once; ``await cluster.faults.settled()`` waits
+        for the sequence to end.
+        """
+        info = self.node_info(ref)
+        await self.stop_node(ref)
+        self.faults.node_lost(info.node_id)
+
+    async def leave_node(self, ref: NodeRef) -> None:
+        """Stop an nsqd gracefully as SIGTERM does, on the profile's clock.
+
+        At once: new connections are refused, consumers get EOF, PUB on an open connection
+        answers ``E_PUB_FAILED exiting``. Each partition it led moves to a replica after
+        ``leave_handoff`` (its second one after ``leave_slow_handoff``); one partition whose
+        leader stays up leaves PUBs unanswered for ``leave_stall``. Then the node stops.
+        Returns at once; ``await cluster.faults.settled()`` waits for the node to be gone.
+        """
+        node = self.node(ref)
+        info = self.node_info(node)
+        if not info.alive:
+            raise RuntimeError(f"{info.node_id} is not running")
+        proxies = self.proxies.get(info.node_id)
+        if proxies is not None:
+            await proxies.tcp.refuse()
+        node.begin_exit()
+        self.faults.node_leaving(info.node_id)
+
+    async def _crash_stop(self, node_id: str) -> None:
+        if self.state.nodes[node_id].alive:
+            await self.stop_node(node_id)
+
     async def start_node(self, ref: NodeRef) -> None:
         """Restart a stopped nsqd on the same ports; it serves what it still leads."""
         node = self.node(ref)
+        if getattr(node, "exiting", False) and getattr(node, "running", False):
+            raise RuntimeError("the node is still leaving: await cluster.faults.settled()")
         await node.start()
         info = self.node_info(node)
         info.alive = True
         self.state.emit("node_up", node=info.node_id)
+        self.faults.node_back(info.node_id)
         proxies = self.proxies.get(info.node_id)
         if proxies is not None:
             for proxy in proxies.all():

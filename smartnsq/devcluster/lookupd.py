@@ -3,9 +3,11 @@
 A real lookupd answers from its registration DB (what nsqd nodes registered over TCP) and, in
 youzan cluster mode, from etcd. Here both are views of the shared :class:`ClusterState`:
 
-* a partition is *registered* when its leader is an alive node and the partition is writable
-  (youzan nsqd unregisters a partition whose writes are disabled, e.g. during a leader change:
-  ``failover_*.txt`` shows ``access=w`` hiding it while ``access=r`` still names the leader);
+* a partition is *registered* when its leader is an alive node that has taken the lead
+  (``leader_ready``) and the partition is writable (youzan nsqd unregisters a partition whose
+  writes are disabled, e.g. during a leader change: ``failover_*.txt`` shows ``access=w``
+  hiding it while ``access=r`` still names the leader) or is stalled (a leader waiting on a
+  lost replica has not noticed yet: it stays registered until the stall ends);
 * the *consume leader* (``access=r`` fallback, YS ``#tryFindRegsForConsumer``) is the leader
   when it is alive, writable or not;
 * channels are registered by the leader, so a partition's channels count while its leader lives;
@@ -205,7 +207,8 @@ class Lookupd:
             regs = []
             for p in info.partitions:
                 node = self._alive(p.leader)
-                if node is not None and p.writable:
+                # a stalled leader has not noticed yet that it cannot write: still registered
+                if node is not None and p.leader_ready and (p.writable or p.stalled()):
                     regs.append(_Reg(p.partition, node, p))
         return [r for r in regs if pid == "*" or str(r.pid) == pid]
 
@@ -490,9 +493,12 @@ class Lookupd:
                 ordered=req.arg("orderedmulti") == "true",
                 ext=req.arg("extend") == "true",
                 multipart=req.arg("multipart") == "true",
-                disable_channel_auto_create=req.arg("disable_channel_auto_create") == "true")
+                disable_channel_auto_create=req.arg("disable_channel_auto_create") == "true",
+                pending=self.state.slow_creation)
         except ValueError as exc:
             raise HTTPError(400, COORD_TMP_ERR + str(exc)) from None
+        if self.state.creation_check is not None:  # a create, new or re-sent, asks for a check
+            self.state.creation_check()
         return None
 
     async def _topic_delete(self, req: Request) -> None:

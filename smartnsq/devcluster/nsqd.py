@@ -41,94 +41,19 @@ import socket
 import ssl
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .channels import Channel
 from .nsqd_auth import AuthTable
 from .nsqd_conn import NsqdConnection
+from .nsqd_http import NsqdHTTP
 from .nsqd_identify import IdentifyLimits
+from .nsqd_options import NsqdOptions, Settings
 from .state import CLASSIC_VERSION, YOUZAN_VERSION, ClusterState, NodeInfo, PartitionInfo, TopicInfo
 
 __all__ = ["NsqdNode", "NsqdOptions", "Settings"]
 
 log = logging.getLogger("smartnsq.devcluster.nsqd")
-
-_HOUR_MS = 3_600_000
-
-
-@dataclass(frozen=True)
-class NsqdOptions:
-    """Server options (times in ms, sizes in bytes); ``None`` = the flavour's default.
-
-    The defaults are the real servers' (youzan where they differ: output buffer 100 bytes /
-    50 ms, max output buffer timeout 1 s, max REQ delay 72 h; classic: 16 KiB / 250 ms,
-    25 ms..30 s, 1 h).
-    """
-
-    heartbeat_interval: int = 30_000  # a client's until it IDENTIFYs (ClientTimeout / 2)
-    max_heartbeat_interval: int = 60_000
-    msg_timeout: int = 60_000
-    max_msg_timeout: int = 900_000
-    max_msg_size: int = 1024 * 1024
-    max_body_size: int = 5 * 1024 * 1024
-    max_rdy_count: int = 2500
-    max_req_timeout: int | None = None
-    output_buffer_size: int | None = None
-    output_buffer_timeout: int | None = None
-    max_output_buffer_size: int = 64 * 1024
-    min_output_buffer_timeout: int | None = None
-    max_output_buffer_timeout: int | None = None
-    max_deflate_level: int = 6
-    snappy: bool = True
-    deflate: bool = True
-    tls_required: bool = False
-    allow_ext_compatible: bool = False
-    allow_sub_ext_compatible: bool = False
-    max_connections: int = 0  # youzan's max_conn_for_client; 0 = no limit
-
-    def resolved(self, classic: bool) -> Settings:
-        """Every option with a value: the flavour's defaults fill the ``None`` ones."""
-        defaults: dict[str, int] = (
-            {"max_req_timeout": _HOUR_MS, "output_buffer_size": 16 * 1024,
-             "output_buffer_timeout": 250, "min_output_buffer_timeout": 25,
-             "max_output_buffer_timeout": 30_000}
-            if classic else
-            {"max_req_timeout": 72 * _HOUR_MS, "output_buffer_size": 100,
-             "output_buffer_timeout": 50, "min_output_buffer_timeout": 1,
-             "max_output_buffer_timeout": 1000})
-        values = dataclasses.asdict(self)
-        for key, default in defaults.items():
-            if values[key] is None:
-                values[key] = default
-        return Settings(**values)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """:class:`NsqdOptions` resolved for one flavour (what a running node uses)."""
-
-    heartbeat_interval: int
-    max_heartbeat_interval: int
-    msg_timeout: int
-    max_msg_timeout: int
-    max_msg_size: int
-    max_body_size: int
-    max_rdy_count: int
-    max_req_timeout: int
-    output_buffer_size: int
-    output_buffer_timeout: int
-    max_output_buffer_size: int
-    min_output_buffer_timeout: int
-    max_output_buffer_timeout: int
-    max_deflate_level: int
-    snappy: bool
-    deflate: bool
-    tls_required: bool
-    allow_ext_compatible: bool
-    allow_sub_ext_compatible: bool
-    max_connections: int
-
 
 class NsqdNode:
     """One nsqd (see the module doc). Construct, ``await start()``, ``await stop()``."""
@@ -139,8 +64,6 @@ class NsqdNode:
                  auth: AuthTable | Mapping[str, Any] | None = None, name: str = "nsqd",
                  hostname: str | None = None, options: NsqdOptions | None = None,
                  **settings: Any) -> None:
-        from .nsqd_http import NsqdHTTP
-
         base = options or NsqdOptions()
         known = {f.name for f in dataclasses.fields(NsqdOptions)}
         unknown = set(settings) - known
@@ -168,6 +91,7 @@ class NsqdNode:
         self.start_time = int(time.time())
         self._tcp_port = tcp_port
         self._server: asyncio.Server | None = None
+        self.exiting = False  # a graceful leave is under way (see begin_exit)
         self.http = NsqdHTTP(self, http_port)
 
     def __repr__(self) -> str:
@@ -212,6 +136,7 @@ class NsqdNode:
         """Listen (again, on the same ports after a stop) and show up as alive."""
         if self._server is not None:
             return
+        self.exiting = False
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: NsqdConnection(self), self.host,
                                                 self._tcp_port, reuse_address=True)
@@ -255,6 +180,16 @@ class NsqdNode:
         if self.info is not None:
             self.info.alive = False
         log.info("%s stopped", self.name)
+
+    def begin_exit(self) -> None:
+        """Start a graceful leave (SIGTERM): stop accepting, drop the consumers, and answer
+        PUB ``E_PUB_FAILED exiting`` until ``stop()`` (failover_sigterm_*.txt)."""
+        self.exiting = True
+        if self._server is not None:
+            self._server.close()  # new connections are refused; open ones stay
+        for conn in list(self.connections):
+            if conn.channel is not None:
+                conn.close()
 
     async def restart(self) -> None:
         await self.stop()

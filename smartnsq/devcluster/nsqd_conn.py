@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from struct import Struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..protocol.frames import (
     CLASSIC_LAYOUT,
@@ -55,12 +55,11 @@ from .nsqd_errors import (
     go_quote,
     nonfatal,
 )
-from .nsqd_publish import READ_INT32, PublishCommands, valid_name
+from .nsqd_options import Settings
+from .nsqd_publish import HOLD, READ_INT32, PublishCommands, valid_name
 from .nsqd_streams import SnappyStream, Stream, deflate_stream
+from .nsqd_view import NodeView
 from .state import ClusterState, PartitionInfo
-
-if TYPE_CHECKING:
-    from .nsqd import NsqdNode, Settings
 
 __all__ = ["NsqdConnection", "valid_name"]
 
@@ -84,7 +83,7 @@ def _text(data: bytes) -> str:
 class NsqdConnection(PublishCommands, asyncio.Protocol):
     """The server side of one client connection."""
 
-    def __init__(self, node: NsqdNode) -> None:
+    def __init__(self, node: NodeView) -> None:
         self.node = node
         self.state: ClusterState = node.state
         self.opts: Settings = node.options
@@ -100,6 +99,11 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         self._pending: Generator[int, Any, bytes | None] | None = None
         self._closed = False
         self._suspended = False  # a TLS handshake is under way: no reads, no writes
+        # a PUB waits for a stalled partition (HOLD): no further command is read meanwhile,
+        # as the real server's IOLoop blocks in the write
+        self._held_on: PartitionInfo | None = None
+        self._hold_on: PartitionInfo | None = None  # set by the command that yields HOLD
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # client state, as IDENTIFY/AUTH/SUB set it
         self.client_state = STATE_INIT
@@ -167,7 +171,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
 
     def _process(self) -> None:
         reader = self.reader
-        while not self._closed and not self._suspended:
+        while not self._closed and not self._suspended and self._held_on is None:
             event = reader.next_event()
             if event is None:
                 return
@@ -224,8 +228,36 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
             return
         if wanted == READ_INT32:
             self.reader.expect_int32()
+        elif wanted == HOLD:
+            self._hold()
         else:
             self.reader.expect_bytes(wanted)
+
+    def _hold(self) -> None:
+        """Leave the pending command unanswered until its partition's stall is over."""
+        p = self._hold_on
+        assert p is not None, "HOLD without a partition"
+        self._held_on = p
+        if self.transport is not None:
+            self.transport.pause_reading()  # bounded: what the client sends waits in its socket
+        self._hold_timer = self.loop.call_later(max(0.0, p.stalled_until - time.monotonic()),
+                                                self._release)
+
+    def _release(self) -> None:
+        self._hold_timer = None
+        p = self._held_on
+        if self._closed or p is None:
+            return
+        if p.stalled():  # the stall was extended meanwhile
+            self._hold_timer = self.loop.call_later(p.stalled_until - time.monotonic(),
+                                                    self._release)
+            return
+        self._held_on = None
+        self._last_read = self.loop.time()  # the read deadline restarts with the next read
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        self._step(None)
+        self._process()
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -273,10 +305,13 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
             self.transport.abort()
 
     def _teardown(self) -> None:
-        for timer in (self._heartbeat_timer, self._deadline_timer, self._flush_handle):
+        for timer in (self._heartbeat_timer, self._deadline_timer, self._flush_handle,
+                      self._hold_timer):
             if timer is not None:
                 timer.cancel()
         self._heartbeat_timer = self._deadline_timer = self._flush_handle = None
+        self._hold_timer = None
+        self._held_on = None
         self.node.connections.discard(self)
         if self.consumer is not None and self.channel is not None:
             self.channel.remove(self.consumer, requeue=self.youzan)
@@ -321,11 +356,13 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         if self._closed or self.heartbeat_interval <= 0:
             return
         due = self._last_read + self._deadline_span()
-        if self.loop.time() >= due - 0.001:
+        if self._held_on is not None:  # the server is not reading: no read deadline runs
+            due = max(due, self.loop.time() + self._deadline_span())
+        elif self.loop.time() >= due - 0.001:
             log.debug("%r: no command for %.1fs, closing", self, self._deadline_span())
             self.close()
-        else:
-            self._deadline_timer = self.loop.call_at(due, self._check_deadline)
+            return
+        self._deadline_timer = self.loop.call_at(due, self._check_deadline)
 
     # -- message delivery ---------------------------------------------------------------------
 
@@ -360,7 +397,9 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
 
     def _writable(self, p: PartitionInfo) -> None:
         """youzan's write preconditions, checked once the body is read (non-fatal)."""
-        if p.leader != self.node.node_id:
+        if self.node.exiting:  # a graceful leave under way (failover_sigterm_*.txt)
+            raise nonfatal("E_PUB_FAILED", "exiting")
+        if not p.serving(self.node.node_id):
             raise nonfatal("E_FAILED_ON_NOT_LEADER")
         if not p.writable:
             raise nonfatal("E_FAILED_ON_NOT_WRITABLE")
@@ -604,7 +643,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         elif self.extend_support:
             raise fatal("E_SUB_EXTEND_FORBIDDON",
                         "this topic is not extended and should not identify as extend support.")
-        if p.leader != self.node.node_id:
+        if not p.serving(self.node.node_id):
             raise fatal("E_FAILED_ON_NOT_LEADER")
         if info.disable_channel_auto_create and not isinstance(p.channels.get(channel_name),
                                                                 Channel):
@@ -698,7 +737,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         assert self.consumer is not None and self.channel is not None
         if self.youzan:
             p = self.partition
-            if p is None or p.leader != self.node.node_id:
+            if p is None or not p.serving(self.node.node_id):
                 raise fatal("E_FAILED_ON_NOT_LEADER")
         if not self.channel.finish(self.consumer, key):
             reason = ("ErrType:7 ErrCode:0 : Message ID not in flight" if self.youzan

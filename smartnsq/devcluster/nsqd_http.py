@@ -11,6 +11,7 @@ route style.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -18,16 +19,14 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from struct import Struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .channels import Channel
 from .httpserver import NEGOTIATE, PLAIN, V1, HTTPError, HTTPServer, Request, Response
 from .nsqd_errors import GoParseError, go_atoi
 from .nsqd_publish import DISPATCH_TAG_KEY, TRACE_ID_KEY, valid_name
+from .nsqd_view import NodeView
 from .state import BatchItem, PartitionInfo, TopicInfo
-
-if TYPE_CHECKING:
-    from .nsqd import NsqdNode
 
 __all__ = ["NsqdHTTP"]
 
@@ -54,7 +53,7 @@ def _go_time(ns: int) -> str:
 class NsqdHTTP:
     """The HTTP server of one node; routes depend on the node's flavour."""
 
-    def __init__(self, node: NsqdNode, port: int = 0) -> None:
+    def __init__(self, node: NodeView, port: int = 0) -> None:
         self.node = node
         self.server = HTTPServer(node.host, port, classic=node.classic, name=f"{node.name}-http")
         r = self.server.route
@@ -123,18 +122,31 @@ class NsqdHTTP:
     async def _pub(self, req: Request) -> Any:
         if self.node.classic:
             return self._classic_pub(req)
+        await self._stall(req)
         return self._youzan_pub(req, trace=False, ext=False)
 
     async def _pubtrace(self, req: Request) -> Any:
+        await self._stall(req)
         return self._youzan_pub(req, trace=True, ext=False)
 
     async def _pub_ext(self, req: Request) -> Any:
+        await self._stall(req)
         return self._youzan_pub(req, trace=False, ext=True)
 
     async def _mpub(self, req: Request) -> Any:
         if self.node.classic:
             return self._classic_mpub(req)
+        await self._stall(req)
         return self._youzan_mpub(req)
+
+    async def _stall(self, req: Request) -> None:
+        """A stalled partition's leader answers a publish only once the stall is over."""
+        try:
+            p, _ = self._held(req)
+        except HTTPError:
+            return  # the publish itself reports it
+        while p.stalled():
+            await asyncio.sleep(p.stalled_until - time.monotonic())
 
     def _bodies(self, req: Request) -> list[bytes]:
         """``/mpub`` bodies: ``binary`` framing or one message per line (empty lines dropped)."""
@@ -188,7 +200,7 @@ class NsqdHTTP:
         return p, info, name
 
     def _leader(self, p: PartitionInfo) -> None:
-        if p.leader != self.node.node_id:
+        if not p.serving(self.node.node_id):
             raise HTTPError(400, "E_FAILED_ON_NOT_LEADER")
 
     def _existing(self, p: PartitionInfo, name: str) -> Channel:

@@ -16,19 +16,19 @@ import re
 import time
 from collections.abc import Generator
 from struct import Struct
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..protocol.responses import PublishReceipt, encode_publish_receipt
 from ..protocol.validate import MAX_NAME_LENGTH
 from .nsqd_errors import GoParseError, fatal, go_atoi, go_base10, go_quote, nonfatal
+from .nsqd_options import Settings
+from .nsqd_view import NodeView
 from .state import BatchItem, ClusterState, PartitionInfo, TopicInfo
 
-if TYPE_CHECKING:
-    from .nsqd import NsqdNode, Settings
-
-__all__ = ["READ_INT32", "PublishCommands", "valid_name"]
+__all__ = ["HOLD", "READ_INT32", "PublishCommands", "valid_name"]
 
 READ_INT32: Final = -1
+HOLD: Final = -2  # wait until the partition's stall is over (``PartitionInfo.stalled_until``)
 OK: Final = b"OK"
 TRACE_ID_KEY: Final = "##trace_id"
 DISPATCH_TAG_KEY: Final = "##client_dispatch_tag"
@@ -95,15 +95,25 @@ class PublishCommands:
     A mixin of :class:`~smartnsq.devcluster.nsqd_conn.NsqdConnection`.
     """
 
-    node: NsqdNode
+    node: NodeView
     state: ClusterState
     opts: Settings
 
     def _check_auth(self, cmd: str, topic: str, channel: str) -> None:
         raise NotImplementedError
 
+    _hold_on: PartitionInfo | None
+
     def _writable(self, p: PartitionInfo) -> None:
         raise NotImplementedError
+
+    def _await_writable(self, p: PartitionInfo) -> Reads:
+        """A stalled partition's leader answers nothing until the stall ends, then checks."""
+        if p.stalled():
+            self._hold_on = p
+            yield HOLD
+            self._hold_on = None
+        self._writable(p)
 
     # -- youzan ---------------------------------------------------------------------------------
 
@@ -191,7 +201,7 @@ class PublishCommands:
             if found is not None:
                 trace_id, traced = found, True
             body = body[2 + length:]
-        self._writable(p)
+        yield from self._await_writable(p)
         msg = p.log.append(body, trace_id, stored_ext, ext_topic=info.ext, tag=tag)
         if traced:
             return encode_publish_receipt(PublishReceipt(msg.internal_id, trace_id,
@@ -232,7 +242,7 @@ class PublishCommands:
                     trace_id = found or 0
                 data = data[2 + length:]
             items.append((data, trace_id, stored_ext, tag))
-        self._writable(p)
+        yield from self._await_writable(p)
         msgs = p.log.append_batch(items, ext_topic=info.ext)
         if trace:
             first = msgs[0]

@@ -176,12 +176,25 @@ class PartitionInfo:
     leader: str | None  # node_id, None while no leader is elected
     replicas: list[str]
     writable: bool = True
+    # False between a cluster check naming the leader and that nsqd taking the lead (slow
+    # topic creation): read lookups list the leader, the nsqd answers E_FAILED_ON_NOT_LEADER
+    leader_ready: bool = True
+    # time.monotonic() until which the leader leaves PUBs unanswered (a lost replica's write
+    # timing out); lookups still list the partition as writable meanwhile
+    stalled_until: float = 0.0
     log: PartitionLog = field(init=False)
     # channel name -> channel state; the nsqd implementation owns the value type
     channels: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.log = PartitionLog(self.partition)
+
+    def stalled(self) -> bool:
+        return self.stalled_until > time.monotonic()
+
+    def serving(self, node_id: str) -> bool:
+        """Whether ``node_id`` leads this partition and has taken the lead."""
+        return self.leader == node_id and self.leader_ready
 
 
 @dataclass
@@ -224,6 +237,10 @@ class ClusterState:
         self.lookupd_leader: str | None = None
         self.topics: dict[str, TopicInfo] = {}
         self.listeners: list[Listener] = []
+        # slow topic creation (FaultProfile.slow_creation): a created topic waits for a cluster
+        # check to get leaders; ``creation_check`` is called on every (re-sent) /topic/create
+        self.slow_creation = False
+        self.creation_check: Callable[[], None] | None = None
         # classic data whose topic name is taken by a youzan topic (mixed clusters):
         # kept for the classic node, invisible to lookupd
         self._classic_shadow: dict[tuple[str, str], PartitionInfo] = {}
@@ -315,8 +332,12 @@ class ClusterState:
 
     def create_topic(self, name: str, partition_num: int = 1, replica: int = 1, *,
                      ordered: bool = False, ext: bool = False, multipart: bool = False,
-                     disable_channel_auto_create: bool = False) -> TopicInfo:
+                     disable_channel_auto_create: bool = False,
+                     pending: bool = False) -> TopicInfo:
         """Create a youzan topic, spreading partition leaders over the live youzan nodes.
+
+        ``pending``: the partitions get their replicas but no leader until
+        :meth:`elect_pending` runs (what the lookupd's cluster check does).
 
         Raises ``ValueError`` with the real lookupd's message when it would refuse.
         """
@@ -336,10 +357,36 @@ class ClusterState:
         for pid in range(partition_num):
             owners = [nodes[(pid * (1 if spread else replica) + r) % len(nodes)].node_id
                       for r in range(replica)]
-            info.partitions.append(PartitionInfo(name, pid, owners[0], owners))
+            p = PartitionInfo(name, pid, None if pending else owners[0], owners)
+            p.leader_ready = not pending
+            info.partitions.append(p)
         self.topics[name] = info
         self.emit("topic_created", topic=name)
         return info
+
+    def elect_pending(self) -> list[PartitionInfo]:
+        """Name a leader (the first alive replica) for every partition created ``pending``.
+
+        The leaders are not serving yet (``leader_ready`` False): the caller readies them.
+        """
+        out = []
+        for info in self.topics.values():
+            for p in info.partitions:
+                if p.leader is not None or info.classic:
+                    continue
+                alive = [r for r in p.replicas if r in self.nodes and self.nodes[r].alive]
+                if alive and not p.leader_ready:
+                    p.leader = alive[0]
+                    out.append(p)
+                    self.emit("leader_moved", topic=info.name, partition=p.partition,
+                              old=None, new=p.leader)
+        return out
+
+    def ready_leader(self, p: PartitionInfo) -> None:
+        """The named leader takes the lead: it serves, and lookups list it for writes."""
+        p.leader_ready = True
+        self.emit("writable_changed", topic=p.topic, partition=p.partition,
+                  writable=p.writable)
 
     def delete_topic(self, name: str) -> None:
         if self.topics.pop(name, None) is not None:
