@@ -204,6 +204,13 @@ class Link:
         internal_id = msg.internal_id or 0
         offset = msg.queue_offset if msg.queue_offset is not None else -1
         if internal_id == self.last_id:
+            if self.ordered and msg.attempts <= self.last_attempts:
+                # the same delivery again: the real server sends the first message of a fresh
+                # ordered channel twice (real-cluster.md) and does not count the copy in
+                # flight (its FIN fails), so it is neither handled nor answered
+                self.rt.duplicates += 1
+                log.debug("%s: %r delivered twice; the copy is dropped", self.node, msg)
+                return True
             self.last_attempts = msg.attempts
             return False  # a redelivery of the same message
         if internal_id < self.last_id or offset < self.last_offset:

@@ -86,6 +86,7 @@ class NsqdOptions:
     allow_ext_compatible: bool = False
     allow_sub_ext_compatible: bool = False
     max_connections: int = 0  # youzan's max_conn_for_client; 0 = no limit
+    ordered_first_delivery_twice: bool = False  # real-cluster.md: a fresh ordered channel
 
     def resolved(self, classic: bool) -> Settings:
         """Every option with a value: the flavour's defaults fill the ``None`` ones."""
@@ -128,6 +129,7 @@ class Settings:
     allow_ext_compatible: bool
     allow_sub_ext_compatible: bool
     max_connections: int
+    ordered_first_delivery_twice: bool
 
 
 class NsqdNode:
@@ -290,7 +292,8 @@ class NsqdNode:
         if isinstance(existing, Channel) and not existing.closed:
             return existing
         channel = Channel(p, name, ordered_topic=bool(info and info.ordered),
-                          ext=bool(info and info.ext), classic=self.classic)
+                          ext=bool(info and info.ext), classic=self.classic,
+                          first_twice=self.options.ordered_first_delivery_twice)
         p.channels[name] = channel
         return channel
 
