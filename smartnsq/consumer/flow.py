@@ -40,7 +40,8 @@ class Flow:
         max_rdy = 1 if link.ordered else max(1, link.conn.max_rdy_count or 2500)
         if link.rdy_cap is not None:
             max_rdy = max(1, min(max_rdy, link.rdy_cap))
-        self._apply(self.ctl.add(link, max_rdy, self._loop.time()))
+        # an ordered partition backs off on its own: a poison message stops only its partition
+        self._apply(self.ctl.add(link, max_rdy, self._loop.time(), own_backoff=link.ordered))
         self._arm()
 
     def remove(self, link: Link) -> None:
@@ -59,6 +60,14 @@ class Flow:
             self._apply(cmds)
         if success and not self.ctl.backoff.active:
             return  # the common case: nothing time-driven changed
+        self._arm_deadline()
+
+    def on_ordered_requeue(self, link: Link, hold: float, backoff: bool) -> None:
+        """A REQ on an ordered link, about to be sent: the server ignores its delay, so the
+        partition is held at RDY 0 for ``hold`` seconds instead. Call it before sending the
+        REQ, so the RDY 0 leaves first and the server cannot redeliver at once."""
+        self._apply(self.ctl.on_finished(link, self._loop.time(), success=False,
+                                         backoff=backoff, hold=hold))
         self._arm_deadline()
 
     def _arm_deadline(self) -> None:

@@ -286,12 +286,21 @@ class Link:
                       "redelivers it", self.node, "FIN" if finish else "REQ")
         elif finish:
             self._send(self._fin(message.id))
-        elif self.ordered:
-            self._send(self._req(message.id, 0))  # the server ignores a delayed REQ there
         else:
             wait = rt.requeue_delay(message) if delay is None else delay
+            if self.ordered:
+                # the server ignores a delayed REQ on ordered channels: the partition is held
+                # at RDY 0 for the delay instead, sent before the REQ so nothing slips through
+                rt.flow.on_ordered_requeue(self, wait, backoff)
+                self._send(self._req(message.id, 0))
+                self._next_in_lane()
+                return
             self._send(self._req(message.id, _ms(wait)))
         rt.flow.on_answer(self, True if finish else (False if backoff else None))
+        self._next_in_lane()
+
+    def _next_in_lane(self) -> None:
+        rt = self.rt
         if self.ordered:
             lane = self.lane
             if lane:
