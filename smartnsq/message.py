@@ -97,6 +97,14 @@ class Message(frames.Message):
     # the subscription sets _responder, _state and _auto right after decoding
 
     @property
+    def internal_id(self) -> int | None:  # type: ignore[override]
+        """Youzan: the 64-bit internal id; classic: ``None`` (a classic id is an opaque GUID:
+        use ``id``), as ``trace_id`` and ``partition`` are."""
+        if self.youzan:
+            return super().internal_id
+        return None
+
+    @property
     def topic(self) -> str:
         return self._responder.topic
 

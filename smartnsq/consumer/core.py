@@ -141,10 +141,11 @@ class Consumer:
             else:
                 discovery = self._discovery = Discovery(
                     self.topic, self._lookupd, self._lookup, dict(cfg.lookup_options),
-                    cfg.partitions, apply=self._apply_targets, delay=self._reconnect_delay)
+                    cfg.partitions, apply=self._apply_targets, delay=self._reconnect_delay,
+                    fatal=self._fail)
                 self._subs = Subscriptions(rt, static=False, refresh=discovery.refresh,
                                            fatal=self._fail)
-                await discovery.start()
+                discovery.start()
         except BaseException:
             await self.close()
             raise

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import TopicNotFound
+from ..errors import InvalidArgument, TopicNotFound
 from .targets import Target, missing_leaders, view_targets
 
 __all__ = ["Discovery"]
@@ -29,7 +29,8 @@ class Discovery:
     def __init__(self, topic: str, lookupd: Sequence[str], lookup: Any,
                  lookup_options: dict[str, Any], partitions: frozenset[int] | None, *,
                  apply: Callable[[list[Target]], None],
-                 delay: Callable[[int], float]) -> None:
+                 delay: Callable[[int], float],
+                 fatal: Callable[[BaseException], None]) -> None:
         self.topic = topic
         self._lookupd = list(lookupd)
         self.lookup = lookup
@@ -38,6 +39,7 @@ class Discovery:
         self._partitions = partitions
         self._apply = apply
         self._delay = delay
+        self._fatal = fatal
         self._closing = False
         self._registered = False
         self._task: asyncio.Task[None] | None = None
@@ -46,22 +48,42 @@ class Discovery:
         self._leaderless_rounds = 0
         self._last_view: Any = None
 
-    async def start(self) -> None:
+    def start(self) -> None:
+        """Begin in the background and return at once: a slow or silent lookupd delays the
+        first view, never the caller (``Consumer.start()`` is documented to return at once)."""
         if self.lookup is None:
             from ..lookup import LookupManager
             self.lookup = LookupManager(self._lookupd, **self._options)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"smartnsq-consumer {self.topic} lookup")
+
+    async def _run(self) -> None:
+        try:
+            await self._first_view()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or a configuration that cannot work: say so
+            log.exception("%s: following the lookup failed", self.topic)
+            self._fatal(exc)
+
+    async def _first_view(self) -> None:
+        """Start the lookup (when ours; retried, never spinning), register for its changes,
+        then load the first view, retrying until the topic exists."""
         lookup = self.lookup
-        if self._own:
-            await lookup.start()
+        failures = 0
+        while self._own and not self._closing:
+            try:
+                await lookup.start()
+                break
+            except InvalidArgument:
+                raise  # retrying cannot fix it
+            except Exception as exc:
+                failures += 1
+                log.warning("%s: starting the lookup failed (%s); retrying", self.topic, exc)
+            await asyncio.sleep(self._delay(failures))
         lookup.subscribe(self._on_topic_change)
         self._registered = True
         lookup.watch(self.topic, "r")
-        self._task = asyncio.get_running_loop().create_task(
-            self._first_view(), name=f"smartnsq-consumer {self.topic} lookup")
-
-    async def _first_view(self) -> None:
-        """Load the first view, retrying (never spinning) until the topic exists."""
-        lookup = self.lookup
         failures = 0
         while not self._closing:
             try:

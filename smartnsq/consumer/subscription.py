@@ -114,10 +114,12 @@ class Subscription:
             raise
         except Exception as exc:
             self.last_error = exc
-            if isinstance(exc, InvalidArgument):
-                self.owner.fatal(exc)  # the configuration cannot work: retrying would not help
-                return
             if self._learn(exc):
+                return
+            if isinstance(exc, InvalidArgument) or getattr(exc, "retriable", True) is False:
+                # the configuration cannot work (a refused certificate, a SUB the server will
+                # never take): retrying would not help, so the consumer stops and says why
+                self.owner.fatal(exc)
                 return
             self.failures += 1
             self.owner.subscribe_failed(self, exc)
