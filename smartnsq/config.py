@@ -76,14 +76,17 @@ def _bound(obj: Any, bound: float | str) -> float:
     return float(getattr(obj, bound)) if isinstance(bound, str) else float(bound)
 
 
-def seconds(low: float | str = 0, *, low_open: bool = True, high: float | None = None,
-            optional: bool = False) -> Rule:
-    """A finite number of seconds above ``low`` (``low_open``: strictly), at most ``high``;
-    ``low`` may name another field (``">= reconnect_delay"``); ``optional`` allows None."""
-    text = f"{'>' if low_open else '>='} {low if isinstance(low, str) else f'{low:g}'}"
-    if high is not None:
-        text = f"{low:g}..{high:g}" if not isinstance(low, str) and not low_open else \
-            f"{text}, <= {high:g}"
+def number(low: float | str = 0, *, low_open: bool = False, high: float | None = None,
+           optional: bool = False, what: str = "number") -> Rule:
+    """A finite number (``what`` names it in errors) from ``low`` (``low_open``: above it) to
+    ``high``; ``low`` may name another field (``">= initial"``); ``optional`` allows None."""
+    floor_text = low if isinstance(low, str) else f"{low:g}"
+    if high is not None and not low_open:
+        text = f"{floor_text}..{high:g}"
+    else:
+        text = f"{'>' if low_open else '>='} {floor_text}"
+        if high is not None:
+            text += f", <= {high:g}"
     if optional:
         text += " or None"
 
@@ -92,13 +95,21 @@ def seconds(low: float | str = 0, *, low_open: bool = True, high: float | None =
             return
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or math.isnan(value) or math.isinf(value):
-            raise InvalidArgument(name, "must be a finite number of seconds", value)
+            raise InvalidArgument(name, f"must be a finite {what}", value)
         floor = _bound(obj, low)
         if value < floor or (low_open and value == floor) or (high is not None
                                                                and value > high):
-            raise InvalidArgument(name, f"must be {text.removesuffix(' or None')} s", value)
+            raise InvalidArgument(name, f"must be {text.removesuffix(' or None')}", value)
 
     return Rule(text, check)
+
+
+def seconds(low: float | str = 0, *, low_open: bool = True, high: float | None = None,
+            optional: bool = False) -> Rule:
+    """A finite number of seconds above ``low`` (``low_open=False``: at least ``low``), at
+    most ``high``; ``low`` may name another field; ``optional`` allows None."""
+    return number(low, low_open=low_open, high=high, optional=optional,
+                  what="number of seconds")
 
 
 def integer(low: int, high: int | None = None, *, optional: bool = False) -> Rule:
