@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from smartnsq.backoff import BackoffPolicy
 from smartnsq.rdy import MIN_HOLD, RdyController
 
@@ -74,3 +78,101 @@ def test_a_gone_failed_connection_leaves_the_probe_to_another() -> None:
     ctl.on_finished("a", 0.5, success=False)
     ctl.remove("a", 0.6)
     assert ctl.tick(1.5) == [("b", 1)]
+
+
+# -- random sequences: own-backoff (ordered) and shared connections mixed ----------------------
+
+
+_NAMES = [f"o{i}" for i in range(4)] + [f"s{i}" for i in range(3)]
+_DT = st.floats(min_value=0.0, max_value=30.0, allow_nan=False)
+
+
+class MixedMachine(RuleBasedStateMachine):
+    """A well-behaved server: delivers only within RDY; ``o*`` connections are ordered (own
+    back-off, RDY cap 1), ``s*`` share the consumer-wide back-off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.ctl = RdyController(6, rng=random.Random(5),
+                                 backoff=BackoffPolicy(initial=1.0, max=8.0, jitter=0.0))
+        self.rdy: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}
+        self.held_until: dict[str, float] = {}
+
+    def apply(self, out: list[tuple[object, int]]) -> None:
+        for key, count in out:
+            assert isinstance(key, str) and key in self.rdy
+            self.rdy[key] = count
+
+    @rule(name=st.sampled_from(_NAMES), dt=_DT)
+    def add(self, name: str, dt: float) -> None:
+        if name in self.rdy or len(self.rdy) >= 6:
+            return
+        self.now += dt
+        self.rdy[name], self.in_flight[name] = 0, 0
+        own = name.startswith("o")
+        self.apply(self.ctl.add(name, 1 if own else 2500, self.now, own_backoff=own))
+
+    @precondition(lambda self: any(self.in_flight[k] < self.rdy[k] for k in self.rdy))
+    @rule(data=st.data(), dt=_DT)
+    def deliver(self, data: st.DataObject, dt: float) -> None:
+        name = data.draw(st.sampled_from(sorted(k for k in self.rdy
+                                                if self.in_flight[k] < self.rdy[k])))
+        self.now += dt
+        self.in_flight[name] += 1
+        self.apply(self.ctl.on_message(name, self.now))
+
+    @precondition(lambda self: any(self.in_flight.values()))
+    @rule(data=st.data(), success=st.booleans(), hold=st.sampled_from([0.0, 0.5, 3.0]),
+          dt=_DT)
+    def finish(self, data: st.DataObject, success: bool, hold: float, dt: float) -> None:
+        name = data.draw(st.sampled_from(sorted(k for k, v in self.in_flight.items() if v)))
+        self.now += dt
+        self.in_flight[name] -= 1
+        others = {k: v for k, v in self.rdy.items() if k != name and k.startswith("o")}
+        self.apply(self.ctl.on_finished(name, self.now, success=success, hold=hold))
+        if name.startswith("o") and not success:
+            self.held_until[name] = self.now + max(hold, MIN_HOLD)
+            assert self.rdy[name] == 0, "a failed ordered partition is held at once"
+        if name.startswith("s"):
+            # the shared back-off never takes RDY from ordered partitions
+            assert all(self.rdy[k] >= v for k, v in others.items())
+
+    @rule(dt=_DT)
+    def tick(self, dt: float) -> None:
+        self.now += dt
+        self.apply(self.ctl.tick(self.now))
+
+    @precondition(lambda self: bool(self.rdy))
+    @rule()
+    def everything_recovers(self) -> None:
+        for name in sorted(self.in_flight):
+            while self.in_flight[name]:
+                self.in_flight[name] -= 1
+                self.apply(self.ctl.on_finished(name, self.now, success=True))
+        for _ in range(12):  # windows end, probes succeed, every partition flows again
+            self.now += 10.0
+            self.apply(self.ctl.tick(self.now))
+            for name in sorted(k for k in self.rdy if self.rdy[k] > self.in_flight[k]):
+                self.in_flight[name] += 1
+                self.apply(self.ctl.on_message(name, self.now))
+                self.in_flight[name] -= 1
+                self.apply(self.ctl.on_finished(name, self.now, success=True))
+        assert all(v >= 1 for v in self.rdy.values()), self.rdy
+
+    @invariant()
+    def within_limits(self) -> None:
+        assert self.ctl.total_rdy == sum(self.rdy.values()) <= 6
+        for k, v in self.rdy.items():
+            assert self.ctl.rdy(k) == v and self.ctl.in_flight(k) == self.in_flight[k]
+            if k.startswith("o"):
+                assert v <= 1
+                if self.now < self.held_until.get(k, 0.0):
+                    assert v == 0, f"{k} flows during its hold"
+
+
+MixedMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestMixedMachine = MixedMachine.TestCase
