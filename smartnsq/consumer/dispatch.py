@@ -60,17 +60,6 @@ class Dispatch:
                 self._waking += 1
                 return
 
-    def take(self) -> Message | None:
-        """A waiting message without waiting (``None``: none), waking the next worker if more
-        are waiting: the workers' inline fast path of :meth:`get`."""
-        pending = self.pending
-        if not pending:
-            return None
-        msg = pending.popleft()
-        if pending and self._idle and not self._waking:
-            self.wake()
-        return msg
-
     async def get(self) -> Message | None:
         """The next message, waiting for one; ``None`` once stopped and empty."""
         pending = self.pending
@@ -121,15 +110,20 @@ def is_async(handler: Callable[..., Any]) -> bool:
 async def worker(rt: Runtime, handler: Handler) -> None:
     """One of the ``concurrency`` tasks running the handler on queued messages."""
     dispatch = rt.queue
+    pending = dispatch.pending
     max_attempts = rt.config.max_attempts
     async_handler = is_async(handler)
     while True:
-        msg = dispatch.take()
-        if msg is None:
-            msg = await dispatch.get()
-            if msg is None:
+        if pending:  # dispatch.take() inlined: the per-message path
+            msg = pending.popleft()
+            if pending and dispatch._idle and not dispatch._waking:
+                dispatch.wake()
+        else:
+            got = await dispatch.get()
+            if got is None:
                 return
-        link = link_of(msg)
+            msg = got
+        link: Link = msg._responder  # type: ignore[assignment]
         if link.dead:
             rt.stale += 1
             continue
