@@ -114,7 +114,7 @@ async def worker(rt: Runtime, handler: Handler) -> None:
     max_attempts = rt.config.max_attempts
     async_handler = is_async(handler)
     while True:
-        if pending:  # dispatch.take() inlined: the per-message path
+        if pending:  # the per-message path, inlined: no call, no wake-up when one is pending
             msg = pending.popleft()
             if pending and dispatch._idle and not dispatch._waking:
                 dispatch.wake()
