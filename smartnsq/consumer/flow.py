@@ -58,9 +58,9 @@ class Flow:
                                     backoff=success is not None)
         if cmds:
             self._apply(cmds)
-        if success and not self.ctl.backoff.active:
+        if success and not self.ctl.backoff.active and not link.ordered:
             return  # the common case: nothing time-driven changed
-        self._arm_deadline()
+        self._arm_deadline()  # (an ordered partition's own window may have started)
 
     def on_ordered_requeue(self, link: Link, hold: float, backoff: bool) -> None:
         """A REQ on an ordered link, about to be sent: the server ignores its delay, so the
