@@ -30,11 +30,18 @@ def channel_of(cluster: Any, topic: str, channel: str, partition: int = 0) -> An
 
 
 async def publish(cluster: Any, topic: str, bodies: dict[int, list[bytes]]) -> None:
-    async with Producer(lookupd=cluster.lookupd_http_addresses) as producer:
+    """Publish with every call bounded (start, each publish, close)."""
+    producer = Producer(lookupd=cluster.lookupd_http_addresses, timeout=10)
+    async with bounded(10):
+        await producer.start()
+    try:
         for partition, items in bodies.items():
             for body in items:
                 async with bounded(10):
                     await producer.publish(topic, body, partition=partition, timeout=10)
+    finally:
+        async with bounded(5):
+            await producer.close()
 
 
 async def close(consumer: Consumer) -> None:

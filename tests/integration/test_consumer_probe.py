@@ -23,8 +23,12 @@ WAIT = 10.0
 async def test_the_probe_goes_to_the_partition_of_the_failed_message(nsq_cluster: Any) -> None:
     cluster = nsq_cluster
     await cluster.create_topic("probe", partitions=4, channels=["ch"])
-    async with Producer(lookupd=cluster.lookupd_http_addresses) as producer, bounded(10):
+    producer = Producer(lookupd=cluster.lookupd_http_addresses, timeout=10)
+    async with bounded(10):
+        await producer.start()
         await producer.publish("probe", b"flaky", partition=2, timeout=10)
+    async with bounded(5):
+        await producer.close()
     calls: dict[bytes, int] = defaultdict(int)
     watch = Watch()
 
