@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .config import doc
+from .config import check_fields, doc, flag, number, seconds
 from .errors import InvalidArgument
 
 __all__ = [
@@ -41,18 +41,6 @@ BackoffState = Literal["normal", "backing_off", "probing"]
 NORMAL: BackoffState = "normal"
 BACKING_OFF: BackoffState = "backing_off"
 PROBING: BackoffState = "probing"
-
-
-def _number(name: str, value: object, *, low: float, high: float = math.inf,
-            low_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
-            or math.isinf(value):
-        raise InvalidArgument(name, "must be a finite number", value)
-    if value < low or (low_open and value == low) or value > high:
-        bound = f"> {low:g}" if low_open else f">= {low:g}"
-        if high != math.inf:
-            bound += f" and <= {high:g}"
-        raise InvalidArgument(name, f"must be {bound}", value)
 
 
 _MAX_DOUBLINGS = 62  # 2**62 times any sane base is past any cap; larger would overflow floats
@@ -81,26 +69,24 @@ class BackoffPolicy:
     """How a consumer slows down after handler failures (go-nsq-like defaults)."""
 
     enabled: bool = field(default=True, metadata=doc(
-        "Slow the consumer down after handler failures (RDY 0, then RDY 1 probes); off "
-        "favours latency over protecting a failing downstream system."))
+        "Slow the consumer down after handler failures (RDY 0, then RDY 1 probes; per "
+        "partition on ordered subscriptions); off favours latency over protecting a failing "
+        "downstream system.", check=flag()))
     initial: float = field(default=1.0, metadata=doc(
-        "Length of the first backoff window, after one failure.", unit="s", range="> 0"))
+        "Length of the first backoff window, after one failure.", unit="s",
+        check=seconds(0)))
     multiplier: float = field(default=2.0, metadata=doc(
-        "Growth of the window per further failed probe.", range=">= 1"))
+        "Growth of the window per further failed probe.", check=number(1)))
     max: float = field(default=120.0, metadata=doc(
         "Longest backoff window; the failure level stops growing once it is reached, so "
-        "recovery takes a bounded number of successful probes.", unit="s", range=">= initial"))
+        "recovery takes a bounded number of successful probes.", unit="s",
+        check=seconds("initial", low_open=False)))
     jitter: float = field(default=0.2, metadata=doc(
         "Fraction of each window randomly cut off, so consumers that failed together do "
-        "not probe together.", range="0..1"))
+        "not probe together.", check=number(0, high=1)))
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise InvalidArgument("enabled", "must be a bool", self.enabled)
-        _number("initial", self.initial, low=0, low_open=True)
-        _number("multiplier", self.multiplier, low=1)
-        _number("max", self.max, low=self.initial)
-        _number("jitter", self.jitter, low=0, high=1)
+        check_fields(self)
 
     @property
     def max_level(self) -> int:
@@ -229,21 +215,20 @@ class RequeuePolicy:
     """
 
     initial: float = field(default=1.0, metadata=doc(
-        "Delay before the first redelivery (attempts = 1).", unit="s", range=">= 0"))
+        "Delay before the first redelivery (attempts = 1); on ordered subscriptions the "
+        "consumer holds the partition for it (at least 0.1 s).", unit="s",
+        check=seconds(0, low_open=False)))
     multiplier: float = field(default=2.0, metadata=doc(
-        "Growth of the delay per further attempt.", range=">= 1"))
+        "Growth of the delay per further attempt.", check=number(1)))
     cap: float = field(default=900.0, metadata=doc(
         "Longest delay (go-nsq's max_requeue_delay is 15 min).", unit="s",
-        range=">= initial"))
+        check=seconds("initial", low_open=False)))
     jitter: float = field(default=0.0, metadata=doc(
         "Fraction of the delay randomly cut off, to spread retries of a failed batch.",
-        range="0..1"))
+        check=number(0, high=1)))
 
     def __post_init__(self) -> None:
-        _number("initial", self.initial, low=0)
-        _number("multiplier", self.multiplier, low=1)
-        _number("cap", self.cap, low=self.initial)
-        _number("jitter", self.jitter, low=0, high=1)
+        check_fields(self)
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
         """Seconds to requeue a message with for its ``attempts``-th delivery failure.

@@ -2,8 +2,11 @@
 
 Every field carries :func:`doc` metadata (a one-line description, a unit, the accepted range)
 next to its default; :func:`describe` returns those records, so the configuration reference in
-``docs/`` is generated from the code rather than kept by hand. Other config classes can use
-the same two helpers.
+``docs/`` is generated from the code rather than kept by hand. A field's range can be a
+:class:`Rule` (``doc(..., check=seconds(low=0))``): the rule both checks the value
+(:func:`check_fields`, from ``__post_init__``) and writes the range text of the reference, so
+the documentation and the check are one description and cannot disagree. Other config classes
+use the same helpers.
 Durations are seconds (``float``) throughout; they are converted to the server's
 milliseconds only on the wire. Build a variant with ``dataclasses.replace(config, ...)``,
 which validates again.
@@ -18,6 +21,7 @@ import dataclasses
 import math
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -27,12 +31,137 @@ from .protocol.compression import COMPRESSIONS, Compression
 from .protocol.frames import DEFAULT_MAX_FRAME_SIZE
 from .protocol.identify import USER_AGENT, IdentifyOptions
 
-__all__ = ["ConnectionConfig", "SettingDoc", "describe", "doc"]
+__all__ = [
+    "ConnectionConfig",
+    "Rule",
+    "SettingDoc",
+    "check_fields",
+    "choice",
+    "describe",
+    "doc",
+    "flag",
+    "instance",
+    "integer",
+    "seconds",
+]
 
 
-def doc(text: str, *, unit: str = "", range: str = "") -> dict[str, str]:
-    """Field metadata for the generated reference: one line of text, a unit, the range."""
-    return {"doc": text, "unit": unit, "range": range}
+@dataclass(frozen=True)
+class Rule:
+    """What a field accepts: ``text`` for the reference, ``check(name, value, obj)`` raising
+    :class:`InvalidArgument` naming the field (``obj`` is the whole config, for bounds that
+    are other fields)."""
+
+    text: str
+    check: Callable[[str, Any, Any], None]
+
+
+def doc(text: str, *, unit: str = "", range: str = "",
+        check: Rule | None = None) -> dict[str, Any]:
+    """Field metadata for the generated reference: one line of text, a unit, the range (the
+    rule's text when a rule is given), and the rule itself."""
+    return {"doc": text, "unit": unit, "range": range or (check.text if check else ""),
+            "check": check}
+
+
+def check_fields(obj: Any) -> None:
+    """Run every field's rule on a config instance (call it from ``__post_init__``)."""
+    for f in dataclasses.fields(obj):
+        rule = f.metadata.get("check")
+        if rule is not None:
+            rule.check(f.name, getattr(obj, f.name), obj)
+
+
+def _bound(obj: Any, bound: float | str) -> float:
+    return float(getattr(obj, bound)) if isinstance(bound, str) else float(bound)
+
+
+def number(low: float | str = 0, *, low_open: bool = False, high: float | None = None,
+           optional: bool = False, what: str = "number") -> Rule:
+    """A finite number (``what`` names it in errors) from ``low`` (``low_open``: above it) to
+    ``high``; ``low`` may name another field (``">= initial"``); ``optional`` allows None."""
+    floor_text = low if isinstance(low, str) else f"{low:g}"
+    if high is not None and not low_open:
+        text = f"{floor_text}..{high:g}"
+    else:
+        text = f"{'>' if low_open else '>='} {floor_text}"
+        if high is not None:
+            text += f", <= {high:g}"
+    if optional:
+        text += " or None"
+
+    def check(name: str, value: Any, obj: Any) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or math.isnan(value) or math.isinf(value):
+            raise InvalidArgument(name, f"must be a finite {what}", value)
+        floor = _bound(obj, low)
+        if value < floor or (low_open and value == floor) or (high is not None
+                                                               and value > high):
+            raise InvalidArgument(name, f"must be {text.removesuffix(' or None')}", value)
+
+    return Rule(text, check)
+
+
+def seconds(low: float | str = 0, *, low_open: bool = True, high: float | None = None,
+            optional: bool = False) -> Rule:
+    """A finite number of seconds above ``low`` (``low_open=False``: at least ``low``), at
+    most ``high``; ``low`` may name another field; ``optional`` allows None."""
+    return number(low, low_open=low_open, high=high, optional=optional,
+                  what="number of seconds")
+
+
+def integer(low: int, high: int | None = None, *, optional: bool = False) -> Rule:
+    """An int in ``low..high`` (no upper bound when ``high`` is None); ``optional``: or None."""
+    text = f">= {low}" if high is None else f"{low}..{high}"
+    if optional:
+        text += " or None"
+
+    def check(name: str, value: Any, obj: Any) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < low \
+                or (high is not None and value > high):
+            raise InvalidArgument(name, f"must be an int {text.removesuffix(' or None')}",
+                                  value)
+
+    return Rule(text, check)
+
+
+def flag(*, optional: bool = False) -> Rule:
+    """True or False (or None when ``optional``)."""
+    allowed: tuple[Any, ...] = (True, False, None) if optional else (True, False)
+    text = "True, False or None" if optional else "True or False"
+
+    def check(name: str, value: Any, obj: Any) -> None:
+        if not any(value is a for a in allowed):
+            raise InvalidArgument(name, f"must be {text}", value)
+
+    return Rule(text, check)
+
+
+def choice(*values: str) -> Rule:
+    """One of a few strings."""
+    text = ", ".join(repr(v) for v in values)
+
+    def check(name: str, value: Any, obj: Any) -> None:
+        if value not in values:
+            raise InvalidArgument(name, f"must be one of {text}", value)
+
+    return Rule(text, check)
+
+
+def instance(kind: type | tuple[type, ...], text: str, *, optional: bool = True) -> Rule:
+    """An instance of ``kind`` (or None when ``optional``); ``text`` names it in the docs."""
+
+    def check(name: str, value: Any, obj: Any) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, kind):
+            raise InvalidArgument(name, f"must be {text}", value)
+
+    return Rule(text, check)
 
 
 @dataclass(frozen=True)

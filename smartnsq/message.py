@@ -28,11 +28,31 @@ from typing import NoReturn, Protocol
 from .errors import InvalidArgument, NSQError
 from .protocol import frames
 
-__all__ = ["AlreadyResponded", "Message", "Responder"]
+__all__ = [
+    "CLAIMED_FINISH",
+    "CLAIMED_REQUEUE",
+    "FINISHED",
+    "PENDING",
+    "REQUEUED",
+    "AlreadyResponded",
+    "Message",
+    "Responder",
+    "claimed",
+]
 
+# A message's answer state (``Message._state``). The event loop's thread moves PENDING straight
+# to FINISHED or REQUEUED; another thread first *claims* the message (CLAIMED_FINISH or
+# CLAIMED_REQUEUE, under a lock) and the loop then settles it, unless the loop answered first.
 PENDING = 0
 FINISHED = 1
 REQUEUED = 2
+CLAIMED_FINISH = -FINISHED
+CLAIMED_REQUEUE = -REQUEUED
+
+
+def claimed(state: int) -> int:
+    """The claim another thread puts on a message it is about to settle as ``state``."""
+    return -state
 
 
 class AlreadyResponded(NSQError, RuntimeError):
@@ -77,6 +97,14 @@ class Message(frames.Message):
     # the subscription sets _responder, _state and _auto right after decoding
 
     @property
+    def internal_id(self) -> int | None:  # type: ignore[override]
+        """Youzan: the 64-bit internal id; classic: ``None`` (a classic id is an opaque GUID:
+        use ``id``), as ``trace_id`` and ``partition`` are."""
+        if self.youzan:
+            return super().internal_id
+        return None
+
+    @property
     def topic(self) -> str:
         return self._responder.topic
 
@@ -96,11 +124,11 @@ class Message(frames.Message):
 
     @property
     def finished(self) -> bool:
-        return self._state in (FINISHED, -FINISHED)
+        return self._state in (FINISHED, CLAIMED_FINISH)
 
     @property
     def requeued(self) -> bool:
-        return self._state in (REQUEUED, -REQUEUED)
+        return self._state in (REQUEUED, CLAIMED_REQUEUE)
 
     @property
     def auto_response(self) -> bool:

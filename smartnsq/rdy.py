@@ -26,14 +26,20 @@ State*) with a few fixes:
   backing off with messages still in flight (RDY 0: nothing more is coming, process the
   batch).
 * Backoff (:class:`~smartnsq.backoff.Backoff`): RDY 0 everywhere while backing off; when the
-  window expires, RDY 1 on one random connection (the probe); full distribution again once
-  successes bring the level back to 0. A probe that gets no message for
-  ``low_rdy_idle_timeout`` (its partition may be empty) moves to another connection, so the
-  consumer cannot stay stuck probing an idle nsqd.
+  window expires, RDY 1 on one connection (the probe): the one whose failure started the
+  back-off, since its requeued message is there (a random one only when that connection is
+  gone); full distribution again once successes bring the level back to 0. A probe that gets
+  no message for ``low_rdy_idle_timeout`` (its partition may be empty) moves to another
+  connection, so the consumer cannot stay stuck probing an idle nsqd.
 
 Ordered subscriptions get at most one message in flight per partition whatever RDY says, and
 a real server was seen to duplicate the first message with RDY > 1 (protocol.md, "RDY on
-ordered channels"): add such connections with ``max_rdy_count=1``.
+ordered channels"): add such connections with ``max_rdy_count=1``. Add them with
+``own_backoff=True`` too: each partition then backs off on its own (a poison message stops
+only its partition; the consumer-wide back-off neither counts its failures nor pauses it),
+and a requeue holds the connection at RDY 0 for the requeue delay (``hold``, at least
+:data:`MIN_HOLD`), since the server ignores a delayed REQ on ordered channels and would
+otherwise redeliver at once, in a tight loop when back-off is disabled.
 
 Every method that can change something returns the ``RDY`` commands to send now, as
 ``(conn, count)`` pairs; only real changes are listed, at most one per connection, in the
@@ -52,7 +58,7 @@ from dataclasses import dataclass
 from .backoff import BACKING_OFF, NORMAL, PROBING, Backoff, BackoffPolicy
 from .errors import InvalidArgument
 
-__all__ = ["STARVED_RATIO", "ConnKey", "RdyController"]
+__all__ = ["MIN_HOLD", "STARVED_RATIO", "ConnKey", "RdyController"]
 
 log = logging.getLogger("smartnsq.rdy")
 
@@ -62,6 +68,10 @@ RdyCommands = list[tuple[ConnKey, int]]
 #: in-flight / RDY ratio from which a connection counts as starved (the guide's 0.85: it
 #: anticipates starvation rather than waiting for it).
 STARVED_RATIO = 0.85
+
+#: shortest hold after a requeue on an own-backoff (ordered) connection: the floor that keeps a
+#: failing handler with a 0 s requeue delay from spinning redeliveries.
+MIN_HOLD = 0.1
 
 
 @dataclass
@@ -76,6 +86,8 @@ class _Conn:
     last_message: float = -1.0   # -1: never
     last_finished: float = -1.0
     granted_at: float = -1.0     # when RDY last went from 0 to >= 1; -1: never
+    backoff: Backoff | None = None   # own back-off (ordered partitions); None: the shared one
+    hold_until: float = 0.0      # own-backoff connections: RDY 0 until then (a requeue)
 
     @property
     def committed(self) -> int:
@@ -138,6 +150,7 @@ class RdyController:
         self._total = 0
         self._blocked: set[ConnKey] = set()   # want more RDY but capacity is committed
         self._probe: ConnKey | None = None
+        self._last_failed: ConnKey | None = None  # where the last counted failure happened
         self._now = 0.0   # ``now`` of the call in progress
 
     # -- read-only view ---------------------------------------------------------------------
@@ -196,8 +209,15 @@ class RdyController:
 
     def next_deadline(self) -> float | None:
         """When :meth:`tick` next has time-driven work that cannot wait for the periodic tick:
-        the end of the backoff window (``None`` when not backing off)."""
-        return self.backoff.until if self.backoff.state == BACKING_OFF else None
+        the end of a backoff window or of a hold (``None`` when there is none)."""
+        ends = [self.backoff.until] if self.backoff.state == BACKING_OFF else []
+        for c in self._conns.values():
+            if c.backoff is not None:
+                if c.backoff.state == BACKING_OFF:
+                    ends.append(c.backoff.until)
+                if c.hold_until > self._now:
+                    ends.append(c.hold_until)
+        return min(ends) if ends else None
 
     def stats(self) -> dict[str, object]:
         """A snapshot for ``consumer.stats()``."""
@@ -209,21 +229,28 @@ class RdyController:
             "backoff": self.backoff.state,
             "backoff_level": self.backoff.level,
             "backoff_until": self.backoff.until,
-            "connections": {str(k): {"rdy": c.rdy, "in_flight": c.in_flight, "share": c.share}
+            "connections": {str(k): {"rdy": c.rdy, "in_flight": c.in_flight, "share": c.share,
+                                     **({"backoff": c.backoff.state_at(self._now),
+                                         "backoff_level": c.backoff.level}
+                                        if c.backoff is not None else {})}
                             for k, c in self._conns.items()},
         }
 
     # -- events -----------------------------------------------------------------------------
 
-    def add(self, conn: ConnKey, max_rdy_count: int, now: float) -> RdyCommands:
+    def add(self, conn: ConnKey, max_rdy_count: int, now: float, *,
+            own_backoff: bool = False) -> RdyCommands:
         """A subscribed connection joins; it gets RDY 1 (capacity permitting) and the other
         connections' shares shrink to make room. ``max_rdy_count`` is the server's limit from
-        IDENTIFY (2500 when it did not say; 1 for an ordered subscription)."""
+        IDENTIFY (2500 when it did not say; 1 for an ordered subscription). ``own_backoff``:
+        the connection backs off on its own (an ordered partition, see the module doc)."""
         self._now = now
         if conn in self._conns:
             raise InvalidArgument("conn", "is already added", conn)
         _check_count("max_rdy_count", max_rdy_count, 1)
-        self._conns[conn] = _Conn(conn, max_rdy_count, now)
+        c = self._conns[conn] = _Conn(conn, max_rdy_count, now)
+        if own_backoff:
+            c.backoff = Backoff(self.backoff.policy, self._rng)
         return self._rebalance(now)
 
     def remove(self, conn: ConnKey, now: float) -> RdyCommands:
@@ -238,6 +265,8 @@ class RdyController:
         self._blocked.discard(conn)
         if self._probe == conn:
             self._probe = None
+        if self._last_failed == conn:
+            self._last_failed = None
         return self._rebalance(now)
 
     def on_message(self, conn: ConnKey, now: float) -> RdyCommands:
@@ -259,15 +288,19 @@ class RdyController:
         return out.result(self._conns)
 
     def on_finished(self, conn: ConnKey, now: float, *, success: bool,
-                    backoff: bool = True) -> RdyCommands:
+                    backoff: bool = True, hold: float = 0.0) -> RdyCommands:
         """A message of ``conn`` was answered: FIN (``success``) or REQ (failure).
 
         A failure counts towards backoff unless ``backoff`` is false (a deliberate requeue,
         e.g. "not now", that says nothing about the downstream system's health). Results on
-        a connection removed meanwhile still count towards backoff.
+        a connection removed meanwhile still count towards backoff. On an own-backoff
+        connection a requeue also holds it at RDY 0 for ``hold`` seconds (at least
+        :data:`MIN_HOLD`): send the returned RDY before the REQ.
         """
         self._now = now
         c = self._conns.get(conn)
+        if c is not None and c.backoff is not None:
+            return self._finished_own(c, now, success, backoff, hold)
         if success and c is not None and c.primed and c.in_flight > 0 and c.rdy == c.share \
                 and self._mif and self.backoff.state == NORMAL \
                 and not (self._blocked and c.in_flight > c.rdy):
@@ -281,6 +314,8 @@ class RdyController:
             self.backoff.success(now)
         elif backoff:
             self.backoff.failure(now)
+            if c is not None:
+                self._last_failed = conn
         else:
             self.backoff.update(now)
         freed = False
@@ -296,6 +331,29 @@ class RdyController:
                 self._update(c, out, force=False)
             if freed and self._blocked:
                 self._retry_blocked(out)
+        return out.result(self._conns)
+
+    def _finished_own(self, c: _Conn, now: float, success: bool, backoff: bool,
+                      hold: float) -> RdyCommands:
+        """A result on an own-backoff connection: it alone slows down (or is held)."""
+        b = c.backoff
+        assert b is not None
+        if c.in_flight > 0:
+            c.in_flight -= 1
+            c.last_finished = now
+        before = (b.state, b.level)
+        if success:
+            b.success(now)
+        elif backoff:
+            b.failure(now)
+        else:
+            b.update(now)
+        if not success:
+            c.hold_until = max(c.hold_until, now + max(hold, MIN_HOLD))
+        if (b.state, b.level) != before:
+            log.debug("%s: own back-off %s, level %d", c.key, b.state, b.level)
+        out = _Changes()
+        self._update(c, out, force=True)
         return out.result(self._conns)
 
     def set_max_in_flight(self, n: int, now: float) -> RdyCommands:
@@ -318,6 +376,10 @@ class RdyController:
             self._rotate_probe(out, now)
         if self._blocked:
             self._retry_blocked(out)
+        for c in self._conns.values():
+            if c.backoff is not None:
+                c.backoff.update(now)
+                self._update(c, out, force=True)  # a window or a hold may have ended
         return out.result(self._conns)
 
     # -- internals --------------------------------------------------------------------------
@@ -450,7 +512,9 @@ class RdyController:
         if probe is None or len(self._conns) < 2 or probe.rdy == 0 or probe.in_flight \
                 or now - probe.idle_since() < self.low_rdy_idle_timeout:
             return
-        others = [c for c in self._conns.values() if c is not probe]
+        others = [c for c in self._conns.values() if c is not probe and c.backoff is None]
+        if not others:
+            return
         preferred = [c for c in others if c.share > 0] or others
         (successor,) = self._longest_waiting(preferred, 1)
         self._probe = successor.key
@@ -463,9 +527,13 @@ class RdyController:
             return
         if self._probe is not None and self._probe in self._conns:
             return
-        conns = list(self._conns.values())
+        conns = [c for c in self._conns.values() if c.backoff is None]
         if not conns or self._mif == 0:
             self._probe = None
+            return
+        failed = self._conns.get(self._last_failed) if self._last_failed is not None else None
+        if failed is not None and failed.backoff is None:
+            self._probe = failed.key  # its requeued message is there
             return
         preferred = [c for c in conns if c.share > 0] or conns
         self._probe = self._rng.choice(preferred).key
@@ -473,6 +541,15 @@ class RdyController:
     def _want(self, c: _Conn) -> int:
         if self._mif == 0:
             return 0
+        if c.backoff is not None:
+            if self._now < c.hold_until:
+                return 0
+            own = c.backoff.state_at(self._now)
+            if own == BACKING_OFF:
+                return 0
+            if own == PROBING:
+                return min(c.share, 1)
+            return c.share if c.primed else min(c.share, 1)
         state = self.backoff.state
         if state == BACKING_OFF:
             return 0

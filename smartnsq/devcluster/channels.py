@@ -13,6 +13,10 @@ What is delivered, and when (protocol.md 3.5, 3.6, 4.4 and the captures):
   consumer whose FIN/REQ failures and timeouts pile up (``RDY - score + 5`` from a score of 5);
 * an ordered channel (ordered topic, or ``SUB_ORDERED``) has one message in flight across all
   its consumers, whatever their RDY;
+* with ``first_twice`` (``NsqdOptions.ordered_first_delivery_twice``) the first ``SUB_ORDERED``
+  of a channel with a backlog delivers its first message twice (same id, same attempts, even
+  with RDY 1), as the real server does (``real-cluster.md``: ``SetOrdered`` resets the reader
+  asynchronously); the copy is not in flight, so its FIN fails with ``E_FIN_FAILED``;
 * every in-flight message expires ``msg_timeout`` after delivery (TOUCH restarts the clock)
   and is redelivered with ``attempts + 1``;
 * on ext topics a message tagged ``##client_dispatch_tag = T`` goes to consumers with
@@ -200,7 +204,8 @@ class Channel:
     """
 
     def __init__(self, partition: PartitionInfo, name: str, *, ordered_topic: bool = False,
-                 ext: bool = False, classic: bool = False, start: int | None = None) -> None:
+                 ext: bool = False, classic: bool = False, start: int | None = None,
+                 first_twice: bool = False) -> None:
         self.partition = partition
         self.log = partition.log
         self.name = name
@@ -209,6 +214,9 @@ class Channel:
         self.ext = ext
         self.classic = classic
         self.ephemeral = name.endswith("#ephemeral")
+        self.first_twice = first_twice  # the real server's duplicate first ordered delivery
+        self.sub_ordered_seen = False
+        self.send_twice = False  # the next delivery goes out twice
         if start is None:
             fresh = classic and not partition.channels
             start = self.log.claimed if fresh else len(self.log)
@@ -266,6 +274,9 @@ class Channel:
         self.lingering.clear()
 
     def set_ordered(self, ordered: bool) -> None:
+        if ordered and self.first_twice and not self.sub_ordered_seen and self.depth:
+            self.send_twice = True
+        self.sub_ordered_seen = self.sub_ordered_seen or ordered
         self.ordered = ordered or self.topic_ordered
 
     # -- consumers ------------------------------------------------------------------------------
@@ -402,6 +413,9 @@ class Channel:
         consumer.stats[0] += 1
         consumer.arm(loop)
         consumer.deliver(entry)
+        if self.send_twice and self.ordered:
+            self.send_twice = False
+            consumer.deliver(entry)  # the copy: same id and attempts, not in flight
 
     def _requeue(self, entry: Entry) -> None:
         group = self._group(entry.msg) if self.tag_counts else ""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +42,7 @@ import httpx
 
 from .faults import FaultClock
 from .lookupd import Lookupd
-from .nsqd import NsqdNode, NsqdOptions
+from .nsqd import NsqdNode
 from .profile import OFF, FaultProfile
 from .proxy import TCPProxy
 from .state import ClusterState, NodeInfo, TopicInfo
@@ -177,8 +176,7 @@ class DevCluster:
             self.state.lookupd_leader = self.lookupds[0].node_id
 
     async def _start_nodes(self) -> None:
-        known = {f.name for f in dataclasses.fields(NsqdOptions)}
-        options = {**self.profile.nsqd_options(known), **self._nsqd_options}
+        options = {**self.profile.nsqd_options(), **self._nsqd_options}
         total = self._youzan_count + self._classic_count
         for i in range(total):
             classic = i >= self._youzan_count

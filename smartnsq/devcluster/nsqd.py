@@ -225,7 +225,8 @@ class NsqdNode:
         if isinstance(existing, Channel) and not existing.closed:
             return existing
         channel = Channel(p, name, ordered_topic=bool(info and info.ordered),
-                          ext=bool(info and info.ext), classic=self.classic)
+                          ext=bool(info and info.ext), classic=self.classic,
+                          first_twice=self.options.ordered_first_delivery_twice)
         p.channels[name] = channel
         return channel
 

@@ -43,6 +43,7 @@ class NsqdOptions:
     allow_ext_compatible: bool = False
     allow_sub_ext_compatible: bool = False
     max_connections: int = 0  # youzan's max_conn_for_client; 0 = no limit
+    ordered_first_delivery_twice: bool = False  # real-cluster.md: a fresh ordered channel
 
     def resolved(self, classic: bool) -> Settings:
         """Every option with a value: the flavour's defaults fill the ``None`` ones."""
@@ -85,3 +86,4 @@ class Settings:
     allow_ext_compatible: bool
     allow_sub_ext_compatible: bool
     max_connections: int
+    ordered_first_delivery_twice: bool

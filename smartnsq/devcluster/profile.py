@@ -99,10 +99,11 @@ class FaultProfile:
         """The scaled upper end of a span (for deadlines: the worst this fault can last)."""
         return float(getattr(self, name)[1] * self.scale)
 
-    def nsqd_options(self, known: set[str]) -> dict[str, Any]:
-        """The nsqd options this profile turns on, limited to the ones nsqd has (``known``)."""
-        wanted = {"ordered_first_delivery_twice": self.ordered_first_delivery_twice}
-        return {k: v for k, v in wanted.items() if v and k in known}
+    def nsqd_options(self) -> dict[str, Any]:
+        """The nsqd options this profile turns on (``NsqdOptions`` fields)."""
+        if self.ordered_first_delivery_twice:
+            return {"ordered_first_delivery_twice": True}
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """Every field, spans already scaled (what the admin endpoint shows)."""

@@ -111,7 +111,8 @@ async def test_cut_connections_are_replaced_and_nothing_is_lost(nsq_cluster: Any
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
-async def test_ordered_failure_is_retried_at_once_and_never_skipped(nsq_cluster: Any) -> None:
+async def test_ordered_failure_is_retried_after_its_delay_and_never_skipped(
+        nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("ord", partitions=1, ordered=True, channels=["ch"])
     lookupd = nsq_cluster.lookupd_http_addresses
     async with Producer(lookupd=lookupd) as producer:
@@ -127,10 +128,10 @@ async def test_ordered_failure_is_retried_at_once_and_never_skipped(nsq_cluster:
         if msg.body == b"4":
             done.set()
 
-    # a long requeue delay and max_attempts: the server ignores delayed REQs on ordered
-    # channels, so the consumer sends REQ 0; max_attempts without a hook never skips
+    # the server ignores delayed REQs on ordered channels: the consumer sends REQ 0 and holds
+    # the partition for the requeue delay itself; max_attempts without a hook never skips
     async with Consumer("ord", "ch", lookupd=lookupd, handler=handler, max_attempts=2,
-                        requeue_policy=RequeuePolicy(initial=600.0),
+                        requeue_policy=RequeuePolicy(initial=0.05),
                         backoff_policy=BackoffPolicy(enabled=False)) as consumer:
         await asyncio.wait_for(done.wait(), WAIT)
         stats = consumer.stats()

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from smartnsq.consumer import Consumer, _Link
-from smartnsq.message import AlreadyResponded, Message
+from smartnsq.consumer import ConsumerConfig
+from smartnsq.consumer.link import Link, Runtime
+from smartnsq.message import REQUEUED, AlreadyResponded, Message
 
 _STATE_SLOT: Any = Message.__dict__["_state"]
 
@@ -42,7 +43,7 @@ class PausingMessage(Message):
 
 
 @pytest.fixture
-def link() -> Iterator[tuple[_Link, list[bytes], asyncio.AbstractEventLoop]]:
+def link() -> Iterator[tuple[Link, list[bytes], asyncio.AbstractEventLoop]]:
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     ident: list[int] = []
@@ -56,15 +57,14 @@ def link() -> Iterator[tuple[_Link, list[bytes], asyncio.AbstractEventLoop]]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     ready.wait(5)
-    consumer = Consumer("t", "c", nsqd=["127.0.0.1:4150"])
-    consumer._loop = loop
-    consumer._loop_thread_id = ident[0]
-    consumer._flow = SimpleNamespace(on_answer=lambda *a: None)  # type: ignore[assignment]
+    rt = Runtime("t", "c", ConsumerConfig())
+    rt.loop = loop
+    rt.loop_thread_id = ident[0]
+    rt.flow = SimpleNamespace(on_answer=lambda *a: None)  # type: ignore[assignment]
     sent: list[bytes] = []
     conn = SimpleNamespace(send=sent.append, address_text="127.0.0.1:4150", is_youzan=True,
                            local_address="127.0.0.1:1", is_closed=False)
-    sub = SimpleNamespace(consumer=consumer, target=SimpleNamespace(partition=0))
-    yield _Link(sub, conn, ordered=False, detail=False), sent, loop  # type: ignore[arg-type]
+    yield Link(rt, conn, 0, ordered=False, detail=False), sent, loop  # type: ignore[arg-type]
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
     loop.close()
@@ -78,7 +78,7 @@ def flush(loop: asyncio.AbstractEventLoop) -> None:
     asyncio.run_coroutine_threadsafe(nothing(), loop).result(5)
 
 
-def deliver(link: _Link, cls: type[Message] = Message) -> Any:
+def deliver(link: Link, cls: type[Message] = Message) -> Any:
     msg = cls(1, 1, b"\x00" * 7 + b"\x01" + b"\x00" * 8, b"body")
     msg._responder = link
     msg._state = 0
@@ -152,7 +152,7 @@ def test_a_claim_the_loop_overtook_is_dropped(link: Any) -> None:
         worker = threading.Thread(target=msg.fin)
         worker.start()
         worker.join(5)
-        responder.respond_now(msg, False, 0.0, False, state=2)
+        responder.settle(msg, REQUEUED, 0.0, False)
 
     loop.call_soon_threadsafe(on_loop)
     flush(loop)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import re
 from pathlib import Path
 
 import pytest
 
-from smartnsq.config import ConnectionConfig
-from smartnsq.errors import ERROR_TABLE
+from smartnsq.config import ConnectionConfig, describe
+from smartnsq.consumer import Consumer, ConsumerConfig
+from smartnsq.errors import ERROR_TABLE, InvalidArgument
 from smartnsq.producer import ProducerConfig
 from smartnsq.reference import config_table, errors_table, expand_markers
 
@@ -24,7 +26,7 @@ def _load(dotted: str) -> type:
 
 
 def test_the_reference_page_lists_the_core_configs() -> None:
-    for cls in (ConnectionConfig, ProducerConfig):
+    for cls in (ConnectionConfig, ProducerConfig, ConsumerConfig):
         assert f"{cls.__module__}.{cls.__qualname__}" in _DOCUMENTED
 
 
@@ -37,6 +39,30 @@ def test_every_option_is_documented(dotted: str) -> None:
             continue
         assert f.metadata.get("doc"), f"{cls.__name__}.{f.name} has no doc() text"
         assert f"| `{f.name}` |" in table
+
+
+def test_every_consumer_option_is_a_documented_config_field() -> None:
+    """The Consumer's own parameters are what it reads and from where; every other option
+    is a ConsumerConfig field (so it is in the generated table) or a ConnectionConfig one."""
+    params = set(inspect.signature(Consumer).parameters)
+    assert params == {"topic", "channel", "lookupd", "nsqd", "handler", "lookup", "config",
+                      "options"}
+    table = config_table("smartnsq.consumer.ConsumerConfig")
+    for f in dataclasses.fields(ConsumerConfig):
+        assert f"| `{f.name}` |" in table
+    page = (_PAGE.parent / "consumer.md").read_text()
+    for name in ("lookupd", "nsqd", "lookup", "handler", "config"):
+        assert f"`{name}" in page, f"docs/consumer.md does not present {name}"
+
+
+def test_rule_checks_and_range_text_come_from_one_description() -> None:
+    rows = {row.name: row for row in describe(ConsumerConfig)}
+    assert rows["max_in_flight"].range == ">= 0"
+    assert rows["drain_timeout"].range == "> 0"
+    with pytest.raises(InvalidArgument, match="max_in_flight"):
+        ConsumerConfig(max_in_flight=-1)
+    with pytest.raises(InvalidArgument, match="drain_timeout"):
+        ConsumerConfig(drain_timeout=float("inf"))
 
 
 def test_every_error_code_has_a_row() -> None:

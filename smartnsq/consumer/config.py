@@ -1,0 +1,216 @@
+"""``ConsumerConfig``: every Consumer option, its default, its documentation and its check.
+
+One description per field (:func:`smartnsq.config.doc` with a :class:`~smartnsq.config.Rule`):
+the same record validates the value at construction and writes the row of the generated
+configuration reference, so the two cannot disagree. ``Consumer(topic, channel, ...,
+max_in_flight=10)`` builds one of these from its keywords (:func:`build_config`); options that
+name a :class:`~smartnsq.config.ConnectionConfig` field go to ``connection``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ..backoff import BackoffPolicy, RequeuePolicy
+from ..config import (
+    ConnectionConfig,
+    Rule,
+    check_fields,
+    doc,
+    flag,
+    instance,
+    integer,
+    seconds,
+)
+from ..dialect import ClassicDialect
+from ..errors import InvalidArgument
+from ..message import Message
+from ..protocol import validate as v
+from ..protocol.commands import StartPosition
+
+__all__ = ["ConsumerConfig", "GiveUpHook", "Handler", "OrderErrorHook", "build_config"]
+
+Handler = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007 - runtime alias
+GiveUpHook = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007
+OrderErrorHook = Callable[[Message, str], None]
+
+
+def _partitions_check(name: str, value: Any, obj: Any) -> None:
+    if value is None:
+        return
+    if not value:
+        raise InvalidArgument(name, "must name at least one partition", value)
+    for p in value:
+        v.check_partition(p)
+
+
+def _tag_check(name: str, value: Any, obj: Any) -> None:
+    if value is not None and (not isinstance(value, str)
+                              or len(value) > v.MAX_DESIRED_TAG_LENGTH):
+        raise InvalidArgument(name, "must be a str of at most 100 characters", value)
+
+
+def _ext_filter_check(name: str, value: Any, obj: Any) -> None:
+    """The filter goes to the server as JSON in IDENTIFY: what cannot be encoded would make
+    every connect fail, so it is refused here."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(name, "must be a JSON object (a dict)", value)
+    try:
+        json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArgument(name, f"must be JSON-encodable ({exc})", value) from None
+
+
+def _callable_check(name: str, value: Any, obj: Any) -> None:
+    if value is not None and not callable(value):
+        raise InvalidArgument(name, "must be callable", value)
+
+
+def _start_check(name: str, value: Any, obj: Any) -> None:
+    instance(StartPosition, "a StartPosition or None").check(name, value, obj)
+    if value is not None and obj.ordered:
+        raise InvalidArgument(name, "ordered subscriptions cannot start elsewhere (the "
+                              "server refuses SUB_ADVANCED on ordered topics)", value)
+
+
+def _mapping_check(name: str, value: Any, obj: Any) -> None:
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(name, "must be a mapping of LookupConfig fields", value)
+
+
+_PARTITIONS = Rule("non-empty set of partition numbers or None", _partitions_check)
+_TAG = Rule("str of at most 100 characters or None", _tag_check)
+_EXT_FILTER = Rule("JSON-encodable dict or None", _ext_filter_check)
+_CALLABLE = Rule("callable or None", _callable_check)
+_START = Rule("StartPosition or None", _start_check)
+_MAPPING = Rule("mapping", _mapping_check)
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """How a Consumer subscribes, handles, paces and closes (each field documented)."""
+
+    max_in_flight: int = field(default=100, metadata=doc(
+        "Messages delivered and not yet answered, over all connections (spread as RDY); 0 "
+        "pauses.", check=integer(0)))
+    concurrency: int | None = field(default=None, metadata=doc(
+        "Messages handled at once; None: max_in_flight for coroutine handlers, 1 for plain "
+        "functions (they run on the event loop).", check=integer(1, optional=True)))
+    ordered: bool | None = field(default=None, metadata=doc(
+        "True subscribes with SUB_ORDERED; None follows the topic's meta (ordered topics "
+        "must).", check=flag(optional=True)))
+    start: StartPosition | None = field(default=None, metadata=doc(
+        "Subscribe with SUB_ADVANCED from this position (first subscription of each "
+        "partition only; not with ordered=True).", check=_START))
+    partitions: frozenset[int] | None = field(default=None, metadata=doc(
+        "Read only these partitions; None: all (lookupd) or each node's default (nsqd=).",
+        check=_PARTITIONS))
+    desired_tag: str | None = field(default=None, metadata=doc(
+        "Ext topics: receive only messages tagged with this ##client_dispatch_tag.",
+        check=_TAG))
+    ext_filter: Mapping[str, Any] | None = field(default=None, metadata=doc(
+        "Ext topics: youzan's server-side filter, sent as JSON in IDENTIFY.",
+        check=_EXT_FILTER))
+    extend_support: bool | None = field(default=None, metadata=doc(
+        "Force IDENTIFY extend_support; None follows the topic's meta (or the server's "
+        "refusal).", check=flag(optional=True)))
+    max_attempts: int = field(default=0, metadata=doc(
+        "Give up on a message delivered more often than this (on_give_up; ordered "
+        "subscriptions never skip by default); 0: never.", check=integer(0)))
+    on_give_up: GiveUpHook | None = field(default=None, metadata=doc(
+        "fn(message) (or async) called instead of the handler past max_attempts; None logs "
+        "and finishes it.", check=_CALLABLE))
+    on_order_error: OrderErrorHook | None = field(default=None, metadata=doc(
+        "fn(message, text) for an order regression on a SUB_ORDERED/SUB_ADVANCED "
+        "subscription.", check=_CALLABLE))
+    auto_finish: bool = field(default=True, metadata=doc(
+        "FIN when the handler returns, REQ when it raises; False leaves every answer to the "
+        "handler.", check=flag()))
+    requeue_policy: RequeuePolicy = field(default_factory=RequeuePolicy, metadata=doc(
+        "REQ delay from the attempt count (on ordered subscriptions the consumer holds the "
+        "partition for it, since the server ignores a delayed REQ there).",
+        check=instance(RequeuePolicy, "a RequeuePolicy", optional=False)))
+    backoff_policy: BackoffPolicy = field(default_factory=BackoffPolicy, metadata=doc(
+        "Slowing down after handler failures (per partition on ordered subscriptions); "
+        "BackoffPolicy(enabled=False) disables it.",
+        check=instance(BackoffPolicy, "a BackoffPolicy", optional=False)))
+    trace: bool | None = field(default=None, metadata=doc(
+        "Consume trace lines on smartnsq.trace: None for messages with a trace id, True for "
+        "all, False for none.", check=flag(optional=True)))
+    drain_timeout: float = field(default=30.0, metadata=doc(
+        "How long close() waits, by default, for running handlers and unanswered messages.",
+        unit="s", check=seconds()))
+    reconnect_delay: float = field(default=1.0, metadata=doc(
+        "First wait before resubscribing after a failure; doubles per consecutive failure, "
+        "jittered.", unit="s", check=seconds()))
+    reconnect_delay_max: float = field(default=60.0, metadata=doc(
+        "Longest wait before resubscribing (raised to reconnect_delay if below it).",
+        unit="s", check=seconds()))
+    low_rdy_idle_timeout: float = field(default=10.0, metadata=doc(
+        "With fewer max_in_flight than connections: how long a connection may hold RDY "
+        "without a message before it moves on.", unit="s", check=seconds()))
+    rdy_tick_interval: float = field(default=2.0, metadata=doc(
+        "Period of the flow control's time-driven work (RDY rotation, back-off probes).",
+        unit="s", check=seconds()))
+    lookup_options: Mapping[str, Any] = field(default_factory=dict, metadata=doc(
+        "LookupConfig fields for the consumer's own lookup manager (poll_interval=...).",
+        check=_MAPPING))
+    classic: ClassicDialect | None = field(default=None, metadata=doc(
+        "What ordered/start become on classic nodes: a smartnsq.compat.ClassicPolicy "
+        "(None: its defaults, which refuse them).", range="ClassicPolicy or None"))
+    connection: ConnectionConfig = field(default_factory=ConnectionConfig, metadata=doc(
+        "How connections to nsqd are opened (timeouts, TLS, compression, auth); its fields "
+        "may also be given as Consumer keywords.",
+        check=instance(ConnectionConfig, "a ConnectionConfig", optional=False)))
+
+    def __post_init__(self) -> None:
+        if self.partitions is not None and not isinstance(self.partitions, frozenset):
+            if isinstance(self.partitions, (str, bytes)) \
+                    or not isinstance(self.partitions, Iterable):
+                raise InvalidArgument("partitions", "must be an iterable of partition "
+                                      "numbers", self.partitions)
+            object.__setattr__(self, "partitions", frozenset(self.partitions))
+        if self.ext_filter is not None and isinstance(self.ext_filter, Mapping):
+            object.__setattr__(self, "ext_filter", dict(self.ext_filter))
+        check_fields(self)
+
+    @property
+    def reconnect_max(self) -> float:
+        return float(max(self.reconnect_delay_max, self.reconnect_delay))
+
+
+_CONSUMER_FIELDS = frozenset(f.name for f in dataclasses.fields(ConsumerConfig))
+_CONNECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(ConnectionConfig))
+
+
+def build_config(config: ConsumerConfig | ConnectionConfig | None,
+                 options: Mapping[str, Any]) -> ConsumerConfig:
+    """The Consumer's configuration from its ``config=`` and keywords: a ConsumerConfig as is
+    (keywords override its fields), a ConnectionConfig as its ``connection``; keywords naming
+    ConnectionConfig fields go to the connection."""
+    unknown = set(options) - _CONSUMER_FIELDS - _CONNECTION_FIELDS
+    if unknown:
+        raise InvalidArgument("Consumer option", "unknown option", sorted(unknown))
+    if config is None:
+        base = ConsumerConfig()
+    elif isinstance(config, ConsumerConfig):
+        base = config
+    elif isinstance(config, ConnectionConfig):
+        base = ConsumerConfig(connection=config)
+    else:
+        raise InvalidArgument("config", "must be a ConsumerConfig or a ConnectionConfig",
+                              config)
+    own = {k: v for k, v in options.items() if k in _CONSUMER_FIELDS}
+    conn = {k: v for k, v in options.items() if k not in _CONSUMER_FIELDS}
+    if conn:
+        own["connection"] = dataclasses.replace(own.get("connection", base.connection), **conn)
+    for name in ("backoff_policy", "requeue_policy", "lookup_options"):
+        if own.get(name, 1) is None:  # the old keywords took None for "the default"
+            del own[name]
+    return dataclasses.replace(base, **own) if own else base

@@ -1,0 +1,337 @@
+"""The asyncio Consumer: lifecycle, the public API, and the parts wired together.
+
+A consumer holds one subscription per (nsqd, partition) it reads from (``subscription.py``):
+with ``lookupd=[...]`` the partitions' leaders from ``access=r`` lookups (``discovery.py``; a
+youzan nsqd serves a partition's consumers only on its leader) plus the plain nodes of a
+classic topic; with ``nsqd=[...]`` each given node, for each of ``partitions`` (or its default
+partition). Messages go from the links (``link.py``) through one queue to a fixed set of
+workers (``dispatch.py``); RDY is spread by the flow control (``flow.py`` over
+``smartnsq.rdy``). Everything these parts share is one :class:`~.link.Runtime`, handed to each.
+
+Draining: ``close()`` sends RDY 0, requeues what was received but not started, lets running
+handlers finish (and answer) within ``drain_timeout``, sends CLS, waits for CLOSE_WAIT, closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Any
+
+from ..config import ConnectionConfig
+from ..connection import Connection
+from ..errors import InvalidArgument
+from ..message import Message
+from ..pool import Address, parse_address
+from ..protocol import validate as v
+from .config import ConsumerConfig, Handler, build_config
+from .discovery import Discovery
+from .dispatch import Dispatch, is_async, iterate, worker
+from .flow import Flow
+from .link import Runtime, link_of
+from .subscription import Subscriptions, reconnect_delay
+from .targets import static_targets
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger("smartnsq.consumer")
+
+
+class Consumer:
+    """Consumes one topic's channel from youzan NSQ (partitions, ordered, ext) or classic NSQ.
+
+    ::
+
+        async with Consumer("orders", "billing", lookupd=["127.0.0.1:4161"],
+                            handler=handle) as consumer:
+            await consumer.join()          # until close() (from a handler, a signal...)
+
+        async with Consumer("orders", "billing", lookupd=[...]) as consumer:
+            async for message in consumer:  # no handler: iterate, answer by hand
+                ...
+                message.fin()
+
+    Discovery: exactly one of ``lookupd=`` (``"host:http_port"`` of nsqlookupds), ``nsqd=``
+    (``"host:tcp_port"`` of nodes read directly, each for each of ``partitions`` or its default
+    partition) or ``lookup=`` (a started or unstarted ``smartnsq.lookup.LookupManager`` to
+    share).
+
+    Handling: ``handler(message)`` (plain function or coroutine function): return -> FIN,
+    raise -> REQ (delay from ``requeue_policy``, counted for backoff).
+
+    Options: ``config=`` a :class:`ConsumerConfig` (or a ``ConnectionConfig`` for the
+    connections), and/or its fields as keywords (``max_in_flight=10``, ``ordered=True``...),
+    and ConnectionConfig fields as keywords (``msg_timeout=30``...); keywords override
+    ``config``. Every option is in the configuration reference.
+    """
+
+    def __init__(self, topic: str, channel: str, lookupd: Sequence[str] | str | None = None,
+                 nsqd: Sequence[str] | str | None = None, handler: Handler | None = None, *,
+                 lookup: Any = None, config: ConsumerConfig | ConnectionConfig | None = None,
+                 **options: Any) -> None:
+        v.check_topic(topic)
+        v.check_channel(channel)
+        self.topic = topic
+        self.channel = channel
+        given = sum(x is not None and x != [] for x in (lookupd, nsqd, lookup))
+        if given != 1:
+            raise InvalidArgument("Consumer", "give exactly one of lookupd=, nsqd= or lookup=")
+        self._nsqd: tuple[Address, ...] = ()
+        if nsqd is not None:
+            self._nsqd = tuple(dict.fromkeys(
+                parse_address(a, "nsqd") for a in ([nsqd] if isinstance(nsqd, str) else nsqd)))
+            if not self._nsqd:
+                raise InvalidArgument("nsqd", "needs at least one address", nsqd)
+        self._lookupd: list[str] = ([lookupd] if isinstance(lookupd, str)
+                                    else list(lookupd or ()))
+        self._lookup = lookup
+        if handler is not None and not callable(handler):
+            raise InvalidArgument("handler", "must be callable", handler)
+        self._handler = handler
+        self.config = cfg = build_config(config, options)
+        if cfg.ordered and self._nsqd and cfg.partitions is None:
+            raise InvalidArgument("partitions", "ordered consumption from nsqd= addresses "
+                                  "needs partitions=[...]")
+        concurrency = cfg.concurrency
+        if concurrency is None and handler is not None:
+            concurrency = (max(1, min(cfg.max_in_flight, 10_000)) if is_async(handler)
+                           else 1)
+        self._concurrency = concurrency or 0
+        self._max_in_flight = cfg.max_in_flight
+        self._rt = Runtime(topic, channel, cfg)
+        self._subs: Subscriptions | None = None
+        self._discovery: Discovery | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._close_task: asyncio.Task[None] | None = None
+        self._fatal: BaseException | None = None
+        self._closed_event: asyncio.Event | None = None
+        self._started = False
+        self._closing = False
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> Consumer:
+        """Start discovering and subscribing (``async with`` does it). Returns at once:
+        subscriptions come up in the background and retry on their own."""
+        if self._closed or self._closing:
+            raise RuntimeError("a closed Consumer cannot start again")
+        if self._started:
+            return self
+        self._started = True
+        rt, cfg = self._rt, self.config
+        loop = rt.loop = asyncio.get_running_loop()
+        rt.loop_thread_id = threading.get_ident()
+        rt.queue = Dispatch(loop)
+        self._closed_event = asyncio.Event()
+        rt.flow = Flow(loop, self._max_in_flight, cfg.backoff_policy, cfg.rdy_tick_interval,
+                       cfg.low_rdy_idle_timeout)
+        handler = self._handler
+        if handler is not None:
+            for i in range(self._concurrency):
+                self._workers.append(loop.create_task(
+                    worker(rt, handler), name=f"smartnsq-consumer {self.topic} worker {i}"))
+        try:
+            if self._nsqd:
+                self._subs = Subscriptions(rt, static=True, refresh=None, fatal=self._fail)
+                self._subs.apply(static_targets(self._nsqd, cfg.partitions))
+            else:
+                discovery = self._discovery = Discovery(
+                    self.topic, self._lookupd, self._lookup, dict(cfg.lookup_options),
+                    cfg.partitions, apply=self._apply_targets, delay=self._reconnect_delay,
+                    fatal=self._fail)
+                self._subs = Subscriptions(rt, static=False, refresh=discovery.refresh,
+                                           fatal=self._fail)
+                discovery.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    def _apply_targets(self, targets: Any) -> None:
+        if self._subs is not None and not self._closing:
+            self._subs.apply(targets)
+
+    def _reconnect_delay(self, failures: int) -> float:
+        return reconnect_delay(self.config, failures)
+
+    async def __aenter__(self) -> Consumer:
+        return await self.start()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def join(self) -> None:
+        """Wait until the consumer is closed (by ``close()`` from elsewhere). Raises the
+        error that closed it (a configuration that cannot work), if one did."""
+        if not self._started:
+            await self.start()
+        assert self._closed_event is not None
+        await self._closed_event.wait()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _fail(self, error: BaseException) -> None:
+        """A subscription found the configuration unworkable: close, report from join()."""
+        if self._fatal is None:
+            self._fatal = error
+            log.error("%s/%s: %s; closing the consumer", self.topic, self.channel, error)
+        if not self._closing and self._close_task is None:
+            self._close_task = self._rt.loop.create_task(self.close())
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that closed the consumer, if any."""
+        return self._fatal
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Drain and close: RDY 0; requeue what was received but not started; wait up to
+        ``timeout`` (default ``drain_timeout``) for running handlers and unanswered messages;
+        CLS (waiting for CLOSE_WAIT) and close every connection. Idempotent. Called from a
+        handler it returns at once and the drain proceeds when the handler returns."""
+        current = asyncio.current_task()
+        if current is not None and current in self._workers:
+            # from a handler: the drain waits for this very handler, so it cannot be awaited
+            # here; it goes on once the handler returns
+            if not self._closing:
+                self._close_task = self._rt.loop.create_task(self.close(timeout))
+            return
+        if self._closing:
+            if self._closed_event is not None:
+                await self._closed_event.wait()
+            return
+        self._closing = True
+        if not self._started:
+            self._closed = True
+            return
+        rt = self._rt
+        timeout = self.config.drain_timeout if timeout is None else timeout
+        subs = self._subs
+        if subs is not None:
+            subs.closing = True
+        if self._discovery is not None:
+            self._discovery.stop()
+        rt.draining = True
+        rt.flow.freeze()
+        self._requeue_waiting()
+        if rt.in_flight > 0:
+            waiter = rt.idle_waiter = rt.loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            except asyncio.TimeoutError:
+                log.warning("%s/%s: %d messages still unanswered after %gs; closing anyway "
+                            "(the server redelivers them)", self.topic, self.channel,
+                            rt.in_flight, timeout)
+        if subs is not None:
+            await subs.close()
+        rt.queue.stop()
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        rt.flow.close()
+        if self._discovery is not None:
+            await self._discovery.close()
+        self._closed = True
+        assert self._closed_event is not None
+        self._closed_event.set()
+
+    def _requeue_waiting(self) -> None:
+        """Messages received but not handed to anyone yet: give them back now."""
+        waiting = self._rt.queue.take_all()
+        if self._subs is not None:
+            waiting += self._subs.waiting()
+        for msg in waiting:
+            link_of(msg).give_back(msg)
+
+    # -- iteration ----------------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return iterate(self._rt, self._begin_iteration, lambda: self._fatal)
+
+    async def _begin_iteration(self) -> Runtime:
+        if self._handler is not None:
+            raise RuntimeError("a Consumer with a handler cannot be iterated")
+        if not self._started:
+            await self.start()
+        return self._rt
+
+    # -- flow control and switches ------------------------------------------------------------
+
+    def set_max_in_flight(self, n: int) -> None:
+        """Change ``max_in_flight`` at run time; 0 pauses, a positive value resumes."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgument("max_in_flight", "must be an int >= 0", n)
+        self._max_in_flight = n
+        if self._rt.flow is not None:
+            self._rt.flow.set_max_in_flight(n)
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._max_in_flight
+
+    @property
+    def drain_timeout(self) -> float:
+        """How long ``close()`` waits, by default, for handlers and unanswered messages."""
+        return float(self.config.drain_timeout)
+
+    def is_starved(self) -> bool:
+        """Some connection has (nearly) its whole RDY in flight: nothing more comes until
+        messages are answered, so a batching handler should process what it holds."""
+        return self._rt.flow is not None and self._rt.flow.is_starved()
+
+    def set_trace(self, enabled: bool | None) -> None:
+        """Consume-side trace lines on ``smartnsq.trace`` (INFO): ``None`` (default) for
+        messages with a trace id, ``True`` for every message, ``False`` for none."""
+        if enabled not in (True, False, None):
+            raise InvalidArgument("trace", "must be True, False or None", enabled)
+        self._rt.trace = enabled
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and the flow-control state, for metrics and tests."""
+        rt = self._rt
+        subs = self._subs.subs.values() if self._subs is not None else ()
+        return {
+            "topic": self.topic,
+            "channel": self.channel,
+            "connections": self.connection_count,
+            "subscriptions": {s.name: s.stats() for s in subs},
+            "in_flight": rt.in_flight,
+            "received": rt.received,
+            "finished": rt.finished,
+            "requeued": rt.requeued,
+            "handled": rt.handled,
+            "handler_errors": rt.handler_errors,
+            "give_ups": rt.give_ups,
+            "order_errors": rt.order_errors,
+            "duplicates_dropped": rt.duplicates,
+            "server_errors": rt.server_errors,
+            "lost_answers": rt.lost_answers,
+            "stale_dropped": rt.stale,
+            "subscribe_failures": rt.sub_failures,
+            "queued": len(rt.queue) if rt.queue is not None else 0,
+            "starved": self.is_starved(),
+            "flow": rt.flow.ctl.stats() if rt.flow is not None else {},
+        }
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._subs.links()) if self._subs is not None else 0
+
+    def connections(self) -> list[Connection]:
+        """The live subscribed connections (for diagnostics and tests)."""
+        return [link.conn for link in self._subs.links()] if self._subs is not None else []
+
+    def __repr__(self) -> str:
+        state = ("closed" if self._closed else "closing" if self._closing
+                 else "running" if self._started else "new")
+        return (f"<Consumer {self.topic}/{self.channel} {state} "
+                f"connections={self.connection_count} in_flight={self._rt.in_flight}>")
+

@@ -1,0 +1,185 @@
+"""Where a lookupd consumer reads: the lookup view of its topic, turned into targets.
+
+The first view is loaded in the background, retrying (never spinning) until the topic exists;
+then every change the lookup manager reports (a leader moved, a partition added or removed)
+re-applies the targets. A partition without a leader (a failover: tens of seconds on a real
+cluster) is looked up again on a doubling delay rather than at the next regular poll. A lost
+connection or a refused SUB asks for a fresh view (:meth:`Discovery.refresh`, coalesced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import InvalidArgument, TopicNotFound
+from .targets import Target, missing_leaders, view_targets
+
+__all__ = ["Discovery"]
+
+log = logging.getLogger("smartnsq.consumer")
+
+
+class Discovery:
+    """Follows one topic's ``access=r`` lookup view for a consumer."""
+
+    def __init__(self, topic: str, lookupd: Sequence[str], lookup: Any,
+                 lookup_options: dict[str, Any], partitions: frozenset[int] | None, *,
+                 apply: Callable[[list[Target]], None],
+                 delay: Callable[[int], float],
+                 fatal: Callable[[BaseException], None]) -> None:
+        self.topic = topic
+        self._lookupd = list(lookupd)
+        self.lookup = lookup
+        self._own = lookup is None
+        self._options = lookup_options
+        self._partitions = partitions
+        self._apply = apply
+        self._delay = delay
+        self._fatal = fatal
+        self._closing = False
+        self._registered = False
+        self._task: asyncio.Task[None] | None = None
+        self._refresh_handle: asyncio.TimerHandle | None = None
+        self._leaderless_handle: asyncio.TimerHandle | None = None
+        self._leaderless_rounds = 0
+        self._last_view: Any = None
+
+    def start(self) -> None:
+        """Begin in the background and return at once: a slow or silent lookupd delays the
+        first view, never the caller (``Consumer.start()`` is documented to return at once)."""
+        if self.lookup is None:
+            from ..lookup import LookupManager
+            self.lookup = LookupManager(self._lookupd, **self._options)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"smartnsq-consumer {self.topic} lookup")
+
+    async def _run(self) -> None:
+        try:
+            await self._first_view()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or a configuration that cannot work: say so
+            log.exception("%s: following the lookup failed", self.topic)
+            self._fatal(exc)
+
+    async def _first_view(self) -> None:
+        """Start the lookup (when ours; retried, never spinning), register for its changes,
+        then load the first view, retrying until the topic exists."""
+        lookup = self.lookup
+        failures = 0
+        while self._own and not self._closing:
+            try:
+                await lookup.start()
+                break
+            except InvalidArgument:
+                raise  # retrying cannot fix it
+            except Exception as exc:
+                failures += 1
+                log.warning("%s: starting the lookup failed (%s); retrying", self.topic, exc)
+            await asyncio.sleep(self._delay(failures))
+        lookup.subscribe(self._on_topic_change)
+        self._registered = True
+        lookup.watch(self.topic, "r")
+        failures = 0
+        while not self._closing:
+            try:
+                view = await lookup.view(self.topic, "r")
+            except asyncio.CancelledError:
+                raise
+            except TopicNotFound:
+                failures += 1
+                log.warning("%s: topic not found in lookup; retrying", self.topic)
+            except Exception as exc:
+                failures += 1
+                log.warning("%s: lookup failed (%s); retrying", self.topic, exc)
+            else:
+                self._on_view(view)
+                return
+            await asyncio.sleep(self._delay(failures))
+
+    def _on_topic_change(self, change: Any) -> None:
+        if change.topic != self.topic or change.access != "r" or self._closing:
+            return
+        if change.new is not None:
+            self._on_view(change.new)
+
+    def _on_view(self, view: Any) -> None:
+        self._last_view = view
+        self._apply(view_targets(view, self._partitions))
+        self._watch_leaderless(view)
+
+    def _watch_leaderless(self, view: Any) -> None:
+        missing = missing_leaders(view, self._partitions)
+        if self._leaderless_handle is not None:
+            self._leaderless_handle.cancel()
+            self._leaderless_handle = None
+        if not missing or self._closing:
+            self._leaderless_rounds = 0
+            return
+        self._leaderless_rounds += 1
+        delay = self._delay(self._leaderless_rounds)
+        log.info("%s: no leader for partitions %s now; looking again in %.1fs", self.topic,
+                 missing, delay)
+        self._leaderless_handle = asyncio.get_running_loop().call_later(
+            delay, self._leaderless_check)
+
+    def _leaderless_check(self) -> None:
+        self._leaderless_handle = None
+        if self._closing:
+            return
+        refreshed = self.lookup.refresh(self.topic, "r")
+        view = self._last_view
+
+        def again(_: Any) -> None:
+            # no change means no TopicChange callback: look at the (same) view again
+            if self._last_view is view and not self._closing:
+                self._watch_leaderless(view)
+
+        refreshed.add_done_callback(again)
+
+    def refresh(self) -> None:
+        """Ask lookup for a fresh view soon (coalesced)."""
+        if self._closing or self._refresh_handle is not None:
+            return
+        self._refresh_handle = asyncio.get_running_loop().call_later(0.05, self._do_refresh)
+
+    def _do_refresh(self) -> None:
+        self._refresh_handle = None
+        if self._closing:
+            return
+        try:
+            self.lookup.refresh(self.topic, "r")
+        except Exception as exc:
+            log.debug("lookup refresh failed: %s", exc)
+
+    def stop(self) -> None:
+        """Stop reacting (the consumer is closing); :meth:`close` releases the lookup."""
+        self._closing = True
+        for handle in (self._refresh_handle, self._leaderless_handle):
+            if handle is not None:
+                handle.cancel()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def close(self) -> None:
+        self.stop()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self.lookup is None:
+            return
+        if self._registered:
+            with contextlib.suppress(Exception):
+                self.lookup.unwatch(self.topic, "r")
+            unsubscribe = getattr(self.lookup, "unsubscribe", None)
+            if unsubscribe is not None:
+                with contextlib.suppress(Exception):
+                    unsubscribe(self._on_topic_change)
+            self._registered = False
+        if self._own:
+            with contextlib.suppress(Exception):
+                await self.lookup.close()

@@ -1,0 +1,208 @@
+"""From the connections to the handlers: the burst-friendly queue and the worker tasks.
+
+A fixed set of workers (``concurrency``) reads one :class:`Dispatch` queue, or the user's
+``async for`` does: no task per message. A handler's return finishes the message (FIN), a
+raise requeues it (REQ with the requeue policy's delay, counted as a failure for back-off).
+Nothing is FINed before its handler succeeded. ``max_attempts`` gives up on messages delivered
+too often (``on_give_up``; default: log and FIN), except on ordered subscriptions, where a
+blocked message is never skipped unless the hook answers it explicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from ..message import FINISHED, PENDING, REQUEUED, Message
+from .config import Handler
+from .link import Link, Runtime, link_of
+
+__all__ = ["Dispatch", "is_async", "iterate", "worker"]
+
+log = logging.getLogger("smartnsq.consumer")
+
+
+class Dispatch:
+    """The queue between the connections and the handlers, built for bursts.
+
+    ``asyncio.Queue`` wakes one waiting worker per ``put``: a read of 200 messages would cost
+    200 task switches even when the handler never waits. Here at most one idle worker is being
+    woken at a time; a worker that takes a message while more are waiting wakes the next one
+    before running its handler. A handler that does not suspend lets one worker drain the whole
+    burst in one step; handlers that do suspend still get every worker, one wake-up per handler
+    start.
+    """
+
+    __slots__ = ("_idle", "_loop", "_waking", "pending", "stopped")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.pending: deque[Message] = deque()
+        self._idle: deque[asyncio.Future[None]] = deque()
+        self._waking = 0
+        self.stopped = False
+
+    def push(self, msg: Message) -> None:
+        self.pending.append(msg)
+        if not self._waking and self._idle:
+            self.wake()
+
+    def wake(self) -> None:
+        idle = self._idle
+        while idle:
+            fut = idle.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                self._waking += 1
+                return
+
+    async def get(self) -> Message | None:
+        """The next message, waiting for one; ``None`` once stopped and empty."""
+        pending = self.pending
+        while True:
+            if pending:
+                msg = pending.popleft()
+                if pending and self._idle and not self._waking:
+                    self.wake()
+                return msg
+            if self.stopped:
+                return None
+            fut = self._loop.create_future()
+            self._idle.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    self._waking -= 1  # woken, then cancelled: pass the wake-up on
+                    if pending:
+                        self.wake()
+                raise
+            self._waking -= 1
+
+    def stop(self) -> None:
+        self.stopped = True
+        for fut in self._idle:
+            if not fut.done():
+                fut.set_result(None)
+                self._waking += 1
+        self._idle.clear()
+
+    def take_all(self) -> list[Message]:
+        items = list(self.pending)
+        self.pending.clear()
+        return items
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+async def worker(rt: Runtime, handler: Handler) -> None:
+    """One of the ``concurrency`` tasks running the handler on queued messages."""
+    dispatch = rt.queue
+    pending = dispatch.pending
+    max_attempts = rt.config.max_attempts
+    async_handler = is_async(handler)
+    while True:
+        if pending:  # the per-message path, inlined: no call, no wake-up when one is pending
+            msg = pending.popleft()
+            if pending and dispatch._idle and not dispatch._waking:
+                dispatch.wake()
+        else:
+            got = await dispatch.get()
+            if got is None:
+                return
+            msg = got
+        link: Link = msg._responder  # type: ignore[assignment]
+        if link.dead:
+            rt.stale += 1
+            continue
+        if max_attempts and msg.attempts > max_attempts and await give_up(rt, msg, link):
+            continue
+        try:
+            if async_handler:
+                await handler(msg)
+            else:
+                result = handler(msg)
+                if result is not None and inspect.isawaitable(result):
+                    await result
+        except asyncio.CancelledError:
+            link.give_back(msg)
+            raise
+        except Exception:
+            rt.handler_errors += 1
+            log.exception("%s/%s: handler failed on %r (attempt %d); requeueing",
+                          rt.topic, rt.channel, msg, msg.attempts)
+            if msg._state == PENDING and msg._auto:
+                link.settle(msg, REQUEUED, None, True)
+            continue
+        rt.handled += 1
+        if msg._state == PENDING and msg._auto:
+            link.settle(msg, FINISHED, None, False)
+
+
+async def give_up(rt: Runtime, msg: Message, link: Link) -> bool:
+    """``max_attempts`` exceeded: true when the message is settled and must not be handled.
+    Ordered subscriptions never skip unless the hook answered the message."""
+    rt.give_ups += 1
+    hook = rt.config.on_give_up
+    if hook is None:
+        if link.ordered:
+            log.error("%s/%s: ordered message %r delivered %d times (max_attempts %d); "
+                      "not skipped, handling it again", rt.topic, rt.channel, msg,
+                      msg.attempts, rt.config.max_attempts)
+            return False
+        log.warning("%s/%s: giving up on %r after %d attempts: FIN", rt.topic,
+                    rt.channel, msg, msg.attempts)
+        link.settle(msg, FINISHED, None, False)
+        return True
+    try:
+        result = hook(msg)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("%s/%s: on_give_up failed on %r", rt.topic, rt.channel, msg)
+    if msg._state != PENDING:
+        return True
+    if link.ordered:
+        return False  # the hook did not skip it: handle it again
+    link.settle(msg, FINISHED, None, False)
+    return True
+
+
+async def iterate(rt: Runtime, begin: Callable[[], Awaitable[Any]],
+                  fatal: Callable[[], BaseException | None]) -> AsyncIterator[Message]:
+    """``async for message in consumer``: ``begin()`` (start the consumer), then messages
+    until the consumer closes (raising the error that closed it, if any)."""
+    await begin()
+    queue = rt.queue
+    while True:
+        msg = await queue.get()
+        if msg is None:
+            error = fatal()
+            if error is not None:
+                raise error
+            return
+        link = link_of(msg)
+        if link.dead:
+            rt.stale += 1
+            continue
+        rt.handled += 1
+        try:
+            yield msg
+        except BaseException:
+            # the loop body raised, broke out or was cancelled (GeneratorExit or the
+            # exception thrown in here): a message it never answered would hold up
+            # close() for the whole drain_timeout, so give it back now
+            link.give_back(msg)
+            raise

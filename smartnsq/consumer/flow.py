@@ -1,0 +1,120 @@
+"""The asyncio shell over :class:`smartnsq.rdy.RdyController`: events in, RDY commands out.
+
+The controller is the pure model (time passed in, commands returned); this passes it each
+event with the loop clock, sends the RDY commands it returns on the links, and ticks it every
+``tick_interval`` and at its next deadline (the end of a back-off window).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..backoff import BackoffPolicy
+from ..rdy import RdyController
+from .link import Link
+
+__all__ = ["Flow"]
+
+
+class Flow:
+    """Drives ``RdyController`` from the event loop for one consumer."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_in_flight: int,
+                 backoff: BackoffPolicy | None, tick_interval: float,
+                 low_rdy_idle_timeout: float) -> None:
+        self._loop = loop
+        self.ctl = RdyController(max_in_flight, backoff=backoff,
+                                 low_rdy_idle_timeout=low_rdy_idle_timeout)
+        self._tick_interval = tick_interval
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self.frozen = False  # draining: RDY stays 0
+
+    @staticmethod
+    def _apply(commands_: list[tuple[Any, int]]) -> None:
+        for link, count in commands_:
+            link.send_rdy(count)
+
+    def add(self, link: Link) -> None:
+        max_rdy = 1 if link.ordered else max(1, link.conn.max_rdy_count or 2500)
+        if link.rdy_cap is not None:
+            max_rdy = max(1, min(max_rdy, link.rdy_cap))
+        # an ordered partition backs off on its own: a poison message stops only its partition
+        self._apply(self.ctl.add(link, max_rdy, self._loop.time(), own_backoff=link.ordered))
+        self._arm()
+
+    def remove(self, link: Link) -> None:
+        self._apply(self.ctl.remove(link, self._loop.time()))
+
+    def on_message(self, link: Link) -> None:
+        cmds = self.ctl.on_message(link, self._loop.time())
+        if cmds:
+            self._apply(cmds)
+
+    def on_answer(self, link: Link, success: bool | None) -> None:
+        """FIN (True), REQ counted for back-off (False) or a deliberate REQ (None)."""
+        cmds = self.ctl.on_finished(link, self._loop.time(), success=bool(success),
+                                    backoff=success is not None)
+        if cmds:
+            self._apply(cmds)
+        if success and not self.ctl.backoff.active and not link.ordered:
+            return  # the common case: nothing time-driven changed
+        self._arm_deadline()  # (an ordered partition's own window may have started)
+
+    def on_ordered_requeue(self, link: Link, hold: float, backoff: bool) -> None:
+        """A REQ on an ordered link, about to be sent: the server ignores its delay, so the
+        partition is held at RDY 0 for ``hold`` seconds instead. Call it before sending the
+        REQ, so the RDY 0 leaves first and the server cannot redeliver at once."""
+        self._apply(self.ctl.on_finished(link, self._loop.time(), success=False,
+                                         backoff=backoff, hold=hold))
+        self._arm_deadline()
+
+    def _arm_deadline(self) -> None:
+        deadline = self.ctl.next_deadline()
+        if deadline is not None and (self._timer is None or deadline < self._timer_at):
+            self._arm(deadline)
+
+    def set_max_in_flight(self, n: int) -> None:
+        if self.frozen:
+            return
+        self._apply(self.ctl.set_max_in_flight(n, self._loop.time()))
+
+    def is_starved(self) -> bool:
+        return self.ctl.is_starved()
+
+    def freeze(self) -> None:
+        """RDY 0 everywhere, for good (draining)."""
+        self.frozen = True
+        self._apply(self.ctl.set_max_in_flight(0, self._loop.time()))
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self, when: float | None = None) -> None:
+        if self.frozen:
+            return
+        now = self._loop.time()
+        at = now + self._tick_interval if when is None else max(when, now)
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._loop.call_at(at, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        if self.frozen:
+            return
+        self._apply(self.ctl.tick(self._loop.time()))
+        deadline = self.ctl.next_deadline()
+        self._arm(deadline)
+        if deadline is not None and self._timer_at > self._loop.time() + self._tick_interval:
+            self._arm()
+
+    def close(self) -> None:
+        self.frozen = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

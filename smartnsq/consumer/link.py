@@ -1,0 +1,350 @@
+"""One subscribed connection as the messages it delivered see it: delivery and answers.
+
+The connection decodes frames straight into :class:`smartnsq.message.Message` and calls
+:meth:`Link.on_message` inside ``data_received``; that puts the message on the dispatch queue
+(no task per message). Ordered subscriptions have a *lane*: while one of the partition's
+messages is being handled the next ones wait behind it, so a sharding key's messages are
+handled in publish order whatever the concurrency.
+
+Answers (``Message.fin()/req()`` and the consumer's own) settle the message's state machine
+(``smartnsq.message``: PENDING, then FINISHED or REQUEUED, with a claim in between when the
+answer comes from another thread) and queue FIN/REQ on the connection, which leaves in one
+write per event-loop iteration. Everything the links of one consumer share (counters, the
+flow control, the dispatch queue, switches) is in one :class:`Runtime` passed to each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+from .. import trace as tracing
+from ..connection import Connection
+from ..message import FINISHED, PENDING, REQUEUED, Message, claimed
+from ..protocol import commands
+from .config import ConsumerConfig
+
+if TYPE_CHECKING:
+    from .dispatch import Dispatch
+    from .flow import Flow
+
+__all__ = ["Link", "Runtime"]
+
+log = logging.getLogger("smartnsq.consumer")
+trace_log = tracing.trace_log
+
+_INFO: Final = logging.INFO
+_MAX_REQ_DELAY_MS: Final = 3_600_000 * 72  # youzan's max_req_timeout default (72 h)
+_CLAIM_LOCK: Final = threading.Lock()  # answers given from threads other than the loop's
+_NO_TRACE: Final = b"\x00" * 8
+
+
+def _ms(seconds: float) -> int:
+    return min(_MAX_REQ_DELAY_MS, max(0, round(seconds * 1000)))
+
+
+class Runtime:
+    """What one consumer's links, subscriptions and workers share, handed to each explicitly:
+    the configuration, the loop, the dispatch queue and flow control, run-time switches and
+    the counters ``Consumer.stats()`` reports."""
+
+    __slots__ = (
+        "auto_finish",
+        "channel",
+        "config",
+        "draining",
+        "duplicates",
+        "finished",
+        "flow",
+        "give_ups",
+        "handled",
+        "handler_errors",
+        "idle_waiter",
+        "in_flight",
+        "loop",
+        "loop_thread_id",
+        "lost_answers",
+        "order_errors",
+        "queue",
+        "received",
+        "requeued",
+        "server_errors",
+        "stale",
+        "sub_failures",
+        "topic",
+        "trace",
+    )
+
+    def __init__(self, topic: str, channel: str, config: ConsumerConfig) -> None:
+        self.topic = topic
+        self.channel = channel
+        self.config = config
+        self.auto_finish = config.auto_finish
+        self.trace: bool | None = config.trace
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.loop_thread_id = -1
+        self.queue: Dispatch = None  # type: ignore[assignment]
+        self.flow: Flow = None  # type: ignore[assignment]
+        self.draining = False  # RDY 0 went out: what still arrives is given straight back
+        self.idle_waiter: asyncio.Future[None] | None = None  # close(): in_flight reached 0
+        self.in_flight = 0
+        self.received = 0
+        self.finished = 0
+        self.requeued = 0
+        self.handled = 0
+        self.handler_errors = 0
+        self.give_ups = 0
+        self.order_errors = 0
+        self.server_errors = 0
+        self.lost_answers = 0
+        self.stale = 0
+        self.sub_failures = 0
+        self.duplicates = 0
+
+    def requeue_delay(self, msg: Message) -> float:
+        return float(self.config.requeue_policy.delay(msg.attempts))
+
+    def order_error(self, msg: Message, what: str) -> None:
+        self.order_errors += 1
+        log.error("%s", what)
+        hook = self.config.on_order_error
+        if hook is not None:
+            try:
+                hook(msg, what)
+            except Exception:
+                log.exception("on_order_error failed")
+
+    def check_idle(self) -> None:
+        """Wake ``close()`` once nothing is in flight any more."""
+        if self.in_flight == 0 and self.idle_waiter is not None:
+            waiter, self.idle_waiter = self.idle_waiter, None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class Link:
+    """One subscribed connection: the responder of the messages it delivered."""
+
+    __slots__ = (
+        "_fin", "_req", "_send", "channel", "conn", "dead", "detail", "in_flight", "lane",
+        "lane_busy", "last_attempts", "last_id", "last_offset", "local", "node", "ordered",
+        "partition", "rdy", "rdy_cap", "rt", "topic", "youzan",
+    )
+
+    def __init__(self, rt: Runtime, conn: Connection, partition: int | None, *, ordered: bool,
+                 detail: bool, rdy_cap: int | None = None) -> None:
+        self.rt = rt
+        self.rdy_cap = rdy_cap
+        self.conn = conn
+        self.topic = rt.topic
+        self.channel = rt.channel
+        self.node = conn.address_text
+        self.partition = partition
+        self.youzan = conn.is_youzan
+        self.ordered = ordered
+        self.detail = detail
+        self.in_flight = 0  # delivered, not yet answered
+        self.dead = False  # closed() ran: answers are dropped
+        self.rdy = 0  # last RDY sent
+        self.lane: deque[Message] = deque()  # ordered: messages waiting behind the busy one
+        self.lane_busy = False
+        self.last_id = -1
+        self.last_offset = -1
+        self.last_attempts = 0
+        self.local = conn.local_address
+        self._send = conn.send
+        self._fin = commands.fin
+        self._req = commands.req
+
+    @property
+    def alive(self) -> bool:
+        return not self.conn.is_closed
+
+    def send_rdy(self, count: int) -> None:
+        if self.conn.is_closed:
+            return
+        self.rdy = count
+        self._send(commands.rdy(count))
+
+    # -- delivery (inside data_received) ------------------------------------------------------
+
+    def on_message(self, msg: Message) -> None:
+        rt = self.rt
+        if self.detail and self._check_order(msg):
+            return
+        msg._responder = self
+        msg._state = PENDING
+        msg._auto = rt.auto_finish
+        self.in_flight += 1
+        rt.in_flight += 1
+        rt.received += 1
+        rt.flow.on_message(self)
+        trace = rt.trace
+        if trace is not False and trace_log.isEnabledFor(_INFO) and (
+                trace or (msg.youzan and msg.id[8:] != _NO_TRACE)):
+            self._trace_line(msg)
+        if rt.draining:
+            # RDY 0 already went out; this one was on the wire: give it straight back
+            self.settle(msg, REQUEUED, 0.0, False)
+            return
+        if self.ordered:
+            if self.lane_busy:
+                self.lane.append(msg)
+                return
+            self.lane_busy = True
+        rt.queue.push(msg)
+
+    def _check_order(self, msg: Message) -> bool:
+        """Order checks of SUB_ORDERED/SUB_ADVANCED subscriptions; True for a copy to drop."""
+        if msg.attempts > 1 and not self.ordered:
+            return False  # a requeued or timed-out message comes back after newer ones: normal
+        internal_id = msg.internal_id or 0
+        offset = msg.queue_offset if msg.queue_offset is not None else -1
+        if internal_id == self.last_id:
+            if self.ordered and msg.attempts <= self.last_attempts:
+                # the same delivery again: the real server sends the first message of a fresh
+                # ordered channel twice (real-cluster.md) and does not count the copy in
+                # flight (its FIN fails), so it is neither handled nor answered
+                self.rt.duplicates += 1
+                log.debug("%s: %r delivered twice; the copy is dropped", self.node, msg)
+                return True
+            self.last_attempts = msg.attempts
+            return False  # a redelivery of the same message
+        if internal_id < self.last_id or offset < self.last_offset:
+            what = (f"order regression on {self.topic}/{self.partition} at {self.node}: "
+                    f"internal_id {internal_id} after {self.last_id}, queue_offset {offset} "
+                    f"after {self.last_offset}")
+            self.rt.order_error(msg, what)
+        self.last_id = internal_id
+        self.last_offset = offset
+        self.last_attempts = msg.attempts
+        return False
+
+    def _trace_line(self, msg: Message) -> None:
+        if msg.youzan:
+            tracing.line("CONSUME", topic=self.topic, channel=self.channel,
+                         partition=self.partition, node=self.node, local=self.local,
+                         internal_id=msg.internal_id, trace_id=msg.trace_id,
+                         queue_offset=msg.queue_offset, raw_size=msg.raw_size,
+                         attempts=msg.attempts, timestamp=msg.timestamp)
+        else:
+            tracing.line("CONSUME", topic=self.topic, channel=self.channel, node=self.node,
+                         local=self.local, id=msg.id.decode("ascii", "replace"),
+                         attempts=msg.attempts, timestamp=msg.timestamp)
+
+    # -- answers (Message.fin/req/touch land here) --------------------------------------------
+
+    def answer(self, message: Message, state: int, delay: float | None,
+               backoff: bool) -> None:
+        """``Message.fin()/req()``: the first answer wins, whatever the threads."""
+        rt = self.rt
+        if threading.get_ident() != rt.loop_thread_id:
+            # claim under the lock (other threads), settle from the loop if still ours
+            with _CLAIM_LOCK:
+                if message._state != PENDING:
+                    message._refuse()
+                message._state = claimed(state)
+            rt.loop.call_soon_threadsafe(self._settle_claimed, message, state, delay, backoff)
+            return
+        # the loop's own thread: nothing else runs here, no lock needed
+        if message._state != PENDING:
+            message._refuse()
+        self.settle(message, state, delay, backoff)
+
+    def _settle_claimed(self, message: Message, state: int, delay: float | None,
+                        backoff: bool) -> None:
+        if message._state != claimed(state):
+            # the loop answered it (auto-answer, drain) between the claim and now
+            log.debug("%s: a second answer to %r raced the first; dropped", self.node, message)
+            return
+        self.settle(message, state, delay, backoff)
+
+    def settle(self, message: Message, state: int, delay: float | None,
+               backoff: bool) -> None:
+        """Settle ``message`` as FINISHED or REQUEUED and send the answer (the consumer's own
+        answers come here directly; the handler's through :meth:`answer`)."""
+        message._state = state
+        rt = self.rt
+        finish = state == FINISHED
+        if self.dead:
+            rt.lost_answers += 1
+            log.debug("%s: %s of a message after its connection closed; the server "
+                      "redelivers it", self.node, "FIN" if finish else "REQ")
+            return
+        self.in_flight -= 1
+        rt.in_flight -= 1
+        if finish:
+            rt.finished += 1
+        else:
+            rt.requeued += 1
+        if self.conn.is_closed:
+            rt.lost_answers += 1
+            log.debug("%s: %s of a message after its connection closed; the server "
+                      "redelivers it", self.node, "FIN" if finish else "REQ")
+        elif finish:
+            self._send(self._fin(message.id))
+        else:
+            wait = rt.requeue_delay(message) if delay is None else delay
+            if self.ordered:
+                # the server ignores a delayed REQ on ordered channels: the partition is held
+                # at RDY 0 for the delay instead, sent before the REQ so nothing slips through
+                rt.flow.on_ordered_requeue(self, wait, backoff)
+                self._send(self._req(message.id, 0))
+                self._next_in_lane()
+                return
+            self._send(self._req(message.id, _ms(wait)))
+        rt.flow.on_answer(self, True if finish else (False if backoff else None))
+        self._next_in_lane()
+
+    def _next_in_lane(self) -> None:
+        rt = self.rt
+        if self.ordered:
+            lane = self.lane
+            if lane:
+                rt.queue.push(lane.popleft())
+            else:
+                self.lane_busy = False
+        if rt.in_flight == 0 and rt.idle_waiter is not None:
+            rt.check_idle()
+
+    def touch(self, message: Message) -> None:
+        rt = self.rt
+        if threading.get_ident() != rt.loop_thread_id:
+            rt.loop.call_soon_threadsafe(self._touch, message)
+            return
+        self._touch(message)
+
+    def _touch(self, message: Message) -> None:
+        if not self.conn.is_closed and message._state == PENDING:
+            self._send(commands.touch(message.id))
+
+    def give_back(self, message: Message) -> None:
+        """Requeue at once, without back-off, a message nobody will handle (draining, an
+        iteration that was left, a cancelled handler)."""
+        if message._state == PENDING and not self.dead:
+            self.settle(message, REQUEUED, 0.0, False)
+
+    def closed(self) -> None:
+        """The connection is gone: its messages can no longer be answered (the server
+        redelivers them); forget them so in-flight counts stay true."""
+        rt = self.rt
+        self.dead = True
+        lost = self.in_flight
+        if lost:
+            rt.in_flight -= lost
+            self.in_flight = 0
+        self.lane.clear()
+        self.lane_busy = False
+        rt.check_idle()
+
+    def __repr__(self) -> str:
+        return f"<Link {self.node} {self.topic}/{self.partition} in_flight={self.in_flight}>"
+
+
+def link_of(message: Message) -> Link:
+    """The link that delivered ``message`` (set by :meth:`Link.on_message`)."""
+    return message._responder  # type: ignore[return-value]
+

@@ -1,0 +1,359 @@
+"""Keeping targets subscribed: connect, IDENTIFY, SUB, hand RDY to the flow control, retry.
+
+A :class:`Subscription` owns one connection at a time to its target and reconnects with a
+jittered, doubling delay until the target is no longer wanted. What goes on the wire:
+``SUB`` (with the partition on youzan nodes), ``SUB_ORDERED`` for ordered topics or
+``ordered=True``, ``SUB_ADVANCED`` for ``start=`` (:func:`~.targets.sub_command` decides), and
+IDENTIFY ``extend_support`` from the topic's meta (with ``desired_tag``/``ext_filter``). When
+the meta is unknown (``nsqd=``) the server's refusal teaches it: ``E_SUB_EXTEND_NEED``,
+``E_SUB_EXTEND_FORBIDDON`` and ``E_SUB_ORDER_IS_MUST`` flip the guess and resubscribe.
+
+:class:`Subscriptions` is the set of them, opened and closed as the targets change; it tells
+its owner (through the callables it was given) when to look up again and when the
+configuration cannot work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from ..backoff import exponential_delay
+from ..connection import Connection
+from ..dialect import DEFAULT_POLICY
+from ..errors import Action, InvalidArgument, NSQError, ServerError
+from ..message import Message
+from ..pool import Address
+from ..protocol import commands
+from ..protocol.frames import MessageLayout
+from .config import ConsumerConfig
+from .link import Link, Runtime
+from .setoffset import set_offset
+from .targets import Starts, Target, sub_command
+
+__all__ = ["Subscription", "Subscriptions", "reconnect_delay"]
+
+log = logging.getLogger("smartnsq.consumer")
+
+_SUB_ERRORS_LEARNT: Final = frozenset({"E_SUB_EXTEND_NEED", "E_SUB_EXTEND_FORBIDDON",
+                                       "E_SUB_ORDER_IS_MUST"})
+
+
+class Subscription:
+    """Keeps one target subscribed (see the module docstring)."""
+
+    def __init__(self, owner: Subscriptions, target: Target) -> None:
+        self.owner = owner
+        self.rt = owner.rt
+        self.target = target
+        self.link: Link | None = None
+        self.wanted = True
+        self.failures = 0
+        self.last_error: BaseException | None = None
+        self._ext_guess: bool | None = None
+        self._ordered_guess: bool | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        host, port = target.address
+        self.name = f"{host}:{port}" + ("" if target.partition is None
+                                        else f"/{target.partition}")
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"smartnsq-consumer {self.rt.topic} {self.name}")
+
+    def retarget(self, target: Target) -> None:
+        """Same node and partition, new knowledge of the topic (meta): applies on the next
+        (re)subscription; a contradicting live subscription is dropped to resubscribe."""
+        old, self.target = self.target, target
+        link = self.link
+        if link is not None and ((target.ordered is not None and old.ordered != target.ordered)
+                                 or (target.ext is not None and old.ext != target.ext)):
+            link.conn.abort()
+
+    def wake(self) -> None:
+        """Retry now (the routes changed)."""
+        self.failures = 0
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Not wanted any more: stop reconnecting; an open connection is closed by the caller
+        (``close`` drains it) or here (``removed`` targets)."""
+        self.wanted = False
+        self._wake.set()
+        task = self._task
+        if task is not None and not task.done():
+            if self.link is None:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    @property
+    def _stopping(self) -> bool:
+        return not self.wanted or self.owner.closing
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                await self._once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not end the subscription for good
+                log.exception("%s: subscription loop failed; retrying", self.name)
+                self.failures += 1
+                await self._pause()
+
+    async def _once(self) -> None:
+        """Subscribe, serve until the connection closes, pause before the next round."""
+        try:
+            link = await self._subscribe()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.last_error = exc
+            if self._learn(exc):
+                return
+            if isinstance(exc, InvalidArgument) or getattr(exc, "retriable", True) is False:
+                # the configuration cannot work (a refused certificate, a SUB the server will
+                # never take): retrying would not help, so the consumer stops and says why
+                self.owner.fatal(exc)
+                return
+            self.failures += 1
+            self.owner.subscribe_failed(self, exc)
+            await self._pause()
+            return
+        if self._stopping:
+            # stopped mid-handshake: on 3.10/3.11 asyncio.wait_for can swallow the cancel, so
+            # the subscription can finish after close() gave up on it; drop it, never serve it
+            link.conn.abort()
+            link.closed()
+            return
+        self.link = link
+        self.failures = 0
+        flow = self.rt.flow
+        try:
+            flow.add(link)
+            reason = await link.conn.closed
+        finally:
+            self.link = None
+            flow.remove(link)
+            link.closed()
+        if self._stopping:
+            return
+        self.last_error = reason
+        self.failures += 1
+        self.owner.link_lost(self, reason)
+        await self._pause()
+
+    def _learn(self, exc: BaseException) -> bool:
+        """A refusal that tells what the topic is: adopt it and resubscribe at once."""
+        if not isinstance(exc, ServerError) or exc.code not in _SUB_ERRORS_LEARNT:
+            return False
+        config = self.rt.config
+        explicit = config.extend_support is not None
+        if exc.code == "E_SUB_EXTEND_NEED" and self._ext_guess is not True and not explicit:
+            self._ext_guess = True
+        elif exc.code == "E_SUB_EXTEND_FORBIDDON" and self._ext_guess is not False \
+                and not explicit:
+            self._ext_guess = False
+        elif exc.code == "E_SUB_ORDER_IS_MUST" and config.ordered is None \
+                and self._ordered_guess is not True:
+            self._ordered_guess = True
+        else:
+            return False
+        log.info("%s: %s; resubscribing accordingly", self.name, exc.code)
+        return True
+
+    async def _pause(self) -> None:
+        delay = self.owner.reconnect_delay(self.failures)
+        self._wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _extend_support(self) -> bool:
+        # precedence: the user's explicit flag, what the server's refusal taught (it is the
+        # truth; lookup meta may lag), the topic's meta, then a guess (asking for tags or
+        # filters suggests an ext topic)
+        config, target = self.rt.config, self.target
+        if target.youzan is False:
+            return False
+        if config.extend_support is not None:
+            return config.extend_support
+        if self._ext_guess is not None:
+            return self._ext_guess
+        if target.ext is not None:
+            return target.ext
+        return bool(config.desired_tag or config.ext_filter is not None)
+
+    def _plan(self, conn: Connection) -> tuple[bool, int | None]:
+        """(ordered, RDY cap) for this connection: on youzan the user's choice, else what the
+        server taught, else the meta; classic nsqd has no ordered or positioned subscription,
+        so the classic dialect refuses (InvalidArgument, fatal) or says how to degrade."""
+        config = self.rt.config
+        if conn.is_youzan:
+            if config.ordered is not None:
+                return config.ordered, None
+            if self._ordered_guess is not None:
+                return self._ordered_guess, None
+            return bool(self.target.ordered), None
+        plan = (config.classic or DEFAULT_POLICY).classic_subscription(
+            self.rt.topic, ordered=config.ordered, start=config.start, node=conn.address_text)
+        return bool(getattr(plan, "best_effort_order", False)), getattr(plan, "rdy_cap", None)
+
+    async def _subscribe(self) -> Link:
+        rt, target, config = self.rt, self.target, self.rt.config
+        host, port = target.address
+        ext = self._extend_support()
+        conn = await Connection.connect(
+            host, port, config.connection, message_class=Message,
+            on_error=self._on_error, extend_support=ext,
+            desired_tag=(config.desired_tag or "") if ext else "",
+            ext_filter=config.ext_filter if ext else None)  # type: ignore[arg-type]
+        try:
+            youzan = conn.is_youzan
+            ordered, rdy_cap = self._plan(conn)
+            starts = self.owner.starts
+            sub = sub_command(rt.topic, rt.channel, target, youzan=youzan, ordered=ordered,
+                              start=config.start, start_pending=starts.pending(target),
+                              name=self.name)
+            await conn.request(sub.data, sub.name)
+            if sub.set_offset:
+                assert config.start is not None and target.http is not None \
+                    and target.partition is not None
+                await set_offset(target.http, rt.topic, rt.channel, target.partition,
+                                 config.start, config.connection.request_timeout or 10.0,
+                                 self.name)
+            conn.layout = MessageLayout.for_subscription(
+                youzan=youzan, extend_support=ext and youzan, command=sub.name)
+            link = Link(rt, conn, target.partition, ordered=ordered, detail=sub.detail,
+                        rdy_cap=rdy_cap)
+            conn.on_message = link.on_message  # type: ignore[assignment]
+            if sub.name == "SUB_ADVANCED":
+                starts.applied(target)
+            log.info("%s: subscribed to %s/%s with %s%s", self.name, rt.topic, rt.channel,
+                     sub.name, " (ext)" if ext and youzan else "")
+            return link
+        except BaseException:
+            await conn.close()
+            raise
+
+    def _on_error(self, error: ServerError) -> None:
+        self.rt.server_errors += 1
+        if error.refresh_lookup:
+            self.owner.refresh()
+        level = logging.WARNING if error.fatal else logging.INFO
+        log.log(level, "%s: %s", self.name, error)
+
+    def stats(self) -> dict[str, Any]:
+        link = self.link
+        return {
+            "connected": link is not None and link.alive,
+            "ordered": link.ordered if link is not None else None,
+            "in_flight": link.in_flight if link is not None else 0,
+            "rdy": link.rdy if link is not None else 0,
+            "failures": self.failures,
+            "last_error": None if self.last_error is None else str(self.last_error),
+        }
+
+
+def reconnect_delay(config: ConsumerConfig, failures: int) -> float:
+    """The wait before the next attempt after ``failures`` consecutive ones (jittered)."""
+    return exponential_delay(config.reconnect_delay, config.reconnect_max, failures, 0.5)
+
+
+class Subscriptions:
+    """The consumer's subscriptions, one per target; opened and closed as targets change.
+
+    ``refresh()`` asks for a fresh lookup (``None`` with ``nsqd=`` addresses: nothing to
+    look up); ``fatal(error)`` closes the consumer with an error retrying cannot fix.
+    """
+
+    def __init__(self, rt: Runtime, *, static: bool, refresh: Callable[[], None] | None,
+                 fatal: Callable[[BaseException], None]) -> None:
+        self.rt = rt
+        self.static = static
+        self._refresh = refresh
+        self.fatal = fatal
+        self.starts = Starts(rt.config.start, by_node=static)
+        self.subs: dict[tuple[Address, int | None], Subscription] = {}
+        self.closing = False
+
+    def reconnect_delay(self, failures: int) -> float:
+        return reconnect_delay(self.rt.config, failures)
+
+    def refresh(self) -> None:
+        if self._refresh is not None and not self.closing:
+            self._refresh()
+
+    def subscribe_failed(self, sub: Subscription, exc: BaseException) -> None:
+        rt = self.rt
+        rt.sub_failures += 1
+        refresh = isinstance(exc, ServerError) and exc.action is Action.REFRESH_AND_RETRY
+        if isinstance(exc, ServerError) and exc.action is Action.GIVE_UP:
+            log.error("%s: subscribing to %s/%s refused: %s", sub.name, rt.topic,
+                      rt.channel, exc)
+        elif refresh and self.static:
+            log.debug("%s: %s", sub.name, exc)  # a node given directly that does not lead
+        else:
+            log.warning("%s: subscribing to %s/%s failed (%s); retrying", sub.name,
+                        rt.topic, rt.channel, exc)
+        self.refresh()
+
+    def link_lost(self, sub: Subscription, reason: BaseException | None) -> None:
+        log.info("%s: connection lost (%s)", sub.name, reason)
+        self.refresh()
+
+    def apply(self, targets: Iterable[Target]) -> None:
+        """Open subscriptions for new targets, retarget known ones, stop the others."""
+        if self.closing:
+            return
+        wanted = {t.key: t for t in targets}
+        for key, sub in list(self.subs.items()):
+            if key not in wanted:
+                del self.subs[key]
+                log.info("%s: no longer a place to read %s from; closing", sub.name,
+                         self.rt.topic)
+                self.rt.loop.create_task(self.close_one(sub))
+        for key, target in wanted.items():
+            existing = self.subs.get(key)
+            if existing is None:
+                sub = self.subs[key] = Subscription(self, target)
+                sub.start()
+            elif existing.target != target:
+                existing.retarget(target)
+                existing.wake()
+
+    def links(self) -> list[Link]:
+        """The live links."""
+        return [s.link for s in self.subs.values() if s.link is not None and s.link.alive]
+
+    def waiting(self) -> list[Message]:
+        """Messages held in ordered lanes (received, not handed to anyone yet), removed."""
+        out: list[Message] = []
+        for sub in self.subs.values():
+            link = sub.link
+            if link is not None:
+                out.extend(link.lane)
+                link.lane.clear()
+        return out
+
+    async def close_one(self, sub: Subscription) -> None:
+        sub.wanted = False
+        link = sub.link
+        if link is not None and not link.conn.is_closed:
+            try:
+                await link.conn.request(commands.CLS, "CLS",
+                                        timeout=self.rt.config.connection.close_timeout)
+            except (NSQError, asyncio.TimeoutError) as exc:
+                log.debug("%s: CLS: %s", sub.name, exc)
+            await link.conn.close()
+        await sub.stop()
+
+    async def close(self) -> None:
+        self.closing = True
+        await asyncio.gather(*(self.close_one(s) for s in list(self.subs.values())),
+                             return_exceptions=True)
+        self.subs.clear()
