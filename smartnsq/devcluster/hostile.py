@@ -78,6 +78,7 @@ class _Peer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._stop = asyncio.Event()
         self.port = 0
         self.connections = 0
         self.requests: list[bytes] = []
@@ -100,12 +101,14 @@ class _Peer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        self._stop.set()  # handlers end by themselves (a cancelled one upsets asyncio 3.11)
         for writer in list(self._writers):
             writer.transport.abort()
         tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=5.0)
+            for task in late:
+                task.cancel()
         if server is not None:
             await server.wait_closed()
 
@@ -117,8 +120,9 @@ class _Peer:
         self.connections += 1
         try:
             await self.handle(reader, writer)
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            pass  # the client gave up on us: that is the point
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
+                _Stopped):
+            pass  # the client gave up on us (that is the point), or the test is over
         finally:
             self._writers.discard(writer)
             self._tasks.discard(task)
@@ -126,6 +130,18 @@ class _Peer:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
+
+    async def pause(self, seconds: float | None = None) -> None:
+        """Wait ``seconds`` (for ever if ``None``); raises when the peer is being closed."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            return
+        raise _Stopped
+
+
+class _Stopped(Exception):
+    """The peer is closing: its handlers stop."""
 
 
 # -- lookupds ----------------------------------------------------------------------------------
@@ -190,14 +206,14 @@ class DripLookupd(FakeLookupd):
             writer.write(data[i:i + 1])
             await writer.drain()
             self.sent += 1
-            await asyncio.sleep(self.interval)
+            await self.pause(self.interval)
 
 
 class SilentLookupd(_Lookupd):
     """A lookupd that reads requests and never answers (the connection stays open)."""
 
     async def answer(self, path: str, writer: asyncio.StreamWriter) -> None:
-        await asyncio.Event().wait()
+        await self.pause()
 
 
 class HugeLookupd(_Lookupd):
@@ -359,7 +375,7 @@ class LateNsqd(_Nsqd):
                 continue
             if first:
                 first = False
-                await asyncio.sleep(self.delay)
+                await self.pause(self.delay)
             writer.write(frame(b"CLOSE_WAIT" if name == b"CLS" else b"OK"))
             await writer.drain()
 
