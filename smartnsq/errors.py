@@ -12,6 +12,7 @@ Hierarchy::
     │   ├── TLSVerificationFailed           the server's certificate was refused
     │   └── PlaintextAuthRefused            AUTH would send the secret unencrypted
     ├── LookupFailed                        no lookupd could answer
+    │   ├── LookupTimeout (also a Timeout)  no answer within the caller's deadline
     │   └── TopicNotFound                   lookupd says the topic does not exist
     └── ServerError                         the server answered with an error frame
         ├── RefreshLookupError              the cluster moved: refresh lookup, then retry
@@ -45,6 +46,7 @@ __all__ = [
     "ErrorSpec",
     "InvalidArgument",
     "LookupFailed",
+    "LookupTimeout",
     "NSQError",
     "NonRetriableServerError",
     "PlaintextAuthRefused",
@@ -141,6 +143,13 @@ class PlaintextAuthRefused(SecurityError):
 
 class LookupFailed(NSQError):
     """No nsqlookupd answered usefully."""
+
+    retriable = True
+
+
+class LookupTimeout(LookupFailed, Timeout):
+    """A lookup found no answer within the caller's deadline (``view(timeout=...)``); both a
+    ``LookupFailed`` and a ``Timeout``."""
 
     retriable = True
 

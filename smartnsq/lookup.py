@@ -62,7 +62,7 @@ from tenacity import (
 
 from .backoff import exponential_delay
 from .config import doc
-from .errors import InvalidArgument, LookupFailed, ProtocolError, TopicNotFound
+from .errors import InvalidArgument, LookupFailed, LookupTimeout, ProtocolError, TopicNotFound
 from .protocol.identify import USER_AGENT
 from .protocol.lookup import (
     ACCEPT_V1,
@@ -487,14 +487,33 @@ class LookupManager:
 
     # -- views ------------------------------------------------------------------------------
 
-    async def view(self, topic: str, access: str = "w", *, refresh: bool = False) -> TopicView:
+    async def view(self, topic: str, access: str = "w", *, refresh: bool = False,
+                   timeout: float | None = None) -> TopicView:
         """The topic's view, looked up now if not known (or if ``refresh``).
 
-        Raises :class:`~smartnsq.errors.TopicNotFound` (``TopicNotWritable`` for a youzan
-        topic with no channel yet, asked with ``access="w"``) or
-        :class:`~smartnsq.errors.LookupFailed` when no lookupd answered.
+        ``timeout`` bounds the whole call (start, discovery, every round and retry): past
+        it :class:`~smartnsq.errors.LookupTimeout` (a ``LookupFailed`` and a ``Timeout``) is
+        raised, while the round itself goes on for whoever else waits on it. Raises
+        :class:`~smartnsq.errors.TopicNotFound` (``TopicNotWritable`` for a youzan topic with
+        no channel yet, asked with ``access="w"``) or :class:`~smartnsq.errors.LookupFailed`
+        when no lookupd answered.
         """
         key = self._key(topic, access)
+        if timeout is not None:
+            _check_seconds("timeout", timeout, positive=True)
+        if not refresh and self._started:
+            view = self._views.get(key)
+            if view is not None:
+                return view
+        if timeout is None:
+            return await self._view(key, refresh)
+        try:
+            return await asyncio.wait_for(self._view(key, refresh), timeout)
+        except asyncio.TimeoutError:
+            raise LookupTimeout(f"no lookup answer for {topic!r} ({access}) within "
+                                f"{timeout:g}s") from None
+
+    async def _view(self, key: Key, refresh: bool) -> TopicView:
         if not self._started:
             await self.start()
         if not refresh:

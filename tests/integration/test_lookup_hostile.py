@@ -24,7 +24,7 @@ from smartnsq.devcluster.hostile import (
     SilentLookupd,
     lookup_answer,
 )
-from smartnsq.errors import InvalidArgument, LookupFailed
+from smartnsq.errors import InvalidArgument, LookupFailed, LookupTimeout, Timeout
 from smartnsq.lookup import LookupManager
 
 QUIET = {"poll_interval": 300.0, "discover_interval": 300.0}
@@ -164,3 +164,19 @@ def test_good_addresses() -> None:
                         "https://lookupd.example:4443"])
     assert lm.seeds == ("10.1.2.3:4161", "lookupd.example:4161", "[::1]:4161",
                         "https://lookupd.example:4443")
+
+
+async def test_view_keeps_its_own_deadline_when_no_lookupd_answers() -> None:
+    async with SilentLookupd() as bad:
+        lm = LookupManager([bad.address], **QUIET)  # start (discovery) inside the call
+        try:
+            async with bounded(0.5):
+                with pytest.raises(LookupTimeout) as caught:
+                    await lm.view("t", timeout=0.5)
+            assert isinstance(caught.value, LookupFailed) and isinstance(caught.value, Timeout)
+            assert caught.value.retriable and not caught.value.fatal
+            with pytest.raises(InvalidArgument, match="timeout"):
+                await lm.view("t", timeout=float("inf"))
+        finally:
+            async with bounded(1.0):
+                await lm.close()

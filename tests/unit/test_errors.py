@@ -225,7 +225,12 @@ def test_invalid_argument_fields() -> None:
 # -- the three flags on every error class (issue 12) ---------------------------------------------
 
 def test_every_error_class_has_the_three_flags() -> None:
-    from smartnsq.errors import PlaintextAuthRefused, SecurityError, TLSVerificationFailed
+    from smartnsq.errors import (
+        LookupTimeout,
+        PlaintextAuthRefused,
+        SecurityError,
+        TLSVerificationFailed,
+    )
 
     expected = {  # class: (fatal, retriable, refresh_lookup)
         NSQError: (False, False, False),
@@ -238,6 +243,7 @@ def test_every_error_class_has_the_three_flags() -> None:
         TLSVerificationFailed: (True, False, False),
         PlaintextAuthRefused: (True, False, False),
         LookupFailed: (False, True, False),
+        LookupTimeout: (False, True, False),
         TopicNotFound: (False, False, False),
     }
     for cls, flags in expected.items():
