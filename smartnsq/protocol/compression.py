@@ -33,6 +33,7 @@ already in the new one, so the connection must cut the stream exactly there.
 from __future__ import annotations
 
 import zlib
+from struct import Struct
 from typing import Final, Literal, Protocol
 
 import snappy
@@ -59,6 +60,7 @@ DEFLATE_SYNC_MARKER: Final = b"\x00\x00\xff\xff"
 SNAPPY_MAX_BLOCK: Final = 65536
 """Most uncompressed bytes one snappy framing chunk may carry (the format's rule)."""
 _SNAPPY_MAX_CHUNK: Final = 4 + 32 + SNAPPY_MAX_BLOCK + SNAPPY_MAX_BLOCK // 6  # CRC + worst case
+_CHUNK_HEADER: Final = Struct("<I")  # type byte, then a 24-bit little-endian length
 
 
 class StreamTransform(Protocol):
@@ -106,9 +108,11 @@ class SnappyStream:
         n = len(buf)
         pos = 0
         produced = 0
+        header = _CHUNK_HEADER.unpack_from
         while n - pos >= 4:
-            kind = buf[pos]
-            length = int.from_bytes(buf[pos + 1:pos + 4], "little")
+            word = header(buf, pos)[0]
+            kind = word & 0xFF
+            length = word >> 8
             if length > _SNAPPY_MAX_CHUNK:
                 raise ProtocolError(f"snappy chunk of {length} bytes is over the "
                                     f"{_SNAPPY_MAX_CHUNK} a 64 KiB block can take")
@@ -116,7 +120,15 @@ class SnappyStream:
             if end > n:
                 break
             if kind == 0x00:
-                produced += _declared_size(buf, pos + 8, end)
+                # the block's varint preamble: one or two bytes inline (up to 16 KiB),
+                # longer ones checked against the 64 KiB block limit
+                first = buf[pos + 8] if length > 4 else 0
+                if first < 0x80:
+                    produced += first
+                elif length > 5 and buf[pos + 9] < 0x80:
+                    produced += (first & 0x7F) | buf[pos + 9] << 7
+                else:
+                    produced += _declared_size(buf, pos + 8, end)
             elif kind == 0x01:
                 produced += length - 4
             elif 0x02 <= kind <= 0x7F:
