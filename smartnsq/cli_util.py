@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import httpx
 
 from .errors import InvalidArgument, ProtocolError
-from .lookup import normalize_lookupd
+from .lookup import http_url, normalize_lookupd
 from .protocol.lookup import ACCEPT_V1, unwrap
 
 __all__ = [
@@ -148,7 +148,7 @@ async def http_get(client: httpx.AsyncClient, address: str, path: str,
     Only not getting an answer fails, as a one-line ``CLIError`` naming ``what`` and where:
     the answer itself is for ``smartnsq.protocol.lookup``'s parsers (or ``http_get_json``).
     """
-    url = f"http://{address}{path}"
+    url = http_url(address, path)  # https:// lookupds keep their scheme
     try:
         return await client.get(url, params=params, headers=V1_HEADERS)
     except httpx.TimeoutException:

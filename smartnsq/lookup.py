@@ -92,6 +92,7 @@ __all__ = [
     "TopicNotFound",
     "TopicNotWritable",
     "TopicView",
+    "http_url",
     "normalize_lookupd",
 ]
 
@@ -242,6 +243,14 @@ def normalize_lookupd(address: str) -> str:
     return f"https://{base}" if scheme == "https" else base
 
 
+def http_url(address: str, path: str = "") -> str:
+    """The URL of ``path`` on an HTTP address as :func:`normalize_lookupd` returns it:
+    ``https://host:port/path`` when it kept an https scheme, ``http://host:port/path``
+    otherwise."""
+    base = address if address.startswith("https://") else f"http://{address}"
+    return f"{base}{path}"
+
+
 @dataclass(frozen=True)
 class TopicChange:
     """A topic's view changed (``old`` is ``None`` the first time, ``new`` when it is gone).
@@ -323,8 +332,7 @@ class _Lookupd:
 
     @property
     def url(self) -> str:
-        address = self.address
-        return address if address.startswith("https://") else f"http://{address}"
+        return http_url(self.address)
 
     def sibling(self, address: str) -> str:
         """How to reach a lookupd this one listed: over TLS if this one is."""

@@ -180,3 +180,11 @@ async def test_view_keeps_its_own_deadline_when_no_lookupd_answers() -> None:
         finally:
             async with bounded(1.0):
                 await lm.close()
+
+
+def test_http_url_keeps_the_scheme() -> None:
+    from smartnsq.lookup import http_url, normalize_lookupd
+
+    assert http_url(normalize_lookupd("https://h:4443/"), "/lookup") == "https://h:4443/lookup"
+    assert http_url(normalize_lookupd("http://h:4161"), "/lookup") == "http://h:4161/lookup"
+    assert http_url("h:4161") == "http://h:4161"
