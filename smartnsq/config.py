@@ -230,7 +230,12 @@ class ConnectionConfig:
         unit="s", range="> 0"))
     request_timeout: float | None = field(default=10.0, metadata=doc(
         "Default deadline of a request that gets an answer (PUB, SUB, ...); a request past "
-        "it closes the connection; None waits for ever.", unit="s", range="> 0 or None"))
+        "it fails with Timeout and its late answer is discarded (the connection stays "
+        "open); None waits for ever.", unit="s", range="> 0 or None"))
+    max_timed_out: int = field(default=256, metadata=doc(
+        "Timed-out requests still unanswered after which the connection is deemed dead and "
+        "closed (so is one whose oldest such request stays unanswered for twice its "
+        "timeout).", range="1..65536"))
     close_timeout: float = field(default=5.0, metadata=doc(
         "How long close() waits for the socket to shut down before aborting it.",
         unit="s", range="> 0"))
@@ -275,6 +280,9 @@ class ConnectionConfig:
         "plaintext."))
     auth_secret: str | None = field(default=None, repr=False, metadata=doc(
         "Secret sent with AUTH when the server answers auth_required; never logged."))
+    allow_plaintext_auth: bool = field(default=False, metadata=doc(
+        "Send auth_secret over a connection without TLS; by default such a server is "
+        "refused (PlaintextAuthRefused) rather than given the secret in the clear."))
     max_frame_size: int = field(default=DEFAULT_MAX_FRAME_SIZE, metadata=doc(
         "Largest frame accepted from the server; a larger size prefix means a corrupt "
         "stream.", unit="bytes", range="1024..2**31-1"))
@@ -311,6 +319,7 @@ class ConnectionConfig:
             raise InvalidArgument("auth_secret", "must be a non-empty str")  # value not shown
         _int("max_frame_size", self.max_frame_size, 1024, 2**31 - 1)
         _int("flush_threshold", self.flush_threshold, 1, 2**31 - 1)
+        _int("max_timed_out", self.max_timed_out, 1, 65536)
 
     # -- derived values ---------------------------------------------------------------------
 

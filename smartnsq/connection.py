@@ -18,17 +18,33 @@ Errors. A non-fatal error frame settles the oldest pending call (or, for ``E_FIN
 ``on_error``). A fatal one (per ``smartnsq.errors.ERROR_TABLE`` and the command it answers),
 EOF, a stall or a corrupt stream closes the connection: the oldest call gets the typed error
 and every other pending call fails at once with ``ConnectionClosed`` (its ``__cause__`` is the
-reason). A call that times out raises ``smartnsq.errors.Timeout`` and *also closes the
-connection*: the server owes that call an answer which may still come, or never, and answers
-are matched by position only; rather than guess which later answer is whose, the connection
-is dropped and the owner opens a fresh one. (A call merely cancelled by its caller keeps its
-place in the FIFO and its answer is discarded, so ordering stays intact.)
+reason).
+
+Timeouts. A call that times out raises ``smartnsq.errors.Timeout`` (retriable) and keeps its
+place in the FIFO: the server still owes it an answer, and when that answer comes it settles
+the timed-out slot and is discarded, so every later call still gets its own answer. One
+stalled partition (a real youzan nsqd leaves PUBs unanswered ~12 s while a replica is lost)
+thus costs the calls that waited on it, not the connection other partitions share. A call
+cancelled by its caller is kept the same way. A connection is deemed dead, and closed, only
+when more than ``max_timed_out`` timed-out calls are waiting for their answers at once, or
+when one stays unanswered for twice its timeout (the heartbeat watchdog catches a fully
+silent link sooner). A call with no time left (``timeout <= 0``) is not sent at all.
 
 Upgrades. After IDENTIFY the JSON answer says which upgrades really happen (a server without a
 certificate answers ``tls_v1:false``, classic ``tcp_29``); each one that does is acknowledged by
 one extra ``OK`` that is already encrypted/compressed. Bytes right behind an acknowledging frame
 may share its read while being in the new encoding, so during the handshake frames are taken
 one at a time and the rest is held raw until the new decoder is in place.
+
+Safety. Compression is used only as negotiated: an IDENTIFY answer switching on snappy or
+deflate the client did not ask for is a ``ProtocolError`` (the stream that follows was never
+agreed on). Inflated data is fed to the frame reader in pieces of at most ``_INFLATE_STEP``
+bytes, so a small compressed input that inflates to hundreds of MiB fails at its first bad
+frame with memory bounded by the frame limit. A certificate the TLS handshake refuses raises
+``TLSVerificationFailed`` at once (fatal, not retriable: retrying cannot change the
+certificate), naming what the verifier said. AUTH over a connection without TLS is refused
+(``PlaintextAuthRefused``) unless ``allow_plaintext_auth`` is set: the secret is never sent
+in the clear by default.
 
 Stalls. nsqd sends a heartbeat every ``heartbeat_interval`` (answered with NOP automatically);
 when nothing at all arrives for twice that, the link is considered dead and the connection is
@@ -40,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
@@ -50,9 +67,11 @@ from .errors import (
     ConnectionError_,
     InvalidArgument,
     NSQError,
+    PlaintextAuthRefused,
     ProtocolError,
     ServerError,
     Timeout,
+    TLSVerificationFailed,
     error_from_payload,
     parse_error_payload,
 )
@@ -86,6 +105,7 @@ ErrorCallback = Callable[[ServerError], None]
 _FIRE_AND_FORGET_ERRORS: Final = {"E_FIN_FAILED": "FIN", "E_REQ_FAILED": "REQ",
                                   "E_TOUCH_FAILED": "TOUCH"}
 _NOP: Final = commands.NOP
+_INFLATE_STEP: Final = 256 * 1024  # most inflated bytes handed to the frame reader at once
 _USE_CONFIG: Final[Any] = object()
 
 # (answer, command name, deadline on the loop clock or None, the timeout it came from)
@@ -123,6 +143,7 @@ class Connection(asyncio.Protocol):
         self._pending: deque[_Pending] = deque()
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._deadline_at = 0.0
+        self._expired: set[asyncio.Future[bytes]] = set()  # slots past their deadline
         # writing
         self._wbuf: list[bytes] = []
         self._wsize = 0
@@ -132,7 +153,7 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         # reading
-        self._decoder: Callable[[bytes], bytes] | None = None
+        self._decoder: StreamTransform | None = None
         self._split = True  # handshake: one frame at a time
         self._split_buf = bytearray()
         self._held: bytearray | None = None
@@ -187,6 +208,12 @@ class Connection(asyncio.Protocol):
             error = Timeout(f"connecting to {self.address_text} took more than {timeout:g}s")
             self._fail(error)
             raise error from None
+        except ConnectionClosed as exc:
+            reason = self._close_reason
+            if isinstance(reason, NSQError) and not isinstance(reason, ConnectionError_):
+                raise reason from exc  # say why (a corrupt stream...), not just "closed"
+            self._fail(exc)
+            raise
         except BaseException as exc:
             self._fail(exc if isinstance(exc, NSQError) else
                        ConnectionClosed(f"handshake with {self.address_text} failed: {exc!r}"))
@@ -216,6 +243,12 @@ class Connection(asyncio.Protocol):
         self._arm_watchdog()
 
         compression = "snappy" if ident.snappy else "deflate" if ident.deflate else "none"
+        asked = "snappy" if options.snappy else "deflate" if options.deflate else "none"
+        if (ident.snappy and ident.deflate) or compression not in ("none", asked):
+            on = "snappy and deflate" if ident.snappy and ident.deflate else compression
+            raise ProtocolError(f"{self.address_text} switched on {on} compression, which was "
+                                f"not asked for (asked: {asked}); refusing a stream that was "
+                                "not negotiated")
         if options.tls_v1 and not ident.tls_v1:
             if self._config.tls_required:
                 raise ConnectionError_(f"{self.address_text} does not offer TLS (tls_v1:false)"
@@ -250,6 +283,8 @@ class Connection(asyncio.Protocol):
             upgraded = await self._loop.start_tls(
                 transport, self, context, server_hostname=hostname,
                 ssl_handshake_timeout=self._config.connect_timeout)
+        except ssl.SSLCertVerificationError as exc:
+            raise TLSVerificationFailed(self.address_text, _verify_reason(exc)) from exc
         except (OSError, ConnectionError) as exc:  # ssl.SSLError is an OSError
             raise ConnectionError_(f"TLS handshake with {self.address_text} failed: {exc}") \
                 from exc
@@ -268,7 +303,7 @@ class Connection(asyncio.Protocol):
             min(max(level, 1), 9) if compression == "deflate" else 6)
         assert transform is not None
         self._encoder = transform.compress
-        self._decoder = transform.decompress
+        self._decoder = transform
         self._compression = compression
         answer = self._expect("IDENTIFY")
         self._release(split=False)
@@ -285,6 +320,8 @@ class Connection(asyncio.Protocol):
         if secret is None:
             raise InvalidArgument("auth_secret",
                                   f"{self.address_text} requires AUTH; configure a secret")
+        if not self._tls and not self._config.allow_plaintext_auth:
+            raise PlaintextAuthRefused(self.address_text)
         answer = self._expect("AUTH")
         self._queue(commands.auth(secret))
         self._auth = parse_auth_response(await answer)
@@ -313,18 +350,22 @@ class Connection(asyncio.Protocol):
 
         ``command`` names it for error attribution (``"PUB"``, ``"SUB_ORDERED"``...; read from
         ``data`` when omitted). ``timeout`` defaults to ``config.request_timeout``; past it
-        the future raises ``Timeout`` and the connection closes (see the module docstring).
-        A future that fails must be awaited or have its exception read, like any asyncio
-        future. Raises ``ConnectionClosed`` at once when the connection is closed.
+        the future raises ``Timeout`` and the late answer, if any, is discarded (see the
+        module docstring). A future that fails must be awaited or have its exception read,
+        like any asyncio future. Raises ``ConnectionClosed`` at once when the connection is
+        closed, and ``Timeout`` at once, sending nothing, when ``timeout <= 0``.
         """
         if not self._accepting:
             raise self._not_accepting(command)
         if command is None:
             command = commands.command_name(data)
-        loop = self._loop
-        future: asyncio.Future[bytes] = loop.create_future()
         if timeout is _USE_CONFIG:
             timeout = self._config.request_timeout
+        if timeout is not None and timeout <= 0:
+            raise Timeout(f"{command} to {self.address_text} not sent: no time left "
+                          f"(timeout {timeout:g}s)")
+        loop = self._loop
+        future: asyncio.Future[bytes] = loop.create_future()
         if timeout is None:
             self._pending.append((future, command, None, None))
         else:
@@ -381,32 +422,48 @@ class Connection(asyncio.Protocol):
         self._deadline_timer = self._loop.call_at(when, self._check_deadlines)
 
     def _check_deadlines(self) -> None:
+        """Fail the calls past their deadline (their slots stay: the answers are still owed)
+        and decide whether the connection is dead; re-arm for the next thing to check."""
         self._deadline_timer = None
         if self._closing:
             return
         now = self._loop.time()
-        earliest: float | None = None
-        expired = []
+        expired = self._expired
+        wake: float | None = None
+        newly: list[_Pending] = []
         for entry in self._pending:
-            deadline = entry[2]
-            if deadline is None:
+            future, command, deadline, timeout = entry
+            if deadline is None or timeout is None:
                 continue
-            if deadline <= now:
-                expired.append(entry)
-            elif earliest is None or deadline < earliest:
-                earliest = deadline
-        if not expired:
-            if earliest is not None:
-                self._arm_deadline(earliest)
-            return
-        for future, command, _, timeout in expired:
+            if deadline > now:
+                when = deadline
+            else:
+                if future not in expired:
+                    expired.add(future)
+                    newly.append(entry)
+                when = deadline + timeout  # unanswered for twice its timeout: dead
+                if when <= now:
+                    self._fail(ConnectionClosed(
+                        f"{command} to {self.address_text} still unanswered {2 * timeout:g}s "
+                        "after it was sent; the connection is deemed dead"))
+                    return
+            if wake is None or when < wake:
+                wake = when
+        for future, command, _, timeout in newly:
             if not future.done():
                 future.set_exception(Timeout(f"{command} to {self.address_text} got no answer "
                                              f"within {timeout:g}s"))
-        command, timeout = expired[0][1], expired[0][3]
-        log.warning("%s: %s timed out after %gs; closing, since later answers could no longer "
-                    "be matched to their calls", self.address_text, command, timeout)
-        self._fail(ConnectionClosed(f"closed after {command} timed out"))
+        if newly:
+            log.info("%s: %d call(s) timed out (%s); keeping their slots, %d late answer(s) "
+                     "owed", self.address_text, len(newly), newly[0][1], len(expired))
+        limit = self._config.max_timed_out
+        if len(expired) > limit:
+            self._fail(ConnectionClosed(
+                f"{len(expired)} requests timed out and are still unanswered by "
+                f"{self.address_text} (max_timed_out={limit}); the connection is deemed dead"))
+            return
+        if wake is not None:
+            self._arm_deadline(wake)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -465,9 +522,29 @@ class Connection(asyncio.Protocol):
             self._receive(data)
 
     def _receive(self, data: bytes) -> None:
+        decoder = self._decoder
+        if decoder is None:
+            self._consume(data)
+            return
+        # bounded pieces: a compressed stream cannot make us hold more than one step of
+        # inflated bytes beyond what the frame reader buffers (at most max_frame_size)
+        step = min(_INFLATE_STEP, self._config.max_frame_size)
+        while True:
+            try:
+                piece = decoder.decompress(data, step)
+            except ProtocolError as exc:
+                log.warning("%s: corrupt stream: %s", self.address_text, exc)
+                self._fail(exc)
+                return
+            data = b""
+            if piece:
+                self._consume(piece)
+            if self._closing or not decoder.more:
+                return
+
+    def _consume(self, data: bytes) -> None:
+        """Frames from bytes in the stream's plain encoding."""
         try:
-            if self._decoder is not None:
-                data = self._decoder(data)
             if self._split:
                 self._receive_one_by_one(data)
                 return
@@ -536,6 +613,9 @@ class Connection(asyncio.Protocol):
         future = self._pending.popleft()[0]
         if not future.done():
             future.set_result(data)
+        elif self._expired:
+            self._expired.discard(future)
+            log.debug("%s: late answer %r discarded", self.address_text, data[:40])
         return True
 
     def _on_heartbeat(self) -> None:
@@ -558,6 +638,7 @@ class Connection(asyncio.Protocol):
             if not future.done():
                 future.set_exception(error)
             else:
+                self._expired.discard(future)
                 log.info("%s: %s for a call given up on", self.address_text, error)
             if error.fatal:
                 self._fail(error)
@@ -657,6 +738,7 @@ class Connection(asyncio.Protocol):
         for future, command, _, _ in pending:
             if not future.done():
                 future.set_exception(self._closed_error(command))
+        self._expired.clear()
         self._wake_drainers()
         transport = self._transport
         if transport is not None:
@@ -785,10 +867,23 @@ class Connection(asyncio.Protocol):
 
     @property
     def pending_count(self) -> int:
-        """Calls sent and not yet answered."""
+        """Calls sent and not yet answered (timed-out ones included: answers still owed)."""
         return len(self._pending)
+
+    @property
+    def timed_out_count(self) -> int:
+        """Calls that timed out and whose late answers have not come yet."""
+        return len(self._expired)
 
     def __repr__(self) -> str:
         state = ("closed" if self._closing else "ready" if self._ready else "opening")
         flavour = "youzan" if self.is_youzan else "classic" if self._identify.negotiated else "?"
         return f"<Connection {self.address_text} {flavour} {state}>"
+
+
+def _verify_reason(exc: ssl.SSLCertVerificationError) -> str:
+    """One line naming the certificate problem ("self-signed certificate in certificate
+    chain", "Hostname mismatch, certificate is not valid for 'x'", "certificate has
+    expired"...)."""
+    message = exc.verify_message or exc.reason or str(exc)
+    return " ".join(str(message).split())

@@ -8,7 +8,11 @@ Hierarchy::
     ├── ConnectionError_                    the socket failed or closed under a call
     │   └── ConnectionClosed
     ├── Timeout                             a call ran past its deadline
+    ├── SecurityError                       a safety rule refused to go on (never retried)
+    │   ├── TLSVerificationFailed           the server's certificate was refused
+    │   └── PlaintextAuthRefused            AUTH would send the secret unencrypted
     ├── LookupFailed                        no lookupd could answer
+    │   ├── LookupTimeout (also a Timeout)  no answer within the caller's deadline
     │   └── TopicNotFound                   lookupd says the topic does not exist
     └── ServerError                         the server answered with an error frame
         ├── RefreshLookupError              the cluster moved: refresh lookup, then retry
@@ -20,6 +24,13 @@ A server error's *meaning* is fixed by its code (``ERROR_TABLE``); whether it is
 on the command that caused it (protocol.md section 5 and the captures): ``E_FAILED_ON_NOT_LEADER``
 is fatal after SUB or FIN but not after PUB. Callers branch on ``action`` and ``fatal``,
 never on the text.
+
+Every error class carries the same three flags, so callers branch on them, never on the class
+or the text (``docs/errors.md`` has the table):
+
+* ``fatal``: the connection it happened on is closed or unusable;
+* ``retriable``: the same call may succeed if made again (elsewhere, later);
+* ``refresh_lookup``: look the topic up again before retrying.
 """
 
 from __future__ import annotations
@@ -35,12 +46,16 @@ __all__ = [
     "ErrorSpec",
     "InvalidArgument",
     "LookupFailed",
+    "LookupTimeout",
     "NSQError",
     "NonRetriableServerError",
+    "PlaintextAuthRefused",
     "ProtocolError",
     "RefreshLookupError",
     "RetriableServerError",
+    "SecurityError",
     "ServerError",
+    "TLSVerificationFailed",
     "Timeout",
     "TopicNotFound",
     "error_from_payload",
@@ -49,7 +64,11 @@ __all__ = [
 
 
 class NSQError(Exception):
-    """Base of every smartnsq error."""
+    """Base of every smartnsq error; see the module docstring for the three flags."""
+
+    fatal: bool = False
+    retriable: bool = False
+    refresh_lookup: bool = False
 
 
 class InvalidArgument(NSQError, ValueError):
@@ -69,12 +88,16 @@ class InvalidArgument(NSQError, ValueError):
 
 
 class ProtocolError(NSQError):
-    """The peer sent bytes that cannot be a valid NSQ stream (or exceeded a limit)."""
+    """The peer sent bytes that cannot be a valid NSQ stream (or exceeded a limit, or switched
+    on a feature that was not negotiated); the connection is closed."""
+
+    fatal = True
 
 
 class ConnectionError_(NSQError):
     """The connection failed; the request may or may not have reached the server."""
 
+    fatal = True
     retriable = True
 
 
@@ -83,15 +106,58 @@ class ConnectionClosed(ConnectionError_):
 
 
 class Timeout(NSQError, TimeoutError):
-    """A call did not complete before its deadline."""
+    """A call did not complete before its deadline. The connection stays open: a late
+    answer is discarded (``smartnsq.connection``)."""
+
+    retriable = True
+
+
+class SecurityError(NSQError):
+    """Going on would be unsafe; the connection is closed and retrying cannot help until the
+    configuration changes."""
+
+    fatal = True
+
+
+class TLSVerificationFailed(SecurityError):
+    """The server's TLS certificate was refused (untrusted CA, wrong host name, expired...);
+    ``reason`` is the verifier's one-line explanation."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address = address
+        self.reason = reason
+        super().__init__(f"TLS certificate of {address} refused: {reason} (set tls_ca_file "
+                         "to the CA that signed it, or tls_server_hostname to the name it "
+                         "carries)")
+
+
+class PlaintextAuthRefused(SecurityError):
+    """The server asked for AUTH over a connection without TLS: the secret is not sent."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        super().__init__(f"{address} asks for AUTH but the connection is not encrypted: the "
+                         "secret was not sent (use tls=True, or set "
+                         "ConnectionConfig(allow_plaintext_auth=True) to send it in the clear)")
 
 
 class LookupFailed(NSQError):
     """No nsqlookupd answered usefully."""
 
+    retriable = True
+
+
+class LookupTimeout(LookupFailed, Timeout):
+    """A lookup found no answer within the caller's deadline (``view(timeout=...)``); both a
+    ``LookupFailed`` and a ``Timeout``."""
+
+    retriable = True
+
 
 class TopicNotFound(LookupFailed):
     """The lookupds agree the topic does not exist (it must be created first on youzan NSQ)."""
+
+    retriable = False
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
@@ -214,6 +280,8 @@ class ServerError(NSQError):
     """
 
     action: Action = Action.GIVE_UP
+    retriable = False  # per class below, from its action
+    refresh_lookup = False
 
     def __init__(self, code: str, text: str = "", command: str | None = None,
                  *, fatal: bool | None = None) -> None:
@@ -225,21 +293,16 @@ class ServerError(NSQError):
         where = f" (after {command})" if command else ""
         super().__init__(f"{code} {text}".rstrip() + where)
 
-    @property
-    def refresh_lookup(self) -> bool:
-        return self.action is Action.REFRESH_AND_RETRY
-
-    @property
-    def retriable(self) -> bool:
-        return self.action is not Action.GIVE_UP
-
 
 class RefreshLookupError(ServerError):
     action = Action.REFRESH_AND_RETRY
+    retriable = True
+    refresh_lookup = True
 
 
 class RetriableServerError(ServerError):
     action = Action.RETRY
+    retriable = True
 
 
 class NonRetriableServerError(ServerError):

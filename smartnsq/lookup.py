@@ -8,12 +8,25 @@ A :class:`LookupManager` owns one keep-alive HTTP client and a set of lookupd ad
   no lookupd answers a lookup.
 * **Asking.** A lookup asks every known, healthy lookupd at once and merges the answers
   (:func:`~smartnsq.protocol.lookup.merge_views`): lookupds read the same etcd but register
-  nsqd on their own, so one of them may briefly miss a node the others see. Only when *no*
-  lookupd answers is the round retried (tenacity, jittered exponential back-off).
-* **Health.** A lookupd that fails (refused, timed out, 5xx) is skipped for a back-off that
-  doubles per consecutive failure, then probed again by the next round; one success restores
-  it. A discovered (non-seed) lookupd failing ``forget_after`` times in a row is dropped until
-  a ``/listlookup`` names it again; seeds are never dropped.
+  nsqd on their own, so one of them may briefly miss a node the others see. The round never
+  waits for the slowest one: once a lookupd has answered, the others get ``answer_grace``
+  more, and the round goes on with what has arrived; a request still running then finishes
+  (or hits its deadline) in the background and only updates that lookupd's health. Only when
+  *no* lookupd answers is the round retried (tenacity, jittered exponential back-off).
+* **Deadlines and bounds.** ``timeout`` bounds each *whole* request (connect, send, the
+  complete answer), so a lookupd dripping one byte per second cannot hold anything up; an
+  answer over ``max_answer_size`` bytes, listing more than ``max_partitions`` partitions or
+  ``max_nodes`` producers, or naming a node that is not a ``host:port`` is refused unread.
+* **Health.** A lookupd that fails (refused, timed out, 5xx, malformed) is skipped for a
+  back-off that doubles per consecutive failure, then probed again by the next round; one
+  success restores it. Each lookupd's ``state`` says what it last was (``ok``, ``slow``: it
+  answered after the round had gone on, ``timeout``, ``refused``, ``malformed``, ``error``,
+  ``tls``), in :meth:`LookupManager.health`, ``stats()`` and the log. Slow lookupds are asked
+  after healthy ones. A discovered (non-seed) lookupd failing ``forget_after`` times in a row
+  is dropped until a ``/listlookup`` names it again; seeds are never dropped.
+* **Addresses.** ``host:port``, ``http://host:port`` or ``https://host:port``; https
+  lookupds are asked over TLS (``tls_ca_file``, ``tls_verify``), and the lookupds one of them
+  lists are asked the same way. Anything else is refused when the manager is built.
 * **Freshness.** The first lookup of a topic happens at once; watched topics are polled every
   ``poll_interval`` (shortened by a random ``jitter`` so clients started together spread out).
   :meth:`LookupManager.refresh` asks for an extra round in the background; a burst of such
@@ -32,6 +45,7 @@ import contextlib
 import logging
 import math
 import random
+import ssl
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -48,12 +62,12 @@ from tenacity import (
 
 from .backoff import exponential_delay
 from .config import doc
-from .errors import InvalidArgument, LookupFailed, ProtocolError, TopicNotFound
+from .errors import InvalidArgument, LookupFailed, LookupTimeout, ProtocolError, TopicNotFound
 from .protocol.identify import USER_AGENT
 from .protocol.lookup import (
     ACCEPT_V1,
     LookupdError,
-    LookupdList,
+    LookupLimits,
     Node,
     Partition,
     TopicMeta,
@@ -63,6 +77,7 @@ from .protocol.lookup import (
     merge_views,
     parse_listlookup,
     parse_lookup,
+    valid_host,
 )
 from .protocol.validate import check_topic
 
@@ -77,6 +92,7 @@ __all__ = [
     "TopicNotFound",
     "TopicNotWritable",
     "TopicView",
+    "http_url",
     "normalize_lookupd",
 ]
 
@@ -85,7 +101,7 @@ log = logging.getLogger("smartnsq.lookup")
 Key = tuple[str, str]  # (topic, access)
 ChangeCallback = Callable[["TopicChange"], None]
 _ACCESSES = ("r", "w")
-_V1_HEADERS = {"Accept": ACCEPT_V1}
+_V1_HEADERS = {"Accept": ACCEPT_V1, "Accept-Encoding": "identity"}
 
 
 @dataclass(frozen=True)
@@ -98,8 +114,26 @@ class LookupConfig:
         "Each poll interval is shortened by up to this fraction, at random, so clients "
         "started together do not poll together.", range="0..1"))
     timeout: float = field(default=5.0, metadata=doc(
-        "Deadline of one HTTP request to a lookupd (connect, send, read).",
+        "Deadline of one whole HTTP request to a lookupd (connect, send, read the complete "
+        "answer): a lookupd sending one byte per second is cut off here.",
         unit="s", range="> 0"))
+    answer_grace: float = field(default=0.05, metadata=doc(
+        "Once one lookupd has answered a round, how much longer the others are waited for; "
+        "the round then goes on with the answers it has (late ones only update health).",
+        unit="s", range=">= 0"))
+    max_answer_size: int = field(default=4 * 1024 * 1024, metadata=doc(
+        "Largest lookupd answer read; a longer one is refused (and the lookupd counted as "
+        "malformed) without being read to the end.", unit="bytes", range="1024..2**31-1"))
+    max_partitions: int = field(default=4096, metadata=doc(
+        "Most partitions an answer may list (and partition ids stay below it).",
+        range="1..1000000"))
+    max_nodes: int = field(default=4096, metadata=doc(
+        "Most producers (nsqd) an answer may list.", range="1..1000000"))
+    tls_verify: bool = field(default=True, metadata=doc(
+        "Verify the certificate of https:// lookupds."))
+    tls_ca_file: str | None = field(default=None, metadata=doc(
+        "CA bundle (PEM) for https:// lookupds; None uses the system store.",
+        range="path or None"))
     connect_timeout: float = field(default=2.0, metadata=doc(
         "Deadline of the TCP connect to a lookupd (capped by timeout).", unit="s", range="> 0"))
     discover_interval: float = field(default=60.0, metadata=doc(
@@ -142,7 +176,7 @@ class LookupConfig:
                      "backoff", "backoff_max"):
             _check_seconds(name, getattr(self, name), positive=True)
         for name in ("retry_delay", "retry_delay_max", "refresh_delay",
-                     "refresh_min_interval", "refresh_max_interval"):
+                     "refresh_min_interval", "refresh_max_interval", "answer_grace"):
             _check_seconds(name, getattr(self, name), positive=False)
         jitter = self.jitter
         if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) \
@@ -150,6 +184,11 @@ class LookupConfig:
             raise InvalidArgument("jitter", "must be a fraction in 0..1", jitter)
         _check_int("attempts", self.attempts, 1, 100)
         _check_int("forget_after", self.forget_after, 1, 1000)
+        _check_int("max_answer_size", self.max_answer_size, 1024, 2**31 - 1)
+        _check_int("max_partitions", self.max_partitions, 1, 1_000_000)
+        _check_int("max_nodes", self.max_nodes, 1, 1_000_000)
+        if self.tls_ca_file is not None and not isinstance(self.tls_ca_file, str):
+            raise InvalidArgument("tls_ca_file", "must be a path or None", self.tls_ca_file)
         if self.retry_delay_max < self.retry_delay:
             raise InvalidArgument("retry_delay_max", "must be >= retry_delay",
                                   self.retry_delay_max)
@@ -172,19 +211,44 @@ def _check_int(name: str, value: Any, low: int, high: int) -> None:
         raise InvalidArgument(name, f"must be an int in {low}..{high}", value)
 
 
+_LOOKUPD_RULE = "must be 'host:http_port', 'http://host:http_port' or 'https://host:http_port'"
+
+
 def normalize_lookupd(address: str) -> str:
-    """``"host:port"`` from ``"host:port"``, ``"http://host:port/"`` or ``" host:port "``."""
+    """``"host:port"`` from ``"host:port"``, ``"http://host:port/"`` or ``" host:port "``;
+    ``"https://host:port"`` keeps its scheme (the lookupd is asked over TLS).
+
+    One address per string: ``"h:1,h2:2"`` is refused (split lists before), as is anything
+    with a path, a user, a space or a port outside 1..65535.
+    """
     if not isinstance(address, str):
-        raise InvalidArgument("lookupd", "must be a 'host:http_port' string", address)
+        raise InvalidArgument("lookupd", _LOOKUPD_RULE, address)
     text = address.strip()
-    for prefix in ("http://", "https://"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    text = text.rstrip("/")
+    scheme = ""
+    if "://" in text:
+        scheme, _, text = text.partition("://")
+        if scheme.lower() not in ("http", "https"):
+            raise InvalidArgument("lookupd", _LOOKUPD_RULE, address)
+        scheme = scheme.lower()
+        if text.endswith("/"):
+            text = text[:-1]
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidArgument("lookupd", "must be 'host:http_port'", address)
-    return f"{host}:{int(port)}"
+    if (not sep or not valid_host(host) or not port.isdigit() or len(port) > 5
+            or not 0 < int(port) < 65536):
+        raise InvalidArgument("lookupd", _LOOKUPD_RULE, address)
+    if host.count(":") and not host.startswith("["):
+        raise InvalidArgument("lookupd", "an IPv6 address goes in brackets: '[::1]:4161'",
+                              address)
+    base = f"{host}:{int(port)}"
+    return f"https://{base}" if scheme == "https" else base
+
+
+def http_url(address: str, path: str = "") -> str:
+    """The URL of ``path`` on an HTTP address as :func:`normalize_lookupd` returns it:
+    ``https://host:port/path`` when it kept an https scheme, ``http://host:port/path``
+    otherwise."""
+    base = address if address.startswith("https://") else f"http://{address}"
+    return f"{base}{path}"
 
 
 @dataclass(frozen=True)
@@ -240,11 +304,18 @@ class LookupdStatus:
     requests: int
     errors: int
     last_error: str
+    state: str = "unknown"
+    """What it last was: ``ok``, ``slow`` (answered after its round had gone on),
+    ``timeout`` (no whole answer within ``timeout``), ``refused`` (no connection),
+    ``malformed`` (an answer too large, not JSON, or breaking the bounds), ``tls``
+    (certificate refused), ``error`` (an error status), ``unknown`` (not asked yet)."""
+    slow: int = 0
+    """Answers that came after their round had gone on without them."""
 
 
 class _Lookupd:
     __slots__ = ("address", "classic", "errors", "failures", "last_error", "requests",
-                 "retry_at", "seed")
+                 "retry_at", "seed", "slow", "slow_streak", "state")
 
     def __init__(self, address: str, seed: bool) -> None:
         self.address = address
@@ -255,6 +326,25 @@ class _Lookupd:
         self.requests = 0
         self.errors = 0
         self.last_error = ""
+        self.state = "unknown"
+        self.slow = 0
+        self.slow_streak = 0
+
+    @property
+    def url(self) -> str:
+        return http_url(self.address)
+
+    def sibling(self, address: str) -> str:
+        """How to reach a lookupd this one listed: over TLS if this one is."""
+        return f"https://{address}" if self.address.startswith("https://") else address
+
+
+class _Failure(LookupdError):
+    """One lookupd request failed; ``state`` says how (see :attr:`LookupdStatus.state`)."""
+
+    def __init__(self, state: str, message: str, *, retriable: bool = True) -> None:
+        self.state = state
+        super().__init__(0, message, retriable=retriable)
 
 
 class _NoAnswer(LookupFailed):
@@ -326,6 +416,8 @@ class LookupManager:
             cfg = self._config
             self._client = httpx.AsyncClient(
                 headers={"Accept": ACCEPT_V1, "User-Agent": cfg.user_agent},
+                verify=_tls_context(cfg) if any(a.startswith("https://") for a in self._seeds)
+                else True,
                 timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout,
                                                                cfg.timeout)),
                 limits=httpx.Limits(max_keepalive_connections=32, keepalive_expiry=min(
@@ -384,8 +476,18 @@ class LookupManager:
     def health(self) -> list[LookupdStatus]:
         now = self._now()
         return [LookupdStatus(d.address, d.seed, d.classic, d.failures,
-                              max(d.retry_at - now, 0.0), d.requests, d.errors, d.last_error)
+                              max(d.retry_at - now, 0.0), d.requests, d.errors, d.last_error,
+                              d.state, d.slow)
                 for d in self._lookupds.values()]
+
+    async def wait_idle(self) -> None:
+        """Wait until no request runs in the background (late answers of past rounds,
+        discovery); each one ends by its own ``timeout``, so this does too."""
+        while True:
+            tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+            if not tasks:
+                return
+            await asyncio.wait(tasks)
 
     def stats(self) -> dict[str, Any]:
         return {**self.counters, "lookupds": [_status_dict(s) for s in self.health()],
@@ -393,14 +495,33 @@ class LookupManager:
 
     # -- views ------------------------------------------------------------------------------
 
-    async def view(self, topic: str, access: str = "w", *, refresh: bool = False) -> TopicView:
+    async def view(self, topic: str, access: str = "w", *, refresh: bool = False,
+                   timeout: float | None = None) -> TopicView:
         """The topic's view, looked up now if not known (or if ``refresh``).
 
-        Raises :class:`~smartnsq.errors.TopicNotFound` (``TopicNotWritable`` for a youzan
-        topic with no channel yet, asked with ``access="w"``) or
-        :class:`~smartnsq.errors.LookupFailed` when no lookupd answered.
+        ``timeout`` bounds the whole call (start, discovery, every round and retry): past
+        it :class:`~smartnsq.errors.LookupTimeout` (a ``LookupFailed`` and a ``Timeout``) is
+        raised, while the round itself goes on for whoever else waits on it. Raises
+        :class:`~smartnsq.errors.TopicNotFound` (``TopicNotWritable`` for a youzan topic with
+        no channel yet, asked with ``access="w"``) or :class:`~smartnsq.errors.LookupFailed`
+        when no lookupd answered.
         """
         key = self._key(topic, access)
+        if timeout is not None:
+            _check_seconds("timeout", timeout, positive=True)
+        if not refresh and self._started:
+            view = self._views.get(key)
+            if view is not None:
+                return view
+        if timeout is None:
+            return await self._view(key, refresh)
+        try:
+            return await asyncio.wait_for(self._view(key, refresh), timeout)
+        except asyncio.TimeoutError:
+            raise LookupTimeout(f"no lookup answer for {topic!r} ({access}) within "
+                                f"{timeout:g}s") from None
+
+    async def _view(self, key: Key, refresh: bool) -> TopicView:
         if not self._started:
             await self.start()
         if not refresh:
@@ -554,27 +675,47 @@ class LookupManager:
         ready = [d for d in known if d.retry_at <= now]
         if not ready:
             ready = [min(known, key=lambda d: d.retry_at)]
-        ready.sort(key=lambda d: (d.failures, not d.seed))
+        ready.sort(key=lambda d: (d.failures, d.slow_streak, not d.seed))
         return ready
 
     async def _ask_all(self, topic: str, access: str) -> TopicView:
-        targets = self._targets()
-        results = await asyncio.gather(*(self._ask(d, topic, access) for d in targets),
-                                       return_exceptions=True)
-        views: list[TopicView] = []
+        """One round: every target at once; done once all answered, or ``answer_grace``
+        after the first usable answer (the rest finish in the background)."""
+        loop = asyncio.get_running_loop()
+        asked = {loop.create_task(self._ask(d, topic, access)): d for d in self._targets()}
+        pending: set[asyncio.Task[TopicView]] = set(asked)
+        views: list[tuple[int, TopicView]] = []
         not_found: list[TopicNotFound] = []
         errors: list[BaseException] = []
-        for result in results:
-            if isinstance(result, TopicView):
-                views.append(result)
-            elif isinstance(result, TopicNotFound):
-                not_found.append(result)
-            elif isinstance(result, (LookupFailed, ProtocolError)):
-                errors.append(result)
-            else:
-                raise result
+        order = {task: i for i, task in enumerate(asked)}  # healthiest first, for the merge
+        grace_ends: float | None = None
+        try:
+            while pending:
+                wait = None if grace_ends is None else max(grace_ends - loop.time(), 0.0)
+                done, pending = await asyncio.wait(pending, timeout=wait,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break  # the grace is over: go on without the slow ones
+                for task in done:
+                    error = task.exception()
+                    if error is None:
+                        views.append((order[task], task.result()))
+                    elif isinstance(error, TopicNotFound):
+                        not_found.append(error)
+                    elif isinstance(error, (LookupFailed, ProtocolError)):
+                        errors.append(error)
+                    else:
+                        raise error
+                if grace_ends is None and (views or not_found):
+                    grace_ends = loop.time() + self._config.answer_grace
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            raise
+        for task in pending:
+            self._late(task, asked[task])
         if views:
-            return merge_views(views)
+            return merge_views(view for _, view in sorted(views, key=lambda v: v[0]))
         if not_found:
             # a writable-check answer is more telling than a plain "not found"
             best = next((e for e in not_found if isinstance(e, TopicNotWritable)), not_found[0])
@@ -586,42 +727,99 @@ class LookupManager:
             raise LookupFailed(f"lookup of {topic!r} refused: {detail}")
         raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}")
 
+    def _late(self, task: asyncio.Task[Any], lookupd: _Lookupd) -> None:
+        """A request its round did not wait for: let it end (by its deadline) in the
+        background; an answer that comes marks the lookupd slow, a failure is already
+        recorded by the request itself."""
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[Any]) -> None:
+            self._tasks.discard(task)
+            if task.cancelled():
+                return
+            error = task.exception()
+            if error is None or isinstance(error, TopicNotFound):
+                lookupd.slow += 1
+                lookupd.slow_streak += 1
+                lookupd.state = "slow"
+                level = logging.WARNING if lookupd.slow_streak == 1 else logging.DEBUG
+                log.log(level, "lookupd %s is slow: it answered after its round had gone on "
+                        "(%d times in a row); asked after the others now", lookupd.address,
+                        lookupd.slow_streak)
+
+        task.add_done_callback(done)
+
     async def _ask(self, lookupd: _Lookupd, topic: str, access: str) -> TopicView:
-        response = await self._get(lookupd, "/lookup", lookup_params(topic, access))
+        cfg = self._config
+        status, body = await self._get(lookupd, "/lookup", lookup_params(topic, access))
         try:
-            view = parse_lookup(topic, access, response.status_code, response.content,
-                                lookupd=lookupd.address)
+            view = parse_lookup(topic, access, status, body, lookupd=lookupd.address,
+                                limits=LookupLimits(cfg.max_partitions, cfg.max_nodes))
         except TopicNotFound:
             self._succeeded(lookupd)
             raise
         except LookupdError as exc:
             if exc.retriable:
-                self._failed(lookupd, exc)
+                self._failed(lookupd, exc, "error")
             else:
                 self._succeeded(lookupd)
             raise
         except ProtocolError as exc:
-            self._failed(lookupd, exc)
-            raise LookupdError(0, f"{lookupd.address}: {exc}") from exc
+            error = _Failure("malformed", f"{lookupd.address}: {exc}")
+            self._failed(lookupd, error, "malformed")
+            raise error from exc
         self._succeeded(lookupd)
         return view
 
     async def _get(self, lookupd: _Lookupd, path: str,
-                   params: Mapping[str, str] | None = None) -> httpx.Response:
+                   params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+        """``(status, body)`` of one GET, all of it within ``timeout`` and
+        ``max_answer_size``; a failure is recorded on ``lookupd`` and raised as
+        :class:`_Failure`."""
         client = self._client
         if client is None:
             raise LookupFailed("the LookupManager is not started")
+        cfg = self._config
         lookupd.requests += 1
         self.counters["requests"] += 1
+        failure: _Failure
         try:
-            # the v1 Accept header also on a client given by the caller: bare JSON, real status
-            return await client.get(f"http://{lookupd.address}{path}", params=params,
-                                    headers=_V1_HEADERS)
+            return await asyncio.wait_for(self._read(client, lookupd, path, params),
+                                          cfg.timeout)
+        except _Failure as exc:
+            failure = exc
+        except asyncio.TimeoutError:
+            failure = _Failure("timeout", f"{lookupd.address}: no whole answer within "
+                               f"{cfg.timeout:g}s (timeout)")
         except httpx.HTTPError as exc:
-            error = LookupdError(0, f"{lookupd.address}: {type(exc).__name__}: {exc}",
-                                 retriable=True)
-            self._failed(lookupd, error)
-            raise error from exc
+            failure = _http_failure(lookupd.address, exc)
+        except ssl.SSLError as exc:
+            failure = _Failure("tls", f"{lookupd.address}: TLS failed: {exc}")
+        self._failed(lookupd, failure, failure.state)
+        raise failure
+
+    async def _read(self, client: httpx.AsyncClient, lookupd: _Lookupd, path: str,
+                    params: Mapping[str, str] | None) -> tuple[int, bytes]:
+        limit = self._config.max_answer_size
+        # the v1 Accept header also on a client given by the caller: bare JSON, real status;
+        # identity encoding: a compressed answer would be a bomb to inflate
+        async with client.stream("GET", f"{lookupd.url}{path}", params=params,
+                                 headers=_V1_HEADERS) as response:
+            encoding = response.headers.get("content-encoding", "identity").lower()
+            if encoding != "identity":
+                raise _Failure("malformed", f"{lookupd.address}: answer encoded {encoding!r}, "
+                               "though identity was asked for")
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise _Failure("malformed", f"{lookupd.address}: answer of {declared} bytes "
+                               f"is over max_answer_size ({limit} bytes)")
+            body = bytearray()
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) > limit:
+                    raise _Failure("malformed", f"{lookupd.address}: answer over "
+                                   f"max_answer_size ({limit} bytes)")
+            return response.status_code, bytes(body)
 
     def _succeeded(self, lookupd: _Lookupd) -> None:
         if lookupd.failures:
@@ -629,17 +827,20 @@ class LookupManager:
                      lookupd.failures)
         lookupd.failures = 0
         lookupd.retry_at = 0.0
+        lookupd.state = "ok"
+        lookupd.slow_streak = 0
 
-    def _failed(self, lookupd: _Lookupd, error: BaseException) -> None:
+    def _failed(self, lookupd: _Lookupd, error: BaseException, state: str = "error") -> None:
         cfg = self._config
         lookupd.failures += 1
         lookupd.errors += 1
         lookupd.last_error = str(error)
+        lookupd.state = state
         delay = exponential_delay(cfg.backoff, cfg.backoff_max, lookupd.failures, 0.2)
         lookupd.retry_at = self._now() + delay
         level = logging.WARNING if lookupd.failures == 1 else logging.DEBUG
-        log.log(level, "lookupd %s failed (%d in a row; skipped for %.2fs): %s",
-                lookupd.address, lookupd.failures, delay, error)
+        log.log(level, "lookupd %s failed (%s, %d in a row; skipped for %.2fs): %s",
+                lookupd.address, state, lookupd.failures, delay, error)
         if (not lookupd.seed and lookupd.failures >= cfg.forget_after
                 and self._lookupds.get(lookupd.address) is lookupd and len(self._lookupds) > 1):
             del self._lookupds[lookupd.address]
@@ -743,43 +944,103 @@ class LookupManager:
             log.warning("no lookupd answered /listlookup; keeping %s", ", ".join(self._lookupds))
             return
         for address in answered:
-            lookupd = self._lookupds.get(address)
-            if lookupd is None:
-                log.info("lookupd %s discovered", address)
-                lookupd = self._lookupds[address] = _Lookupd(address, False)
-            lookupd.classic = False  # only youzan lookupds list each other
+            self._adopt(address)
         for address, lookupd in list(self._lookupds.items()):
             if not lookupd.seed and address not in answered:
                 log.info("lookupd %s no longer listed; dropping it", address)
                 del self._lookupds[address]
 
+    def _adopt(self, address: str) -> None:
+        lookupd = self._lookupds.get(address)
+        if lookupd is None:
+            log.info("lookupd %s discovered", address)
+            lookupd = self._lookupds[address] = _Lookupd(address, False)
+        lookupd.classic = False  # only youzan lookupds list each other
+
     async def _listlookup(self, lookupds: list[_Lookupd]) -> dict[str, None] | None:
-        """Every lookupd the given ones list (``None`` if none of them answered)."""
-        results = await asyncio.gather(*(self._ask_list(d) for d in lookupds),
-                                       return_exceptions=True)
+        """Every lookupd the given ones list (``None`` if none of them answered).
+
+        Like a lookup round, it goes on ``answer_grace`` after the first answer; what a
+        slower lookupd lists later is still adopted when it comes (never dropped by it).
+        """
+        loop = asyncio.get_running_loop()
+        asked = {loop.create_task(self._ask_list(d)): d for d in lookupds}
+        pending: set[asyncio.Task[list[str]]] = set(asked)
         listed: dict[str, None] | None = None
-        for lookupd, result in zip(lookupds, results, strict=True):
-            if isinstance(result, LookupdList):
-                listed = {} if listed is None else listed
-                lookupd.classic = result.classic
-                listed.update(dict.fromkeys(result.nodes))
-            elif not isinstance(result, (LookupFailed, ProtocolError)):
-                raise result
+        grace_ends: float | None = None
+        try:
+            while pending:
+                wait = None if grace_ends is None else max(grace_ends - loop.time(), 0.0)
+                done, pending = await asyncio.wait(pending, timeout=wait,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                for task in done:
+                    error = task.exception()
+                    if error is None:
+                        listed = {} if listed is None else listed
+                        listed.update(dict.fromkeys(task.result()))
+                    elif not isinstance(error, (LookupFailed, ProtocolError)):
+                        raise error
+                if listed is not None and grace_ends is None:
+                    grace_ends = loop.time() + self._config.answer_grace
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            raise
+        for task in pending:
+            self._late(task, asked[task])
+            task.add_done_callback(self._adopt_late)
         return listed
 
-    async def _ask_list(self, lookupd: _Lookupd) -> LookupdList:
-        response = await self._get(lookupd, "/listlookup")
+    def _adopt_late(self, task: asyncio.Task[list[str]]) -> None:
+        if self._closed or task.cancelled() or task.exception() is not None:
+            return
+        for address in task.result():
+            self._adopt(address)
+
+    async def _ask_list(self, lookupd: _Lookupd) -> list[str]:
+        status, body = await self._get(lookupd, "/listlookup")
         try:
-            answer = parse_listlookup(response.status_code, response.content)
+            answer = parse_listlookup(status, body)
         except (LookupdError, ProtocolError) as exc:
-            self._failed(lookupd, exc)
-            raise LookupdError(0, f"{lookupd.address}: {exc}") from exc
+            state = "malformed" if isinstance(exc, ProtocolError) else "error"
+            error = _Failure(state, f"{lookupd.address}: {exc}")
+            self._failed(lookupd, error, state)
+            raise error from exc
         self._succeeded(lookupd)
-        return answer
+        lookupd.classic = answer.classic
+        return [lookupd.sibling(a) for a in answer.nodes]
 
     def __repr__(self) -> str:
         return (f"<LookupManager lookupds={len(self._lookupds)} views={len(self._views)} "
                 f"watched={len(self._watched)}>")
+
+
+def _tls_context(cfg: LookupConfig) -> ssl.SSLContext:
+    """The context for https:// lookupds (plain http ones never use it)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cfg.tls_ca_file)
+    if not cfg.tls_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _http_failure(address: str, exc: httpx.HTTPError) -> _Failure:
+    """What an httpx error says about the lookupd, as a one-line failure."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return _Failure("tls", f"{address}: certificate refused: {cause.verify_message} "
+                        f"({cause.reason})")
+    if isinstance(cause, ssl.SSLError):
+        return _Failure("tls", f"{address}: TLS failed: {cause.reason or cause}")
+    if isinstance(exc, httpx.TimeoutException):
+        return _Failure("timeout", f"{address}: {type(exc).__name__} (timeout)")
+    if isinstance(exc, httpx.ConnectError):
+        return _Failure("refused", f"{address}: cannot connect: {exc}")
+    return _Failure("error", f"{address}: {type(exc).__name__}: {exc}")
 
 
 def _settle(fut: asyncio.Future[None]) -> None:

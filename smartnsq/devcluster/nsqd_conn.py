@@ -152,7 +152,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         self._last_read = self.loop.time()
         if self._stream is not None:
             try:
-                data = self._stream.decode(data)
+                data = self._stream.decompress(data)
             except Exception as exc:  # a corrupt compressed stream: Go's reader errors out
                 log.debug("%r: undecodable stream: %s", self, exc)
                 self.close()
@@ -274,7 +274,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         if self._stream is not None:
-            data = self._stream.encode(data)
+            data = self._stream.compress(data)
         if not self.transport.is_closing():
             self.transport.write(data)
 
@@ -516,7 +516,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
             self._respond(OK)
         early = self.reader.take_buffered()  # sent after IDENTIFY, hence already compressed
         if early and self._stream is not None:
-            self.reader.feed(self._stream.decode(early))
+            self.reader.feed(self._stream.decompress(early))
 
     def _start_tls(self, snappy: bool, deflate: bool, level: int) -> None:
         self._flush()  # the IDENTIFY answer goes out in the clear

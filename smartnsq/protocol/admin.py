@@ -106,16 +106,13 @@ class AdminError(NSQError):
         self.what = what
         self.address = address
         self.code = _code_of(message)
+        self.retriable = status >= 500 or self.not_leader or self.code in _RETRIABLE_CODES
         where = f"{what} on {address}" if what and address else what or address or "request"
         super().__init__(f"{where} refused: HTTP {status} {message}".rstrip())
 
     @property
     def not_leader(self) -> bool:
         return self.code == NOT_LEADER or "Not nsqlookup leader" in self.message
-
-    @property
-    def retriable(self) -> bool:
-        return self.status >= 500 or self.not_leader or self.code in _RETRIABLE_CODES
 
 
 def _code_of(message: str) -> str:

@@ -15,11 +15,18 @@ The same question gets several shapes of answer, and a client must read them all
 
 Several lookupds answer the same question; :func:`merge_views` folds their views into one, so
 a lookupd that lags behind (or missed a registration) does not hide nodes the others know.
+
+An answer is untrusted input: it may list 10^5 partitions or nodes with addresses no client
+should dial. :class:`LookupLimits` bounds what :func:`parse_lookup` accepts, and every node's
+``broadcast_address`` must be a host name or an IP address (:func:`valid_host`); anything else
+is a :class:`~smartnsq.errors.ProtocolError` naming what was wrong.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +38,7 @@ from ..errors import LookupFailed, ProtocolError, TopicNotFound
 __all__ = [
     "ACCEPT_V1",
     "Access",
+    "LookupLimits",
     "LookupdError",
     "LookupdList",
     "Node",
@@ -43,6 +51,7 @@ __all__ = [
     "parse_listlookup",
     "parse_lookup",
     "unwrap",
+    "valid_host",
 ]
 
 ACCEPT_V1 = "application/vnd.nsq; version=1.0"
@@ -50,11 +59,39 @@ ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 
 Access = Literal["r", "w"]
 YOUZAN_VERSION_MARK = "-HA."
+MAX_LOOKUPDS = 64  # a /listlookup naming more is not a real cluster
 OLD_VERSION_PID = -11  # pseudo partition of classic nsqd registered to a youzan lookupd
 
 # 404/500 texts that mean "this topic does not exist" (classic, youzan etcd, youzan wrapped)
 _NOT_FOUND_TEXTS = frozenset({"TOPIC_NOT_FOUND", "Key not found"})
 _NO_CHANNEL_PREFIX = "Topic has no channel"
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})"
+                        r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?$")
+
+
+def valid_host(host: str) -> bool:
+    """A DNS name, an IPv4 address, or an IPv6 address (bare or in brackets): what may be
+    dialled. Spaces, slashes, commas, ``@`` and the like never are."""
+    if not isinstance(host, str) or not host:
+        return False
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if ":" in bare:
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            return False
+        return True
+    return host is bare and _HOST_NAME.match(host) is not None
+
+
+@dataclass(frozen=True)
+class LookupLimits:
+    """How much of a ``/lookup`` answer is believed (real clusters are far below these)."""
+
+    max_partitions: int = 4096
+    """Most partitions listed, and partition ids below this."""
+    max_nodes: int = 4096
+    """Most producers listed."""
 
 
 class LookupdError(LookupFailed):
@@ -289,11 +326,12 @@ def _str(obj: Mapping[str, Any], key: str) -> str:
 def _port(obj: Mapping[str, Any], key: str) -> int:
     value = obj.get(key)
     if isinstance(value, bool):
-        raise ProtocolError(f"lookupd peer {key} is not a port: {value!r}")
-    if isinstance(value, str) and value.isdigit():
+        raise ProtocolError(f"lookupd peer {key} is not a port: {value!r:.40}")
+    if isinstance(value, str) and value.isdigit() and len(value) <= 5:
         value = int(value)
-    if not isinstance(value, int) or not 0 <= value < 65536:
-        raise ProtocolError(f"lookupd peer {key} is not a port: {value!r}")
+    low = 1 if key == "tcp_port" else 0  # a node is dialled on its tcp_port
+    if not isinstance(value, int) or not low <= value < 65536:
+        raise ProtocolError(f"lookupd peer {key} is not a port: {value!r:.40}")
     return value
 
 
@@ -303,7 +341,9 @@ def parse_node(obj: Any) -> Node:
         raise ProtocolError(f"lookupd peer is not an object: {obj!r}")
     address = _str(obj, "broadcast_address")
     if not address:
-        raise ProtocolError(f"lookupd peer has no broadcast_address: {obj!r}")
+        raise ProtocolError(f"lookupd peer has no broadcast_address: {obj!r:.120}")
+    if not valid_host(address):
+        raise ProtocolError(f"lookupd peer broadcast_address is not a host: {address!r:.80}")
     return Node(address, _port(obj, "tcp_port"), _port(obj, "http_port"),
                 hostname=_str(obj, "hostname"), version=_str(obj, "version"),
                 remote_address=_str(obj, "remote_address"),
@@ -346,13 +386,14 @@ def _dedupe(nodes: Iterable[Node]) -> tuple[Node, ...]:
 
 
 def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
-                 lookupd: str = "") -> TopicView:
+                 lookupd: str = "", limits: LookupLimits = LookupLimits()) -> TopicView:
     """A ``/lookup`` answer as a :class:`TopicView`.
 
     Raises :class:`~smartnsq.errors.TopicNotFound` when the answer says the topic does not
     exist, :class:`TopicNotWritable` (a ``TopicNotFound``) when a youzan lookupd hides every
     partition for lack of a channel, :class:`LookupdError` for any other error status, and
-    :class:`~smartnsq.errors.ProtocolError` for a body that is not a lookup answer.
+    :class:`~smartnsq.errors.ProtocolError` for a body that is not a lookup answer or breaks
+    ``limits``.
     """
     status, data, message = unwrap(status, body)
     if status != 200:
@@ -370,6 +411,9 @@ def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
     partitions: dict[int, Partition] = {}
     raw_parts = data.get("partitions")
     if isinstance(raw_parts, Mapping):
+        if len(raw_parts) > limits.max_partitions:
+            raise ProtocolError(f"lookupd lists {len(raw_parts)} partitions, more than the "
+                                f"{limits.max_partitions} believed (max_partitions)")
         for key, peer in raw_parts.items():
             try:
                 pid = int(key)
@@ -377,6 +421,9 @@ def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
                 raise ProtocolError(f"lookupd partition id {key!r} is not a number") from None
             if pid < 0:  # the classic pseudo partition never names a real partition
                 continue
+            if pid >= limits.max_partitions:
+                raise ProtocolError(f"lookupd partition id {pid} is not below "
+                                    f"{limits.max_partitions} (max_partitions)")
             partitions[pid] = Partition(pid, parse_node(peer))
     elif raw_parts is not None:
         raise ProtocolError(f"lookupd partitions is not an object: {raw_parts!r:.80}")
@@ -385,6 +432,9 @@ def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
         raw_producers = []  # youzan with writes disabled answers null
     if not isinstance(raw_producers, list):
         raise ProtocolError(f"lookupd producers is not a list: {raw_producers!r:.80}")
+    if len(raw_producers) > limits.max_nodes:
+        raise ProtocolError(f"lookupd lists {len(raw_producers)} producers, more than the "
+                            f"{limits.max_nodes} believed (max_nodes)")
     producers = _dedupe(parse_node(p) for p in raw_producers)
     raw_channels = data.get("channels")
     channels = tuple(c for c in raw_channels if isinstance(c, str)) \
@@ -450,6 +500,8 @@ def _lookupd_address(obj: Any) -> str | None:
     if not 0 < port_num < 65536:
         return None
     host = f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip
+    if not valid_host(host):
+        return None
     return f"{host}:{port_num}"
 
 
@@ -469,6 +521,8 @@ def parse_listlookup(status: int, body: bytes | str) -> LookupdList:
     if isinstance(raw_nodes, list):
         for obj in raw_nodes:
             address = _lookupd_address(obj)
+            if len(nodes) >= MAX_LOOKUPDS:
+                raise ProtocolError(f"lookupd lists more than {MAX_LOOKUPDS} lookupds")
             if address is not None and address not in nodes:
                 nodes.append(address)
     return LookupdList(tuple(nodes), _lookupd_address(data.get("lookupdleader")))

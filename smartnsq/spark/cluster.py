@@ -44,6 +44,7 @@ from ..errors import (
     Timeout,
     TopicNotFound,
 )
+from ..lookup import http_url
 from ..pool import parse_address
 from ..protocol import commands
 from ..protocol.commands import StartPosition
@@ -138,7 +139,7 @@ class ClusterClient:
         errors = []
         for address in self._options.lookupd:
             try:
-                answer = self._http.get(f"http://{address}/lookup",
+                answer = self._http.get(http_url(address, "/lookup"),
                                         params=lookup_params(topic, "r"))
             except httpx.HTTPError as exc:
                 errors.append(f"{address}: {exc}")
@@ -159,10 +160,10 @@ class ClusterClient:
         leaders: dict[int, LeaderInfo] = {}
         ordered = ext = False
         for address in self._options.nsqd_http:
-            info = self._get_json(f"http://{address}/info")
+            info = self._get_json(http_url(address, "/info"))
             host = info.get("broadcast_address") or parse_address(address)[0]
             node = LeaderInfo(host, int(info["tcp_port"]), int(info["http_port"]))
-            stats = self._get_json(f"http://{address}/stats",
+            stats = self._get_json(http_url(address, "/stats"),
                                    {"format": "json", "topic": topic, "leaderOnly": "true"})
             for entry in stats.get("topics") or ():
                 if entry.get("topic_name") != topic or not entry.get("is_leader", True):

@@ -176,7 +176,9 @@ def test_the_run_loop_is_cleaned_up_with_its_last_user() -> None:
 
 
 def test_lookupd_addresses_are_normalised_by_the_core() -> None:
-    assert nsq._lookupd(["http://h:4161/", " h:4161 ", "https://h:4161"]) == ["h:4161"] * 3
+    # https:// keeps its scheme: the lookupd is asked over TLS (issue 12), not as plain http
+    assert nsq._lookupd(["http://h:4161/", " h:4161 ", "https://h:4161"]) == \
+        ["h:4161", "h:4161", "https://h:4161"]
     for bad in ("http://nohost", "h:port", "h:0"):
         with pytest.raises(InvalidArgument):
             nsq.Writer(lookupd_http_addresses=bad)

@@ -329,7 +329,7 @@ async def test_stalled_connection_is_detected_and_closed(nsq_cluster: Any) -> No
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, proxied=True)
-async def test_request_timeout_closes_the_connection(nsq_cluster: Any) -> None:
+async def test_request_timeout_keeps_the_other_calls(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("t_slow")
     conn = await connect(nsq_cluster)
     nsq_cluster.stall(0)
@@ -337,11 +337,13 @@ async def test_request_timeout_closes_the_connection(nsq_cluster: Any) -> None:
     late = conn.submit(commands.pub("t_slow", b"b", 0), "PUB", timeout=30)
     with pytest.raises(Timeout):  # the shortest deadline counts, whatever its place
         await conn.request(commands.pub("t_slow", b"c", 0), "PUB", timeout=0.2)
-    # the other calls cannot be matched any more: they fail too, at once
-    for call in (patient, late):
-        with pytest.raises(ConnectionClosed):
-            await asyncio.wait_for(call, WAIT)
-    assert conn.is_closed
+    # the connection stays; the other calls get their own answers once the server speaks
+    assert not conn.is_closed and conn.timed_out_count == 1 and conn.pending_count == 3
+    nsq_cluster.resume(0)
+    assert await asyncio.wait_for(patient, WAIT) == b"OK"
+    assert await asyncio.wait_for(late, WAIT) == b"OK"
+    assert await conn.request(commands.pub("t_slow", b"d", 0), "PUB") == b"OK"
+    assert conn.timed_out_count == 0 and not conn.is_closed
     await conn.close()
 
 

@@ -14,11 +14,19 @@ from typing import Any
 
 import pytest
 import trustme
-from support import WAIT
+from support import WAIT, bounded
 
 from smartnsq.config import ConnectionConfig
 from smartnsq.connection import Connection
-from smartnsq.errors import ConnectionClosed, ConnectionError_, InvalidArgument, ServerError
+from smartnsq.errors import (
+    ConnectionClosed,
+    ConnectionError_,
+    InvalidArgument,
+    PlaintextAuthRefused,
+    ServerError,
+    TLSVerificationFailed,
+)
+from smartnsq.producer import Producer
 from smartnsq.protocol import Message, commands
 
 SECRET = "s3cret-for-tests"
@@ -148,17 +156,23 @@ async def test_tls_with_a_ca_file(nsq_cluster_factory: Any, server_tls: ssl.SSLC
 async def test_tls_verifies_by_default(nsq_cluster_factory: Any,
                                        server_tls: ssl.SSLContext) -> None:
     cluster = await nsq_cluster_factory(nodes=1, lookupds=1, mode="classic", tls=server_tls)
-    with pytest.raises(ConnectionError_) as caught:
+    with pytest.raises(TLSVerificationFailed) as caught:
         await connect(cluster, tls=True)  # the throwaway CA is not in the system store
     assert isinstance(caught.value.__cause__, ssl.SSLCertVerificationError)
+    # fatal at once, never retried as a network error; one line naming the problem
+    error = caught.value
+    assert error.fatal and not error.retriable and not error.refresh_lookup
+    assert not isinstance(error, ConnectionError_)
+    assert "\n" not in str(error) and "local issuer certificate" in error.reason
 
 
 async def test_tls_checks_the_host_name(nsq_cluster_factory: Any, server_tls: ssl.SSLContext,
                                         ca_file: str) -> None:
     cluster = await nsq_cluster_factory(nodes=1, lookupds=1, mode="classic", tls=server_tls)
-    with pytest.raises(ConnectionError_):
+    with pytest.raises(TLSVerificationFailed, match=r"nsqd\.example\.test") as caught:
         await connect(cluster, tls=True, tls_ca_file=ca_file,
                       tls_server_hostname="nsqd.example.test")
+    assert "Hostname mismatch" in caught.value.reason
 
 
 async def test_tls_verify_can_be_turned_off(nsq_cluster_factory: Any,
@@ -193,7 +207,7 @@ async def test_auth(nsq_cluster_factory: Any, mode: str,
     caplog.set_level(logging.DEBUG)
     cluster = await nsq_cluster_factory(nodes=1, lookupds=1, mode=mode, auth=AUTH_TABLE)
     await cluster.create_topic("allowed_t", channels=["ch"])
-    config = ConnectionConfig(auth_secret=SECRET)
+    config = ConnectionConfig(auth_secret=SECRET, allow_plaintext_auth=True)
     assert SECRET not in repr(config)
     conn = await Connection.connect(*address(cluster), config)
     try:
@@ -223,7 +237,7 @@ async def test_auth_with_all_upgrades(nsq_cluster_factory: Any, server_tls: ssl.
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic", auth=AUTH_TABLE)
 async def test_auth_refused(nsq_cluster: Any) -> None:
     with pytest.raises(ServerError) as caught:
-        await connect(nsq_cluster, auth_secret="wrong")
+        await connect(nsq_cluster, auth_secret="wrong", allow_plaintext_auth=True)
     assert caught.value.code == "E_AUTH_FAILED" and caught.value.fatal
     assert "wrong" not in str(caught.value)
 
@@ -236,7 +250,7 @@ async def test_auth_required_without_a_secret(nsq_cluster: Any) -> None:
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic", auth=AUTH_TABLE)
 async def test_unauthorized_topic_is_fatal(nsq_cluster: Any) -> None:
-    conn = await connect(nsq_cluster, auth_secret=SECRET)
+    conn = await connect(nsq_cluster, auth_secret=SECRET, allow_plaintext_auth=True)
     with pytest.raises(ServerError) as caught:
         await conn.request(commands.pub("other_t", b"x"), "PUB")
     assert caught.value.code == "E_UNAUTHORIZED" and caught.value.fatal
@@ -255,3 +269,29 @@ async def test_secret_not_sent_when_auth_is_not_required(nsq_cluster: Any) -> No
         assert await conn.request(commands.pub("cl_t", b"x"), "PUB") == b"OK"
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("mode", ["youzan", "classic"])
+async def test_auth_over_plaintext_is_refused_by_default(nsq_cluster_factory: Any,
+                                                         mode: str) -> None:
+    # before: the secret went to any plaintext server that asked, without a word
+    cluster = await nsq_cluster_factory(nodes=1, lookupds=1, mode=mode, auth=AUTH_TABLE)
+    table = cluster.nodes[0].auth
+    asked: list[str] = []
+    lookup = table.lookup
+    table.lookup = lambda secret: asked.append(secret) or lookup(secret)  # observe only
+    with pytest.raises(PlaintextAuthRefused, match="allow_plaintext_auth=True") as caught:
+        await connect(cluster, auth_secret=SECRET)
+    error = caught.value
+    assert error.fatal and not error.retriable and not error.refresh_lookup
+    assert SECRET not in str(error)
+    assert not asked  # the server's auth table was never consulted: no AUTH was sent
+
+
+async def test_publish_raises_a_tls_verification_failure_at_once(
+        nsq_cluster_factory: Any, server_tls: ssl.SSLContext) -> None:
+    # before: retried like a network error, raised only at the call's deadline (as Timeout)
+    cluster = await nsq_cluster_factory(nodes=1, lookupds=1, mode="classic", tls=server_tls)
+    async with Producer(nsqd=cluster.nsqd_tcp_addresses, tls=True) as producer, bounded(0.0):
+        with pytest.raises(TLSVerificationFailed):
+            await producer.publish("cl_tls", b"x", timeout=5)

@@ -267,3 +267,126 @@ def test_split_first_frame() -> None:
     assert split_first_frame(ok + b"\xff\x06\x00\x00sNaPpY") == 10
     with pytest.raises(ProtocolError):
         split_first_frame(b"\xff\x06\x00\x00sNaPpY")
+
+
+# -- one implementation for client and dev cluster (issue 14 item 4) ------------------------------
+
+def test_client_and_dev_cluster_share_one_implementation() -> None:
+    from smartnsq.devcluster import nsqd_streams
+
+    assert nsqd_streams.SnappyStream is SnappyStream
+    assert nsqd_streams.DeflateStream is DeflateStream
+    assert isinstance(nsqd_streams.deflate_stream(6), DeflateStream)
+
+
+def _chunks(stream: bytes) -> list[tuple[int, int]]:
+    """``(type, uncompressed size)`` of every chunk of a framing-format stream."""
+    out, pos = [], 0
+    while pos < len(stream):
+        kind, length = stream[pos], int.from_bytes(stream[pos + 1:pos + 4], "little")
+        body = stream[pos + 4:pos + 4 + length]
+        sizes = {0x00: len(snappy.uncompress(body[4:])) if kind == 0x00 else 0,
+                 0x01: length - 4}
+        size = sizes.get(kind, 0)
+        out.append((kind, size))
+        pos += 4 + length
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 65535, 65536, 65537, 200_000])
+def test_snappy_chunking_both_ends_share(size: int) -> None:
+    # the client's writes and the dev cluster's are cut the same way: whole 64 KiB chunks,
+    # then the rest, compressed or stored, each read back by either end
+    from smartnsq.devcluster.nsqd_streams import SnappyStream as ServerSnappy
+
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    client, server = SnappyStream().compress(payload), ServerSnappy().compress(payload)
+    assert client == server
+    sizes = [n for kind, n in _chunks(client) if kind in (0x00, 0x01)]
+    assert sizes == [65536] * (size // 65536) + ([size % 65536] if size % 65536 else [])
+    assert SnappyStream().decompress(client) == payload
+
+
+def test_deflate_both_ends_flush_every_write_and_skip_empty_ones() -> None:
+    from smartnsq.devcluster.nsqd_streams import deflate_stream
+
+    for stream in (DeflateStream(6), deflate_stream(6)):
+        assert stream.compress(b"") == b""
+        assert stream.compress(b"hello").endswith(DEFLATE_SYNC_MARKER)
+
+
+@pytest.mark.parametrize("level", [-2, -1, 0, 1, 6, 9])
+def test_go_flate_levels(level: int) -> None:
+    sender, receiver = DeflateStream.go_level(level), DeflateStream()
+    data = b"abc" * 1000
+    assert receiver.decompress(sender.compress(data)) == data
+
+
+@pytest.mark.parametrize("level", [-3, 10])
+def test_go_flate_level_out_of_range_has_gos_text(level: int) -> None:
+    with pytest.raises(ValueError, match=rf"flate: invalid compression level {level}: "
+                                         r"want value in range \[-2, 9\]"):
+        DeflateStream.go_level(level)
+
+
+# -- bounded inflation (issue 12 item 5) ----------------------------------------------------------
+
+def _drain(stream: SnappyStream | DeflateStream, data: bytes, step: int) -> list[int]:
+    sizes = [len(stream.decompress(data, step))]
+    while stream.more:
+        sizes.append(len(stream.decompress(b"", step)))
+    return sizes
+
+
+def test_deflate_bomb_inflates_in_bounded_pieces() -> None:
+    bomb = DeflateStream(9).compress(bytes(64 * 1024 * 1024))
+    assert len(bomb) < 128 * 1024
+    sizes = _drain(DeflateStream(), bomb, 256 * 1024)
+    assert max(sizes) <= 256 * 1024 and sum(sizes) == 64 * 1024 * 1024
+
+
+def test_snappy_inflates_in_bounded_pieces() -> None:
+    wire = SnappyStream().compress(bytes(4 * 1024 * 1024))  # 64 chunks of 64 KiB zeros
+    sizes = _drain(SnappyStream(), wire, 256 * 1024)
+    assert max(sizes) <= 256 * 1024 + 65536 and sum(sizes) == 4 * 1024 * 1024
+    assert len(sizes) >= 16
+
+
+def test_snappy_chunks_are_checked_before_decoding() -> None:
+    ident = SNAPPY_STREAM_IDENTIFIER
+    with pytest.raises(ProtocolError, match="over the"):
+        SnappyStream().decompress(ident + b"\x00" + (1 << 20).to_bytes(3, "little"))
+    preamble = b"\x80\x80\x08"  # a block declaring 131072 bytes (varint)
+    body = b"\x00\x00\x00\x00" + preamble + b"\x00" * 8
+    with pytest.raises(ProtocolError, match="declares 131072"):
+        SnappyStream().decompress(ident + b"\x00" + len(body).to_bytes(3, "little") + body)
+    with pytest.raises(ProtocolError, match="reserved"):
+        SnappyStream().decompress(ident + b"\x02\x01\x00\x00x")
+    # skippable chunks (0x80..0xfe) are skipped
+    assert SnappyStream().decompress(ident + b"\x80\x02\x00\x00xx") == b""
+
+
+@settings(max_examples=60, deadline=None)
+@given(writes=st.lists(st.binary(max_size=3000), min_size=1, max_size=8),
+       cuts=st.lists(st.integers(min_value=0), max_size=6),
+       step=st.integers(min_value=1, max_value=5000),
+       kind=st.sampled_from(["snappy", "deflate"]))
+def test_bounded_round_trip_any_split(writes: list[bytes], cuts: list[int], step: int,
+                                      kind: str) -> None:
+    sender = SnappyStream() if kind == "snappy" else DeflateStream(6)
+    receiver = SnappyStream() if kind == "snappy" else DeflateStream(6)
+    wire = b"".join(sender.compress(w) for w in writes)
+    points = sorted({c % (len(wire) + 1) for c in cuts})
+    out = bytearray()
+    start = 0
+    bound = step if kind == "deflate" else step + 65536
+    for point in [*points, len(wire)]:
+        piece = receiver.decompress(wire[start:point], step)
+        assert len(piece) <= bound
+        out += piece
+        while receiver.more:
+            piece = receiver.decompress(b"", step)
+            assert len(piece) <= bound
+            out += piece
+        start = point
+    assert bytes(out) == b"".join(writes)

@@ -217,3 +217,47 @@ def test_invalid_argument_fields() -> None:
     assert str(err) == "invalid topic 'bad*name': must match ^[.a-zA-Z0-9_-]+$"
     long = InvalidArgument("body", "too big", "x" * 500)
     assert len(str(long)) < 120 and "..." in str(long)
+
+
+# -- the three flags on every error class (issue 12) ---------------------------------------------
+
+def test_every_error_class_has_the_three_flags() -> None:
+    from smartnsq.errors import (
+        LookupTimeout,
+        PlaintextAuthRefused,
+        SecurityError,
+        TLSVerificationFailed,
+    )
+
+    expected = {  # class: (fatal, retriable, refresh_lookup)
+        NSQError: (False, False, False),
+        InvalidArgument: (False, False, False),
+        ProtocolError: (True, False, False),
+        ConnectionError_: (True, True, False),
+        ConnectionClosed: (True, True, False),
+        Timeout: (False, True, False),
+        SecurityError: (True, False, False),
+        TLSVerificationFailed: (True, False, False),
+        PlaintextAuthRefused: (True, False, False),
+        LookupFailed: (False, True, False),
+        LookupTimeout: (False, True, False),
+        TopicNotFound: (False, False, False),
+    }
+    for cls, flags in expected.items():
+        assert (cls.fatal, cls.retriable, cls.refresh_lookup) == flags, cls.__name__
+    assert (RefreshLookupError.retriable, RefreshLookupError.refresh_lookup) == (True, True)
+    assert (RetriableServerError.retriable, RetriableServerError.refresh_lookup) == (True, False)
+    assert not NonRetriableServerError.retriable and not NonRetriableServerError.refresh_lookup
+
+
+def test_security_errors_are_one_line_and_say_how_to_proceed() -> None:
+    from smartnsq.errors import PlaintextAuthRefused, SecurityError, TLSVerificationFailed
+
+    tls = TLSVerificationFailed("127.0.0.1:4150", "self-signed certificate in certificate chain")
+    assert isinstance(tls, SecurityError) and not isinstance(tls, ConnectionError_)
+    assert tls.fatal and not tls.retriable
+    assert "\n" not in str(tls) and "self-signed certificate" in str(tls)
+    assert "tls_ca_file" in str(tls) and tls.address == "127.0.0.1:4150"
+    auth = PlaintextAuthRefused("127.0.0.1:4150")
+    assert auth.fatal and not auth.retriable and "allow_plaintext_auth=True" in str(auth)
+    assert "\n" not in str(auth)

@@ -15,6 +15,7 @@ from smartnsq.lookup import LookupConfig, TopicChange, normalize_lookupd
 from smartnsq.pool import LookupRouteSource
 from smartnsq.protocol.lookup import (
     LookupdError,
+    LookupLimits,
     Node,
     Partition,
     TopicMeta,
@@ -25,6 +26,7 @@ from smartnsq.protocol.lookup import (
     parse_listlookup,
     parse_lookup,
     unwrap,
+    valid_host,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -361,3 +363,61 @@ def test_merge_properties(answers: list[dict[int, int]]) -> None:
         named = [v.leader(pid) for v in views if pid in v.partitions]
         assert part.leader in named
         assert named.count(part.leader) == max(named.count(n) for n in named)
+
+
+# -- bounds on untrusted answers (issue 12, hostile lookupds) ------------------------------------
+
+def _answer(partitions: int, producers: int = 1, host: str = "127.0.0.1") -> bytes:
+    node = {"broadcast_address": host, "tcp_port": 4150, "http_port": 4151,
+            "version": YZ_VERSION}
+    return json.dumps({"partitions": {str(i): node for i in range(partitions)},
+                       "producers": [node] * producers,
+                       "meta": {"partition_num": partitions, "replica": 1}}).encode()
+
+
+def test_partition_and_node_counts_are_bounded() -> None:
+    limits = LookupLimits(max_partitions=4, max_nodes=2)
+    assert len(parse_lookup("t", "w", 200, _answer(4, 2), limits=limits).partitions) == 4
+    with pytest.raises(ProtocolError, match=r"5 partitions.*max_partitions"):
+        parse_lookup("t", "w", 200, _answer(5), limits=limits)
+    with pytest.raises(ProtocolError, match=r"3 producers.*max_nodes"):
+        parse_lookup("t", "w", 200, _answer(1, 3), limits=limits)
+    big_id = json.loads(_answer(1))
+    big_id["partitions"] = {"7": big_id["partitions"]["0"]}
+    with pytest.raises(ProtocolError, match="partition id 7"):
+        parse_lookup("t", "w", 200, json.dumps(big_id).encode(), limits=limits)
+
+
+@pytest.mark.parametrize("host", ["h:1,h2", "a b", "a/b", "user@host", "-x", "", "[::1"])
+def test_node_addresses_must_be_hosts(host: str) -> None:
+    with pytest.raises(ProtocolError, match="broadcast_address"):
+        parse_lookup("t", "w", 200, _answer(1, host=host))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "nsqd-1.example", "::1", "[::1]", "node_2"])
+def test_valid_hosts(host: str) -> None:
+    assert valid_host(host)
+    assert parse_lookup("t", "w", 200, _answer(1, host=host)).leader(0) is not None
+
+
+def test_tcp_port_zero_is_not_a_port() -> None:
+    answer = json.loads(_answer(1))
+    answer["partitions"]["0"]["tcp_port"] = 0
+    with pytest.raises(ProtocolError, match="tcp_port"):
+        parse_lookup("t", "w", 200, json.dumps(answer).encode())
+
+
+def test_listlookup_is_bounded() -> None:
+    nodes = [{"NodeIP": "127.0.0.1", "HttpPort": str(5000 + i)} for i in range(65)]
+    with pytest.raises(ProtocolError, match="more than 64"):
+        parse_listlookup(200, json.dumps({"lookupdnodes": nodes}).encode())
+    odd = [{"NodeIP": "a b", "HttpPort": "1"}, {"NodeIP": "127.0.0.1", "HttpPort": "2"}]
+    assert parse_listlookup(200, json.dumps({"lookupdnodes": odd}).encode()).nodes == \
+        ("127.0.0.1:2",)
+
+
+def test_lookup_config_bounds() -> None:
+    for bad in ({"answer_grace": -1}, {"max_answer_size": 10}, {"max_partitions": 0},
+                {"max_nodes": True}, {"tls_ca_file": 3}):
+        with pytest.raises(InvalidArgument):
+            LookupConfig(**bad)  # type: ignore[arg-type]
