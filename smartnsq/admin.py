@@ -42,7 +42,7 @@ from .errors import (
     Timeout,
     TopicNotFound,
 )
-from .lookup import normalize_lookupd
+from .lookup import http_url, normalize_lookupd
 from .loop_thread import LoopThread
 from .protocol import admin as p
 from .protocol import validate
@@ -150,7 +150,7 @@ class AsyncAdmin:
         limit = self.timeout if timeout is None else timeout
         if limit <= 0:
             raise Timeout(f"{what}: no time left to ask {address}")
-        url = f"http://{address}{path}"
+        url = http_url(address, path)  # https:// lookupds keep their scheme
         client = self._http()
 
         async def exchange() -> tuple[int, bytes]:
