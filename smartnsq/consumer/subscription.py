@@ -224,8 +224,7 @@ class Subscription:
                 assert config.start is not None and target.http is not None \
                     and target.partition is not None
                 await set_offset(target.http, rt.topic, rt.channel, target.partition,
-                                 config.start, config.connection.request_timeout or 10.0,
-                                 self.name)
+                                 config.start, config.connection.request_timeout or 10.0)
             conn.layout = MessageLayout.for_subscription(
                 youzan=youzan, extend_support=ext and youzan, command=sub.name)
             link = Link(rt, conn, target.partition, ordered=ordered, detail=sub.detail,
