@@ -855,10 +855,9 @@ class Reader:
         once it returned, nothing will answer them and they are left to the server's
         redelivery.
 
-        Bounded: a consumer close that outlasts its drain by ``CLOSE_GRACE`` (a subscription
-        caught mid-handshake can keep ``Consumer.close()`` waiting) has its connections
-        dropped, and the future completes at most ``CLOSE_GRACE`` later. The shared loop
-        thread is given back before the future completes.
+        Bounded as ``Consumer.close()`` is (its drain, then its connections' close, even with
+        a subscription caught mid-handshake). The shared loop thread is given back before
+        the future completes.
         """
         self._closed = True
 
@@ -879,7 +878,7 @@ class Reader:
             # answer will come, so close at once (the server redelivers what is unanswered)
             # instead of waiting for the drain timeout
             timeout = None if self._loop.is_running() else 0.0
-            await asyncio.gather(*(_close_consumer(c, timeout) for c in consumers),
+            await asyncio.gather(*(c.close(timeout) for c in consumers),
                                  return_exceptions=True)
 
         try:
@@ -1035,28 +1034,6 @@ class Reader:
 
     def __repr__(self) -> str:
         return f"<smartnsq.compat.pynsq.Reader {self.name}>"
-
-
-# how long a consumer's close() may take beyond its drain before its connections are dropped
-CLOSE_GRACE = 6.0
-DRAIN_TIMEOUT = 30.0  # the Consumer's default drain_timeout
-
-
-async def _close_consumer(consumer: Consumer, timeout: float | None) -> None:
-    """``consumer.close(timeout)``, bounded: past the drain and a grace period its connections
-    are aborted (a subscription caught half-way through its handshake by the close could
-    otherwise keep the close waiting; the server redelivers whatever was in flight)."""
-    closing = asyncio.ensure_future(consumer.close(timeout))
-    limit = (DRAIN_TIMEOUT if timeout is None else timeout) + CLOSE_GRACE
-    done, _ = await asyncio.wait({closing}, timeout=limit)
-    if done:
-        closing.result()
-        return
-    log.warning("%s/%s: close did not finish within %gs; dropping its connections",
-                consumer.topic, consumer.channel, limit)
-    for conn in consumer.connections():
-        conn.abort()
-    await asyncio.wait({closing}, timeout=CLOSE_GRACE)
 
 
 def _split(total: int, parts: int) -> list[int]:

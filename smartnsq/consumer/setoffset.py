@@ -3,31 +3,30 @@
 Youzan reads the partition of a ``SUB_ADVANCED`` with a start position from the node's default
 partition (the lowest it leads); for any other partition the consumer subscribes without the
 position and sets it here, on the leader, after SUB (the channel exists) and before the first
-RDY (nothing delivered yet).
+RDY (nothing delivered yet). The request is :meth:`smartnsq.admin.AsyncAdmin.set_offset`'s;
+only the consumer's view of a refusal is decided here.
 """
 
 from __future__ import annotations
 
-from ..errors import ConnectionError_, ServerError
+from ..admin import AdminError, AsyncAdmin
+from ..errors import ServerError
 from ..protocol.commands import StartPosition
-from ..protocol.lookup import ACCEPT_V1
 
 __all__ = ["set_offset"]
 
 
 async def set_offset(http: str, topic: str, channel: str, partition: int,
-                     start: StartPosition, timeout: float, name: str) -> None:
-    """Set ``start`` on ``http`` (the leader's ``host:port``); ``name`` is for errors."""
-    import httpx
+                     start: StartPosition, timeout: float) -> None:
+    """Set ``start`` on ``http`` (the leader's ``host:port``).
 
-    url = f"http://{http}/channel/setoffset"
-    params = {"topic": topic, "partition": str(partition), "channel": channel}
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+    A refusal becomes ``E_SETOFFSET`` (not retriable: the consumer stops and says why, as a
+    refused ``SUB_ADVANCED`` would); an unreachable or silent node is retried like any
+    failed subscription (``ConnectionError_``/``Timeout``, naming the node).
+    """
+    async with AsyncAdmin(timeout=timeout) as admin:
         try:
-            answer = await client.post(url, params=params, content=start.token(),
-                                       headers={"Accept": ACCEPT_V1})
-        except httpx.HTTPError as exc:
-            raise ConnectionError_(f"setting the start of {name} failed: {exc}") from exc
-    if answer.status_code != 200:
-        raise ServerError("E_SETOFFSET", f"{answer.status_code} {answer.text.strip()}",
-                          "SUB_ADVANCED", fatal=False)
+            await admin.set_offset(topic, channel, start, partition=partition, address=http)
+        except AdminError as exc:
+            raise ServerError("E_SETOFFSET", f"{exc.status} {exc.message}", "SUB_ADVANCED",
+                              fatal=False) from exc

@@ -38,6 +38,7 @@ __all__ = ["Subscription", "Subscriptions", "reconnect_delay"]
 
 log = logging.getLogger("smartnsq.consumer")
 
+_RECANCEL_EVERY: Final = 0.1  # how often stop() cancels again a task that outlived a cancel
 _SUB_ERRORS_LEARNT: Final = frozenset({"E_SUB_EXTEND_NEED", "E_SUB_EXTEND_FORBIDDON",
                                        "E_SUB_ORDER_IS_MUST"})
 
@@ -50,6 +51,9 @@ class Subscription:
         self.rt = owner.rt
         self.target = target
         self.link: Link | None = None
+        # the connection between its creation and the end of the handshake (IDENTIFY, SUB,
+        # setoffset): stop() aborts it, as a cancel alone can be lost (see stop)
+        self.handshake: Connection | None = None
         self.wanted = True
         self.failures = 0
         self.last_error: BaseException | None = None
@@ -79,17 +83,43 @@ class Subscription:
         self.failures = 0
         self._wake.set()
 
-    async def stop(self) -> None:
-        """Not wanted any more: stop reconnecting; an open connection is closed by the caller
-        (``close`` drains it) or here (``removed`` targets)."""
+    async def stop(self, timeout: float) -> None:
+        """Not wanted any more: stop reconnecting, within ``timeout``.
+
+        A live link was closed by the caller (``close_one`` drains it), so its task ends by
+        itself. Mid-handshake the task is cancelled and the connection under handshake
+        aborted, so a pending IDENTIFY, SUB or setoffset fails at once: on 3.10/3.11
+        ``asyncio.wait_for`` returns the inner result when a cancel lands just as the inner
+        call finishes, and the task would go on to its next request. The task is then
+        awaited with a bound, cancelled and aborted again while it lingers, and left behind
+        (logged) past ``timeout``: a close never hangs on a subscription.
+        """
         self.wanted = False
         self._wake.set()
         task = self._task
-        if task is not None and not task.done():
-            if self.link is None:
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if task is None or task.done():
+            return
+        if self.link is None:
+            self._interrupt(task)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not task.done():
+            left = deadline - loop.time()
+            if left <= 0:
+                log.warning("%s: the subscription did not stop within %gs; left behind",
+                            self.name, timeout)
+                return
+            await asyncio.wait({task}, timeout=min(left, _RECANCEL_EVERY))
+            if not task.done():
+                self._interrupt(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("%s: subscription ended with %r", self.name, task.exception())
+
+    def _interrupt(self, task: asyncio.Task[None]) -> None:
+        task.cancel()
+        for conn in (self.handshake, self.link.conn if self.link is not None else None):
+            if conn is not None:
+                conn.abort()
 
     @property
     def _stopping(self) -> bool:
@@ -113,6 +143,8 @@ class Subscription:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if self._stopping:
+                return  # stop() aborted the handshake: nothing to report or retry
             self.last_error = exc
             if self._learn(exc):
                 return
@@ -207,12 +239,13 @@ class Subscription:
         rt, target, config = self.rt, self.target, self.rt.config
         host, port = target.address
         ext = self._extend_support()
-        conn = await Connection.connect(
+        conn = self.handshake = Connection(
             host, port, config.connection, message_class=Message,
             on_error=self._on_error, extend_support=ext,
             desired_tag=(config.desired_tag or "") if ext else "",
             ext_filter=config.ext_filter if ext else None)  # type: ignore[arg-type]
         try:
+            await conn.open()
             youzan = conn.is_youzan
             ordered, rdy_cap = self._plan(conn)
             starts = self.owner.starts
@@ -224,8 +257,7 @@ class Subscription:
                 assert config.start is not None and target.http is not None \
                     and target.partition is not None
                 await set_offset(target.http, rt.topic, rt.channel, target.partition,
-                                 config.start, config.connection.request_timeout or 10.0,
-                                 self.name)
+                                 config.start, config.connection.request_timeout or 10.0)
             conn.layout = MessageLayout.for_subscription(
                 youzan=youzan, extend_support=ext and youzan, command=sub.name)
             link = Link(rt, conn, target.partition, ordered=ordered, detail=sub.detail,
@@ -239,6 +271,8 @@ class Subscription:
         except BaseException:
             await conn.close()
             raise
+        finally:
+            self.handshake = None
 
     def _on_error(self, error: ServerError) -> None:
         self.rt.server_errors += 1
@@ -350,7 +384,7 @@ class Subscriptions:
             except (NSQError, asyncio.TimeoutError) as exc:
                 log.debug("%s: CLS: %s", sub.name, exc)
             await link.conn.close()
-        await sub.stop()
+        await sub.stop(self.rt.config.connection.close_timeout)
 
     async def close(self) -> None:
         self.closing = True

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-import httpx
-
+from ..admin import AdminError, AsyncAdmin
+from ..errors import Timeout
 from .faults import FaultClock
 from .lookupd import Lookupd
 from .nsqd import NsqdNode
@@ -51,7 +51,6 @@ __all__ = ["DevCluster", "NodeProxies"]
 
 log = logging.getLogger("smartnsq.devcluster.cluster")
 
-V1_ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
 MODES = ("youzan", "classic", "mixed")
 
 NodeRef = Any  # an index into ``cluster.nodes``, a node_id, a NodeInfo or a node object
@@ -308,118 +307,51 @@ class DevCluster:
                            timeout: float | None = None) -> TopicInfo:
         """Create a topic the way an operator does, and return once it is writable.
 
-        Youzan/mixed: ``POST /topic/create`` on the leader lookupd, then ``/channel/create`` on
-        each partition's leader nsqd for every channel (``access=w`` lookups hide partitions
-        without a channel), then wait until an ``access=w`` lookup lists every partition.
-        ``multipart`` defaults to what the cluster needs (partitions x replicas > nodes).
-        Classic: ``/topic/create`` and ``/channel/create`` on every classic nsqd.
-        With a profile's ``slow_creation`` the create is re-sent every ``create_resend`` until
-        every partition has a serving leader, as real-cluster.md advises. ``timeout``
-        (default: 10 s plus what the profile's creation can take) bounds it all.
-        Raises ``RuntimeError`` with the server's message if a server refuses.
+        The operator is :meth:`smartnsq.admin.AsyncAdmin.create_topic` (``wait=True``), so the
+        dev cluster exercises the same workflow users run against a real cluster. Youzan/mixed:
+        ``POST /topic/create`` on the leader lookupd, re-sent every ``create_resend`` of the
+        profile until the topic is usable (with ``slow_creation`` partitions get leaders only
+        from a cluster check, as real-cluster.md measured); ``/channel/create`` on each
+        partition's leader nsqd for every channel (``access=w`` lookups hide partitions without
+        a channel), until an ``access=w`` lookup lists every partition; then until every
+        leader serves (without channels a read lookup can name a leader that does not serve
+        yet). ``multipart`` defaults to what the cluster needs (partitions x replicas > live
+        youzan nodes). Classic: ``/topic/create`` and ``/channel/create`` on every nsqd the
+        lookupds know. ``timeout`` (default: 10 s plus what the profile's creation can take)
+        bounds it all (:class:`~smartnsq.errors.Timeout`). Raises ``RuntimeError`` with the
+        server's message if a server refuses, ``InvalidArgument`` (naming the field) for
+        arguments no server would take.
         """
         if timeout is None:
             timeout = 10.0 + 2 * sum(self.profile.longest(name) for name in (
                 "create_resend", "check_min_spacing", "check_delay", "leader_ready_delay"))
-        channels = list(channels or ())
-        async with httpx.AsyncClient(headers=V1_ACCEPT, timeout=timeout) as client:
-            if self.mode == "classic":
-                await self._create_classic_topic(client, name, channels)
-                return self.state.topics[name]
-            await asyncio.wait_for(
-                self._create_youzan_topic(client, name, partitions, replicas, ordered, ext,
-                                          multipart, disable_channel_auto_create, channels),
-                timeout)
-            return self.state.topics[name]
-
-    async def _create_youzan_topic(self, client: httpx.AsyncClient, name: str,
-                                   partitions: int, replicas: int, ordered: bool, ext: bool,
-                                   multipart: bool | None, disable_auto: bool,
-                                   channels: list[str]) -> None:
-        leader = self.leader_lookupd
-        if leader is None:
+        if self.mode != "classic" and self.leader_lookupd is None:
             raise RuntimeError("no lookupd is leading: start one with start_lookupd()")
         if multipart is None:
             alive = len(self.state.youzan_nodes())
             multipart = not ordered and partitions * replicas > alive
-        params = {"topic": name, "partition_num": str(partitions), "replicator": str(replicas)}
-        for key, flag in (("orderedmulti", ordered), ("extend", ext), ("multipart", multipart),
-                          ("disable_channel_auto_create", disable_auto)):
-            if flag:
-                params[key] = "true"
-        resp = await client.post(f"http://{leader.http_address}/topic/create", params=params)
-        if resp.status_code != 200:
-            raise RuntimeError(f"topic/create {name}: {resp.status_code} {resp.text}")
+        deadline = time.monotonic() + timeout
+        async with AsyncAdmin(self.lookupd_http_addresses, timeout=min(5.0, timeout)) as admin:
+            try:
+                await admin.create_topic(
+                    name, partitions, replicas, ordered=ordered, ext=ext, multipart=multipart,
+                    disable_channel_auto_create=disable_channel_auto_create,
+                    channels=list(channels or ()), timeout=timeout,
+                    resend_interval=max(self.profile.seconds("create_resend"), 0.05),
+                    poll_interval=0.02)
+            except AdminError as exc:
+                raise RuntimeError(str(exc)) from exc
         info = self.state.topics[name]
-        await self._until_led(client, info, params)
-        for channel in channels:
-            if disable_auto:
-                resp = await client.post(f"http://{leader.http_address}/channel/create",
-                                         params={"topic": name, "channel": channel})
-                if resp.status_code != 200 and "already registered" not in resp.text:
-                    raise RuntimeError(f"lookupd channel/create {channel}: {resp.text}")
-            for p in info.partitions:
-                await self._create_channel(client, name, p.partition, channel)
-        if channels:
-            await self._wait_writable(client, name, partitions)
+        if self.mode != "classic":
+            await self._until_serving(info, deadline)
+        return info
 
-    async def _until_led(self, client: httpx.AsyncClient, info: TopicInfo,
-                         params: dict[str, str]) -> None:
-        """Re-send ``/topic/create`` until every partition has a serving leader."""
-        resend = max(self.profile.seconds("create_resend"), 0.05)
-        sent = time.monotonic()
+    async def _until_serving(self, info: TopicInfo, deadline: float) -> None:
+        """Until every partition's leader serves (it answers ``/channel/create``)."""
         while not all(p.leader is not None and p.leader_ready for p in info.partitions):
-            if time.monotonic() - sent >= resend:
-                leader = self.leader_lookupd
-                if leader is not None:
-                    await client.post(f"http://{leader.http_address}/topic/create",
-                                      params=params)
-                sent = time.monotonic()
+            if time.monotonic() >= deadline:
+                raise Timeout(f"creating topic {info.name!r}: a leader does not serve yet")
             await asyncio.sleep(0.01)
-
-    async def _create_channel(self, client: httpx.AsyncClient, topic: str, partition: int,
-                              channel: str) -> None:
-        """``/channel/create`` on the partition's current leader, retried while it moves."""
-        while True:
-            p = self.state.partition(topic, partition)
-            leader = None if p is None or p.leader is None else self.state.nodes.get(p.leader)
-            if leader is not None and leader.alive:
-                resp = await client.post(
-                    f"http://{leader.broadcast_address}:{leader.http_port}/channel/create",
-                    params={"topic": topic, "partition": str(partition), "channel": channel})
-                if resp.status_code == 200:
-                    return
-                if "E_FAILED_ON_NOT_LEADER" not in resp.text:
-                    raise RuntimeError(
-                        f"channel/create {topic}/{partition}/{channel}: {resp.text}")
-            await asyncio.sleep(0.01)
-
-    async def _wait_writable(self, client: httpx.AsyncClient, topic: str,
-                             partitions: int) -> None:
-        while True:
-            for lookupd in self.lookupds:
-                if not lookupd.running:
-                    continue
-                resp = await client.get(f"http://{lookupd.http_address}/lookup",
-                                        params={"topic": topic, "access": "w"})
-                if resp.status_code == 200 and len(resp.json()["partitions"]) == partitions:
-                    return
-                break
-            await asyncio.sleep(0.01)
-
-    async def _create_classic_topic(self, client: httpx.AsyncClient, name: str,
-                                    channels: list[str]) -> None:
-        for node in self.classic_nodes:
-            info = self.node_info(node)
-            base = f"http://{info.broadcast_address}:{info.http_port}"
-            resp = await client.post(f"{base}/topic/create", params={"topic": name})
-            if resp.status_code != 200:
-                raise RuntimeError(f"topic/create {name} on {info.node_id}: {resp.text}")
-            for channel in channels:
-                resp = await client.post(f"{base}/channel/create",
-                                         params={"topic": name, "channel": channel})
-                if resp.status_code != 200:
-                    raise RuntimeError(f"channel/create {name}/{channel}: {resp.text}")
 
     async def delete_topic(self, name: str) -> None:
         self.state.delete_topic(name)

@@ -5,7 +5,6 @@ No cluster: these Readers/Writers point at a closed port and are never run, or r
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import threading
 from typing import Any
@@ -184,26 +183,3 @@ def test_lookupd_addresses_are_normalised_by_the_core() -> None:
             nsq.Writer(lookupd_http_addresses=bad)
         with pytest.raises(InvalidArgument):
             nsq.Reader("t", "c", lambda m: True, lookupd_http_addresses=[bad])
-
-
-async def test_a_consumer_close_that_hangs_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The workaround for a Consumer.close() caught mid-handshake (its owner's bug): past the
-    drain and a grace period the connections are aborted and the Reader's close goes on."""
-    monkeypatch.setattr(nsq, "CLOSE_GRACE", 0.01)
-    aborted: list[bool] = []
-
-    class Conn:
-        def abort(self) -> None:
-            aborted.append(True)
-
-    class Stuck:  # stands in for a Consumer whose close() never returns
-        topic, channel = "t", "c"
-
-        async def close(self, timeout: float | None = None) -> None:
-            await asyncio.Event().wait()
-
-        def connections(self) -> list[Conn]:
-            return [Conn(), Conn()]
-
-    await nsq._close_consumer(Stuck(), 0.0)  # type: ignore[arg-type]
-    assert aborted == [True, True]

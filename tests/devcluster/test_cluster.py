@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from smartnsq.devcluster import DevCluster
+from smartnsq.errors import InvalidArgument
 
 V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 TIMEOUT = 5.0
@@ -92,7 +93,7 @@ async def test_create_topic_returns_when_writable(cluster: DevCluster,
 
 
 async def test_create_topic_reports_refusals(cluster: DevCluster) -> None:
-    with pytest.raises(RuntimeError, match="INVALID_ARG_TOPIC"):
+    with pytest.raises(InvalidArgument, match="topic"):  # checked before anything is sent
         await cluster.create_topic("bad*name")
     with pytest.raises(RuntimeError, match="No node is available"):
         await cluster.create_topic("big", partitions=2, replicas=4)

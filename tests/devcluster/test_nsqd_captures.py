@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trustme
-from test_nsqd_support import FIXTURES, TIMEOUT, Nodes, Step, load_tcp_capture
+from nsqd_helpers import FIXTURES, TIMEOUT, Nodes, Step, load_tcp_capture
 
 from smartnsq.devcluster.nsqd import NsqdNode
 from smartnsq.devcluster.state import ClusterState, PartitionInfo, TopicInfo

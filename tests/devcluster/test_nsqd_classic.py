@@ -7,7 +7,7 @@ import struct
 from collections.abc import AsyncIterator
 
 import pytest
-from test_nsqd_support import Nodes, RawClient, error_then_close, running
+from nsqd_helpers import Nodes, RawClient, error_then_close, running
 
 from smartnsq.protocol import ErrorFrame, Response, commands
 from smartnsq.protocol.frames import HEARTBEAT

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_nsqd_support import FIXTURES, Nodes, running
+from nsqd_helpers import FIXTURES, Nodes, running
 
 from smartnsq.devcluster.channels import Channel
 from smartnsq.protocol import Response, commands

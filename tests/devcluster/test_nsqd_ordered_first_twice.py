@@ -7,7 +7,7 @@ without closing the connection."""
 from __future__ import annotations
 
 import pytest
-from test_nsqd_support import running
+from nsqd_helpers import running
 
 from smartnsq.devcluster.nsqd import NsqdOptions
 from smartnsq.protocol import ErrorFrame, Response, commands

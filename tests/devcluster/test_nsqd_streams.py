@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import snappy
 import trustme
-from test_nsqd_support import IDENTIFY, RawClient, error_then_close, running
+from nsqd_helpers import IDENTIFY, RawClient, error_then_close, running
 
 from smartnsq.protocol import Response, commands
 

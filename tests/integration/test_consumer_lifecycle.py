@@ -7,13 +7,15 @@ than 1 s fails the test that provoked it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import trustme
-from support import bounded
+from support import bounded, wait_until
 
 from smartnsq import errors
 from smartnsq.consumer import Consumer
@@ -112,3 +114,73 @@ async def test_a_tls_verification_failure_stops_the_consumer(nsq_cluster_factory
         async with bounded(WAIT):
             await consumer.join()
     assert not caught.value.retriable and consumer.error is caught.value  # type: ignore[attr-defined]
+
+
+# -- closing while a subscription is half-way through its handshake ------------------------------
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1, proxied=True)
+async def test_close_ends_in_time_while_the_handshake_never_completes(nsq_cluster: Any) -> None:
+    """The node stalls before answering IDENTIFY: close() drops the handshake, in time."""
+    await nsq_cluster.create_topic("stuck", partitions=1, channels=["c"])
+    nsq_cluster.stall(0)
+    connecting = asyncio.Event()
+
+    class Connecting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().split(": ", 1)[-1].startswith("IDENTIFY"):
+                connecting.set()
+
+    with _on_log("smartnsq.connection", Connecting()):
+        consumer = Consumer("stuck", "c", nsqd=nsq_cluster.nsqd_tcp_addresses,
+                            handler=lambda m: None)
+        await consumer.start()
+        await asyncio.wait_for(connecting.wait(), WAIT)
+        async with bounded(1.0):
+            await consumer.close(timeout=1.0)
+    assert consumer.closed and consumer.connection_count == 0
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1, proxied=True)
+async def test_close_ends_in_time_when_the_cancel_of_a_handshake_is_swallowed(
+        nsq_cluster: Any) -> None:
+    """The close arrives in the loop turn the IDENTIFY exchange finishes in, and the node
+    stalls right then, so SUB is never answered.
+
+    ``asyncio.wait_for`` (3.10/3.11) returns the inner result when the cancel lands after the
+    inner call finished but before the waiter resumed: the subscription's cancel is lost and
+    its task goes on to send SUB. The close used to await that task with no bound (SUB's
+    ``request_timeout``, then a reconnect pause, well past the close's timeout); it must drop
+    that connection itself and keep its deadline."""
+    await nsq_cluster.create_topic("swallowed", partitions=1, channels=["c"])
+    loop = asyncio.get_running_loop()
+    consumer = Consumer("swallowed", "c", nsqd=nsq_cluster.nsqd_tcp_addresses,
+                        handler=lambda m: None)
+    closing: list[asyncio.Task[None]] = []
+
+    class AtReady(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            # the last line of the connect: the connect's own task ends in this very turn
+            if not closing and record.getMessage().split(": ", 1)[-1].startswith("ready"):
+                nsq_cluster.stall(0)
+                closing.append(loop.create_task(consumer.close(timeout=1.0)))
+
+    with _on_log("smartnsq.connection", AtReady()):
+        await consumer.start()
+        await wait_until(lambda: bool(closing), WAIT)
+        async with bounded(1.0):
+            await closing[0]
+    assert consumer.closed and consumer.connection_count == 0
+
+
+@contextlib.contextmanager
+def _on_log(name: str, handler: logging.Handler) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -1,7 +1,8 @@
 """Command encoders, byte for byte, against protocol.md and what real clients sent to real servers.
 
-Every complete client command in the captures (tests/fixtures/*/tcp_*.txt) is parsed here by a
-small parser independent of smartnsq, rebuilt with our encoders and compared byte for byte.
+Every complete client command in the captures (tests/fixtures/*/tcp_*.txt) is parsed by a
+small parser independent of smartnsq (protocol_helpers.reencode), rebuilt with our encoders
+and compared byte for byte.
 The captured commands a real server refused for a bad argument must be refused by our
 encoders with ``InvalidArgument`` before any byte is built.
 """
@@ -11,93 +12,14 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from capture import Event, all_events, load
+from protocol_helpers import U32, U64, Truncated, reencode
 
 from smartnsq.errors import InvalidArgument
 from smartnsq.protocol import MAGIC_V2, IdentifyOptions, StartPosition, commands
 from smartnsq.protocol import validate as v
-
-U32 = struct.Struct(">I")
-U64 = struct.Struct(">Q")
-
-# -- an independent reading of captured client bytes ----------------------------------------
-
-
-def _body(rest: bytes) -> bytes:
-    (n,) = U32.unpack_from(rest)
-    if len(rest) != 4 + n:
-        raise _Truncated
-    return rest[4:]
-
-
-class _Truncated(Exception):
-    """The recorder sent only a length prefix (the server refuses on the length alone)."""
-
-
-def _partition(token: bytes) -> Any:
-    text = token.decode()
-    return int(text) if text.lstrip("-").isdigit() else text
-
-
-def reencode(data: bytes) -> bytes:
-    """Rebuild captured command bytes with our encoders from the fields they carry."""
-    if data == b"  V2":
-        return MAGIC_V2
-    name = data[:data.find(b" ")] if data.find(b" ") >= 0 else data[:data.find(b"\n")]
-    # FIN/REQ/TOUCH carry 16 raw id bytes at fixed offsets (protocol.md 3.2)
-    if name == b"FIN":
-        assert data.endswith(b"\n")
-        return commands.fin(data[4:-1])
-    if name == b"TOUCH":
-        return commands.touch(data[6:-1])
-    if name == b"REQ":
-        return commands.req(data[4:20], int(data[21:-1]))
-    nl = data.index(b"\n")
-    tokens = data[:nl].split(b" ")
-    rest = data[nl + 1:]
-    name = tokens[0]
-    args = [t.decode() for t in tokens[1:]]
-    if name == b"NOP":
-        return commands.nop()
-    if name == b"CLS":
-        return commands.cls()
-    if name == b"RDY":
-        return commands.rdy(int(args[0]))
-    if name == b"AUTH":
-        return commands.auth(_body(rest))
-    if name == b"SUB":
-        return commands.sub(args[0], args[1], _partition(tokens[3]) if len(args) > 2 else None)
-    if name == b"SUB_ORDERED":
-        return commands.sub_ordered(args[0], args[1], _partition(tokens[3]))
-    if name == b"SUB_ADVANCED":
-        return commands.sub_advanced(args[0], args[1],
-                                     _partition(tokens[3]) if len(args) > 2 else None)
-    partition = _partition(tokens[2]) if len(tokens) > 2 else None
-    if name == b"PUB":
-        return commands.pub(args[0], _body(rest), partition)
-    if name == b"DPUB":
-        return commands.dpub(args[0], int(args[1]), _body(rest))
-    if name == b"PUB_TRACE":
-        body = _body(rest)
-        return commands.pub_trace(args[0], body[8:], U64.unpack_from(body)[0], partition)
-    if name in (b"MPUB", b"MPUB_TRACE"):
-        body = _body(rest)
-        (count,) = U32.unpack_from(body)
-        items, pos = [], 4
-        for _ in range(count):
-            (n,) = U32.unpack_from(body, pos)
-            items.append(body[pos + 4:pos + 4 + n])
-            pos += 4 + n
-        assert pos == len(body), "MPUB total must be exact"
-        if name == b"MPUB":
-            return commands.mpub(args[0], items, partition)
-        return commands.mpub_trace(args[0], [(U64.unpack_from(i)[0], i[8:]) for i in items],
-                                   partition)
-    raise NotImplementedError(name)
-
 
 # JSON bodies (IDENTIFY, PUB_EXT) are compared as JSON: the recorder put spaces after ':' and
 # ',' where we send compact JSON; the framing around them is still compared byte for byte.
@@ -157,7 +79,7 @@ def test_captures_hold_every_command_we_encode() -> None:
 @pytest.mark.parametrize("event", COMMAND_SENDS, ids=str)
 def test_captured_command_reencodes_byte_exact(event: Event) -> None:
     if _key(event, TRUNCATED):
-        with pytest.raises(_Truncated):
+        with pytest.raises(Truncated):
             reencode(event.data)
         return
     if _key(event, REFUSED_BY_SERVER):

@@ -8,11 +8,11 @@ command), never from the frame bytes.
 
 from __future__ import annotations
 
-import json
 import struct
 
 import pytest
-from capture import Capture, ExpectedFrame, load, tcp_capture_names
+from capture import Capture, load, tcp_capture_names
+from protocol_helpers import check_capture, layout_for
 
 from smartnsq.errors import ProtocolError
 from smartnsq.protocol import (
@@ -35,77 +35,6 @@ from smartnsq.protocol import (
 from smartnsq.protocol.frames import DEFAULT_MAX_FRAME_SIZE, HEARTBEAT_FRAME
 
 CAPTURES = tcp_capture_names()
-
-# The connection state each capture's consumer had when its messages arrived:
-# (youzan node, IDENTIFY extend_support, subscribe command), as the captures' SENDs show.
-STATE = {
-    "youzan/tcp_07_sub_advanced_detail.txt": (True, False, "SUB_ADVANCED"),
-    "youzan/tcp_14_ordered_sub_ordered_consume.txt": (True, False, "SUB_ORDERED"),
-    "youzan/tcp_15_ext_topic.txt": (True, True, "SUB"),
-}
-
-
-def layout_for(cap: Capture) -> MessageLayout:
-    youzan, ext, command = STATE.get(cap.name, (cap.flavor == "youzan", False, "SUB"))
-    return MessageLayout.for_subscription(youzan=youzan, extend_support=ext, command=command)
-
-
-def assert_frame(frame: Frame, expected: ExpectedFrame, layout: MessageLayout) -> None:
-    """Compare one decoded frame with the capture script's decoding, every field."""
-    if expected.kind == "RESPONSE":
-        if expected.payload == b"_heartbeat_":
-            assert frame is HEARTBEAT
-        else:
-            assert isinstance(frame, Response) and frame.data == expected.payload
-        return
-    if expected.kind == "ERROR":
-        assert isinstance(frame, ErrorFrame) and frame.payload == expected.payload
-        return
-    assert isinstance(frame, Message)
-    f = expected.fields
-    assert f is not None
-    assert frame.timestamp == f["timestamp_ns"]
-    assert frame.attempts == f["attempts"]
-    assert frame.body == f["body"].encode()
-    if layout.youzan:
-        assert frame.youzan
-        assert frame.id.hex() == f["msgid_16_hex"]
-        assert frame.internal_id == f["internal_id_u64"]
-        assert frame.trace_id == f["trace_id_u64"]
-        assert frame.partition == (f["internal_id_u64"] >> 50) & 0x3FF
-    else:
-        assert not frame.youzan
-        assert frame.id == f["msgid_ascii"].encode()
-        assert frame.internal_id == int(f["msgid_ascii"], 16)
-        assert frame.trace_id is None and frame.partition is None
-    # the script printed ext/detail fields only where the connection had them
-    assert ("ext_ver" in f) == layout.ext
-    assert ("disk_offset_u64" in f) == layout.detail
-    if layout.ext:
-        assert frame.ext_version == f["ext_ver"]
-        if f["ext_ver"]:
-            assert frame.ext == f["ext_bytes"].encode()
-            assert len(f["ext_bytes"].encode()) == f["ext_len"]
-            assert frame.headers == json.loads(f["ext_bytes"])
-        else:
-            assert frame.ext is None and frame.headers == {}
-    else:
-        assert frame.ext_version == 0 and frame.ext is None
-    if layout.detail:
-        assert frame.queue_offset == f["disk_offset_u64"]
-        assert frame.raw_size == f["raw_size_u32"]
-    else:
-        assert frame.queue_offset is None and frame.raw_size is None
-
-
-def check_capture(cap: Capture, frames: list[Frame]) -> None:
-    events = cap.frames()
-    assert len(frames) == len(events)
-    layout = layout_for(cap)
-    for frame, event in zip(frames, events, strict=True):
-        assert event.expected is not None
-        assert_frame(frame, event.expected, layout)
-
 
 def chunks(data: bytes, size: int) -> list[bytes]:
     return [data[i:i + size] for i in range(0, len(data), size)]

@@ -18,8 +18,7 @@ import pytest
 from capture import load, tcp_capture_names
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_commands import reencode
-from test_frames import check_capture, layout_for
+from protocol_helpers import check_capture, layout_for, reencode
 
 from smartnsq.errors import InvalidArgument, ProtocolError
 from smartnsq.protocol import (
