@@ -44,7 +44,7 @@ def test_consumer_reconnect_delay_survives_a_long_outage() -> None:
     assert 30.0 <= consumer._reconnect_delay(5000) <= 60.0
 
 
-@pytest.mark.parametrize("module", ["consumer.py", "producer.py", "pool.py", "lookup.py"])
+@pytest.mark.parametrize("module", ["consumer.py", "producer/retry.py", "pool.py", "lookup.py"])
 def test_retry_delays_come_from_the_one_helper(module: str) -> None:
     source = (Path(smartnsq.__file__).parent / module).read_text()
     assert "exponential_delay(" in source

@@ -36,7 +36,7 @@ def test_line_logs_only_when_enabled(caplog: pytest.LogCaptureFixture) -> None:
     assert [r.getMessage() for r in caplog.records] == ["CONSUME topic=t id=abc attempts=1"]
 
 
-@pytest.mark.parametrize("module", ["producer.py", "consumer.py"])
+@pytest.mark.parametrize("module", ["producer/results.py", "consumer.py"])
 def test_producer_and_consumer_use_the_one_formatter(module: str) -> None:
     source = (PACKAGE / module).read_text()
     assert "tracing.line(" in source and "trace_log.info(" not in source
@@ -46,7 +46,7 @@ def test_one_trace_id_header_name() -> None:
     assert v.TRACE_ID_HEADER == "##trace_id"
     with pytest.raises(InvalidArgument):
         v.check_headers({v.TRACE_ID_HEADER: "x"})
-    for module in ("producer.py", "protocol/validate.py"):
+    for module in ("producer/encoding.py", "protocol/validate.py"):
         source = (PACKAGE / module).read_text()
         assert source.count('"##trace_id"') == (1 if module.startswith("protocol") else 0)
 

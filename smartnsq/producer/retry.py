@@ -1,0 +1,169 @@
+"""The one retry decision of every publish call: after a failed attempt, what next?
+
+``publish``, ``publish_nowait`` (its fast-path answer and its slow path) and ``publish_many``
+all ask :func:`decide`; it is a plain function of the failure (its class and flags, and the
+stage it happened at), the attempt count, the time left before the call's deadline, whether
+the message is pinned to a partition and whether the producer is closing. Time and randomness
+are inputs, so every branch is unit-tested.
+
+The rules (``smartnsq.errors`` gives each server error its action):
+
+=====================================  ===================================================
+failure                                next
+=====================================  ===================================================
+``GIVE_UP`` server error, bad input,   give up with that error
+unknown topic, anything unexpected
+``REFRESH_AND_RETRY`` server error;    refresh lookup, retry after a back-off that a route
+no leader for the target               change ends early
+``RETRY`` server error; lookup failed  retry after a back-off (a route change ends it)
+node backing off after a failed        retry after the node's back-off (no early end: the
+connect                                node will not be dialled before it)
+connect failed                         retry after a back-off
+connection lost under the request      the first time: retry now (on a fresh connection);
+                                       then after a back-off
+request timed out (no answer)          retry now, while time is left
+producer closing                       give up: nothing new goes on the wire
+=====================================  ===================================================
+
+Whatever the rule, no attempt is decided with no time left: past the deadline the decision is
+to give up with ``Timeout``, caused by the failure; a back-off longer than the time left is cut
+to it (a route change may still end it early enough). Back-offs start at ``retry_delay``,
+double per attempt up to ``retry_delay_max`` and are jittered (``exponential_delay``).
+A pinned message (sharding key or explicit partition) keeps its partition on every retry.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+
+from ..backoff import exponential_delay
+from ..errors import (
+    Action,
+    ConnectionError_,
+    LookupFailed,
+    NSQError,
+    ServerError,
+    Timeout,
+    TopicNotFound,
+)
+from ..pool import NodeBackoff
+
+__all__ = ["Decision", "Next", "NoLeader", "ProducerClosed", "Stage", "decide"]
+
+
+class Stage(enum.Enum):
+    """How far the failed attempt got."""
+
+    ROUTE = "route"  # looking the topic up, choosing the target
+    CONNECT = "connect"  # opening the target's connection
+    SEND = "send"  # written; waiting for the answer
+
+
+class Next(enum.Enum):
+    RETRY_NOW = "retry now"
+    RETRY_AFTER = "retry after a back-off"
+    REFRESH_AND_RETRY = "refresh lookup, then retry after a back-off"
+    GIVE_UP = "give up"
+
+
+class NoLeader(NSQError):
+    """The wanted partition (or any node, unpinned) has no leader in the current routes."""
+
+
+class ProducerClosed(ConnectionError_):
+    """close() began before this attempt was written: it fails, nothing was sent."""
+
+
+class Decision:
+    """What to do after a failed attempt.
+
+    ``delay``: how long to wait first; ``early``: a route change of the topic ends the wait;
+    ``keep_partition``: the retry goes to the same partition; ``error``: what to raise when
+    giving up (its ``__cause__`` already set when it wraps the failure).
+    """
+
+    __slots__ = ("delay", "early", "error", "keep_partition", "next")
+
+    def __init__(self, next: Next, delay: float = 0.0, *, early: bool = True,
+                 keep_partition: bool = False, error: BaseException | None = None) -> None:
+        self.next = next
+        self.delay = delay
+        self.early = early
+        self.keep_partition = keep_partition
+        self.error = error
+
+    def __repr__(self) -> str:
+        return (f"Decision({self.next.name}, delay={self.delay:.3f}, early={self.early}, "
+                f"keep_partition={self.keep_partition}, error={self.error!r})")
+
+
+def _give_up(error: BaseException) -> Decision:
+    return Decision(Next.GIVE_UP, error=error)
+
+
+def timed_out(topic: str, timeout: float, error: BaseException) -> Timeout:
+    """The call's ``Timeout``, caused by its last failure."""
+    exc = Timeout(f"publish to {topic!r} not acknowledged within {timeout:g}s; "
+                  f"last error: {error}")
+    exc.__cause__ = error
+    return exc
+
+
+def decide(error: BaseException, stage: Stage, attempt: int, time_left: float, *,
+           pinned: bool, closing: bool, topic: str, timeout: float, retry_delay: float,
+           retry_delay_max: float, rng: random.Random | None = None) -> Decision:
+    """The decision after attempt number ``attempt`` (1 for the first) failed with ``error``.
+
+    ``time_left``: seconds to the call's deadline (<= 0: none); ``pinned``: the message must
+    stay in its partition; ``closing``: the producer's close() has begun.
+    """
+    decision = _by_failure(error, stage, attempt, retry_delay, retry_delay_max, rng)
+    if decision.next is Next.GIVE_UP:
+        return decision
+    if closing:
+        closed = ProducerClosed("the producer is closed")
+        closed.__cause__ = error
+        return _give_up(closed)
+    if time_left <= 0:
+        return _give_up(timed_out(topic, timeout, error))
+    if decision.delay > time_left:
+        decision.delay = time_left
+    decision.keep_partition = pinned
+    return decision
+
+
+def _by_failure(error: BaseException, stage: Stage, attempt: int, base: float, cap: float,
+                rng: random.Random | None) -> Decision:
+    def backoff(n: int) -> float:
+        return exponential_delay(base, cap, n, 0.5, rng)
+
+    if isinstance(error, ServerError):
+        action = error.action
+        if action is Action.GIVE_UP:
+            return _give_up(error)
+        if action is Action.REFRESH_AND_RETRY and stage is Stage.SEND:
+            return Decision(Next.REFRESH_AND_RETRY, backoff(attempt))
+        return Decision(Next.RETRY_AFTER, backoff(attempt))
+    if isinstance(error, NoLeader):
+        return Decision(Next.REFRESH_AND_RETRY, backoff(attempt))
+    if isinstance(error, ProducerClosed | TopicNotFound):
+        return _give_up(error)
+    if stage is Stage.ROUTE:
+        if isinstance(error, LookupFailed | Timeout):
+            return Decision(Next.RETRY_AFTER, backoff(attempt))
+        return _give_up(error)
+    if stage is Stage.CONNECT:
+        if isinstance(error, NodeBackoff):
+            return Decision(Next.RETRY_AFTER, max(backoff(attempt), error.retry_in),
+                            early=False)
+        if isinstance(error, ConnectionError_ | Timeout | OSError):
+            return Decision(Next.RETRY_AFTER, backoff(attempt))
+        return _give_up(error)
+    if isinstance(error, ConnectionError_):
+        if attempt == 1:  # the first loss retries at once on a fresh connection
+            return Decision(Next.RETRY_NOW)
+        return Decision(Next.RETRY_AFTER, backoff(attempt - 1))
+    if isinstance(error, Timeout):  # the request timed out: the connection closed itself
+        return Decision(Next.RETRY_NOW)
+    return _give_up(error)
