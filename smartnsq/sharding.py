@@ -57,7 +57,11 @@ def key_bytes(key: ShardingKey) -> bytes:
     if isinstance(key, bytes):
         return key
     if isinstance(key, str):
-        return key.encode("utf-8")
+        try:
+            return key.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 (nor Go string) holds it
+            raise InvalidArgument("sharding_key", "must be valid Unicode text (it has a lone "
+                                  "surrogate, which UTF-8 cannot encode)", key) from None
     if isinstance(key, bytearray | memoryview):
         return bytes(key)
     if isinstance(key, int) and not isinstance(key, bool):

@@ -92,6 +92,7 @@ class Producer:
         self._migration: RouteChooser | None = migration
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # start() sets
         self._started = False
+        self._starting: asyncio.Task[None] | None = None  # the one start, shared by callers
         self._closed = False
         self._on_wire = 0  # publishes written and not answered yet
         self._drained: asyncio.Future[None] | None = None  # close() waits on it
@@ -101,13 +102,31 @@ class Producer:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> Producer:
+        """Start the route source (lookupd discovery) and the pool; a first publish does it.
+
+        One start is shared by every caller; a caller giving up on it (a publish whose
+        deadline passed) leaves it running for the next one, and a failed start is tried
+        again by the next caller.
+        """
         if self._closed:
             raise RuntimeError("a closed Producer cannot start again")
         if not self._started:
-            self._started = True
-            self._loop = asyncio.get_running_loop()
-            await self._pool.start()
+            await asyncio.shield(self._start_task())
         return self
+
+    def _start_task(self) -> asyncio.Task[None]:
+        task = self._starting
+        if task is None:
+            self._loop = asyncio.get_running_loop()
+            task = self._starting = self._loop.create_task(self._pool.start())
+            task.add_done_callback(self._start_done)
+        return task
+
+    def _start_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._started = True
+        elif self._starting is task:
+            self._starting = None  # the next caller starts again
 
     async def close(self, timeout: float | None = None) -> None:
         """Stop publishing, let what is on the wire be answered, close connections.
@@ -120,6 +139,8 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
         if timeout is None:
             timeout = self._config.drain_timeout
         if self._on_wire and timeout > 0:
@@ -156,11 +177,23 @@ class Producer:
         await self._ensure_started()
         return await self._pool.load_routes(topic)
 
-    async def _ensure_started(self) -> None:
+    async def _ensure_started(self, request: Request | None = None) -> None:
+        """Start if needed; with a ``request``, within its deadline (``Timeout`` past it)."""
         if self._closed:
             raise ConnectionError_("the producer is closed")
-        if not self._started:
+        if self._started:
+            return
+        if request is None:
             await self.start()
+            return
+        remaining = request.deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._start_task()), max(remaining, 0.0))
+        except asyncio.TimeoutError:
+            slow = Timeout("the producer's start (lookupd discovery) did not finish in time")
+            raise timed_out(request.topic, request.timeout, slow) from None
+        if self._closed:
+            raise ConnectionError_("the producer is closed")
 
     # -- tracing switches --------------------------------------------------------------------
 
@@ -208,12 +241,10 @@ class Producer:
         body, ext, delay_ms = self._checks.one(topic, body, sharding_key, partition, trace_id,
                                                headers, delay)
         timeout = timeout_seconds(timeout, self._timeout)
-        if not self._started:
-            await self._ensure_started()
-        if self._closed:
-            raise ConnectionError_("the producer is closed")
         request = Request(topic, body, sharding_key, partition, trace_id, ext, delay_ms,
-                          timeout, self._loop.time() + timeout)
+                          timeout, asyncio.get_running_loop().time() + timeout)
+        if not self._started or self._closed:
+            await self._ensure_started(request)
         return await self._send(request)  # type: ignore[return-value]
 
     def publish_nowait(self, topic: str, body: bytes, *,
@@ -346,10 +377,8 @@ class Producer:
     async def _publish_later(self, request: Request,
                              decision: Decision | None) -> PublishResult:
         if decision is None:  # nothing sent yet: exactly publish() after its validation
-            if not self._started:
-                await self._ensure_started()
-            if self._closed:
-                raise ConnectionError_("the producer is closed")
+            if not self._started or self._closed:
+                await self._ensure_started(request)
         else:
             await self._wait(request, decision)
         return await self._send(request)  # type: ignore[return-value]
@@ -370,12 +399,10 @@ class Producer:
         items, traces, exts = self._checks.batch(topic, bodies, sharding_key, partition,
                                                  trace_id, headers)
         timeout = timeout_seconds(timeout, self._timeout)
-        if not self._started:
-            await self._ensure_started()
-        if self._closed:
-            raise ConnectionError_("the producer is closed")
         request = BatchRequest(topic, items, traces, exts, sharding_key, partition, timeout,
-                               self._loop.time() + timeout)
+                               asyncio.get_running_loop().time() + timeout)
+        if not self._started or self._closed:
+            await self._ensure_started(request)
         return await self._send(request)  # type: ignore[return-value]
 
     # -- the retry loop ---------------------------------------------------------------------
@@ -405,6 +432,9 @@ class Producer:
     async def _wait(self, request: Request, decision: Decision) -> None:
         """Carry out a retry decision: refresh lookup, then wait its back-off."""
         error = request.error
+        if decision.keep_partition and request.partition is None \
+                and request.target is not None and self._migration is None:
+            request.partition = request.target  # a sharded message is never re-routed
         if decision.next is Next.REFRESH_AND_RETRY:
             address = request.address
             if address is not None and request.stage is Stage.SEND:
@@ -452,14 +482,23 @@ class Producer:
         # -- encode and send
         data = self._encode(conn, request)
         request.stage = Stage.SEND
-        remaining = (request.timeout if request.attempt == 1
-                     else request.deadline - loop.time())
-        if self._request_timeout is not None and self._request_timeout < remaining:
-            remaining = self._request_timeout
-        if conn.writing_paused:
-            await conn.drain()
+        if conn.writing_paused:  # back-pressure: wait, within the deadline
+            try:
+                await asyncio.wait_for(conn.drain(), max(request.deadline - loop.time(), 0.0))
+            except asyncio.TimeoutError:
+                raise Timeout(f"{request.node} took no more writes before the deadline") \
+                    from None
         if self._closed:  # closing: nothing new goes on the wire
             raise ProducerClosed("the producer is closed")
+        # no attempt with no time left: what the awaits above took may have used it up (a
+        # request given a deadline already past would time out at once, and close the
+        # shared connection with it)
+        remaining = request.deadline - loop.time()
+        if remaining <= 0:
+            after = f" after: {request.error}" if request.error is not None else ""
+            raise Timeout(f"no time left for attempt {request.attempt}{after}")
+        if self._request_timeout is not None and self._request_timeout < remaining:
+            remaining = self._request_timeout
         answer_future = conn.submit(data, request.command, remaining)
         self._on_wire += 1
         try:

@@ -21,7 +21,8 @@ connect                                node will not be dialled before it)
 connect failed                         retry after a back-off
 connection lost under the request      the first time: retry now (on a fresh connection);
                                        then after a back-off
-request timed out (no answer)          retry now, while time is left
+request timed out (no answer: a        refresh lookup, retry after a back-off (a stall
+stalled partition)                     ends in a retriable error, never a re-route)
 producer closing                       give up: nothing new goes on the wire
 =====================================  ===================================================
 
@@ -164,6 +165,9 @@ def _by_failure(error: BaseException, stage: Stage, attempt: int, base: float, c
         if attempt == 1:  # the first loss retries at once on a fresh connection
             return Decision(Next.RETRY_NOW)
         return Decision(Next.RETRY_AFTER, backoff(attempt - 1))
-    if isinstance(error, Timeout):  # the request timed out: the connection closed itself
-        return Decision(Next.RETRY_NOW)
+    if isinstance(error, Timeout):
+        # no answer in time: most often a partition stalled by a dead replica (the server
+        # answers E_FAILED_ON_NOT_WRITABLE ~12 s later) or a leader handing off. Ask lookup,
+        # and do not pile retries up behind the stalled request: back off first.
+        return Decision(Next.REFRESH_AND_RETRY, backoff(attempt))
     return _give_up(error)

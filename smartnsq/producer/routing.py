@@ -36,10 +36,21 @@ def choose_target(routes: TopicRoutes, sharding_key: ShardingKey | None,
                   rr: dict[str, int]) -> tuple[int | None, Address | None]:
     """(partition or None, leader address or None) for one attempt.
 
-    ``rr`` holds the round-robin position per topic (advanced for unpinned publishes only).
+    ``partition`` wins over ``sharding_key``: a sharded message being retried is pinned to
+    the partition its key chose first. ``rr`` holds the round-robin position per topic
+    (advanced for unpinned publishes only).
     Raises ``InvalidArgument`` for what the routes say is wrong with the call.
     """
     topic = routes.topic
+    if partition is not None:
+        if not routes.partitioned:
+            raise InvalidArgument("partition", f"topic {topic!r} has no partitions "
+                                  "(classic or standalone nodes)", partition)
+        if routes.partition_num and partition >= routes.partition_num:
+            raise InvalidArgument("partition", f"topic {topic!r} has "
+                                  f"{routes.partition_num} partitions "
+                                  f"(0..{routes.partition_num - 1})", partition)
+        return partition, routes.leaders.get(partition)
     if sharding_key is not None:
         if not routes.partitioned:
             # classic (or partition-less) nodes: the same key, the same node
@@ -50,15 +61,6 @@ def choose_target(routes: TopicRoutes, sharding_key: ShardingKey | None,
                                   "needs one", sharding_key)
         target = router(sharding_key, routes.partition_num)
         return target, routes.leaders.get(target)
-    if partition is not None:
-        if not routes.partitioned:
-            raise InvalidArgument("partition", f"topic {topic!r} has no partitions "
-                                  "(classic or standalone nodes)", partition)
-        if routes.partition_num and partition >= routes.partition_num:
-            raise InvalidArgument("partition", f"topic {topic!r} has "
-                                  f"{routes.partition_num} partitions "
-                                  f"(0..{routes.partition_num - 1})", partition)
-        return partition, routes.leaders.get(partition)
     if routes.ordered:
         raise InvalidArgument("partition", f"topic {topic!r} is ordered: publish "
                               "with a sharding_key or a partition", None)

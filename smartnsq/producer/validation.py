@@ -24,19 +24,26 @@ _MAX_VALID_TOPICS = 10_000  # names remembered as valid (bounded: topics may be 
 
 
 def timeout_seconds(timeout: object, default: float) -> float:
-    """A call's ``timeout``: a positive number of seconds (``None``: ``default``)."""
+    """A call's ``timeout``: a positive, finite number of seconds (``None``: ``default``).
+
+    Infinity is refused: the deadline bounds every retry, and without one a call against a
+    partition that never comes back would retry for ever.
+    """
     if timeout is None:
         return default
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise InvalidArgument("timeout", "must be a positive number of seconds", timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
+            or not 0 < timeout < math.inf:  # (also refuses nan)
+        raise InvalidArgument("timeout", "must be a positive, finite number of seconds",
+                              timeout)
     return timeout
 
 
 def delay_ms(delay: object) -> int:
     """A DPUB ``delay`` in seconds as the wire's milliseconds."""
-    if isinstance(delay, bool) or not isinstance(delay, int | float) or math.isnan(delay) \
-            or delay < 0:
-        raise InvalidArgument("delay", "must be a non-negative number of seconds", delay)
+    if isinstance(delay, bool) or not isinstance(delay, int | float) \
+            or not 0 <= delay < math.inf:  # (also refuses nan)
+        raise InvalidArgument("delay", "must be a non-negative, finite number of seconds",
+                              delay)
     ms = round(delay * 1000)
     if ms > MAX_DELAY_MS:
         raise InvalidArgument("delay", "too long", delay)

@@ -75,7 +75,7 @@ TABLE: dict[tuple[str, Stage], tuple[Next, Next]] = {
     ("os error", Stage.CONNECT): (A, A),
     ("timeout", Stage.ROUTE): (A, A),
     ("lookup failed", Stage.ROUTE): (A, A),
-    ("timeout", Stage.SEND): (N, N),
+    ("timeout", Stage.SEND): (R, R),
 }
 
 
