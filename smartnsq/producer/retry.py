@@ -18,7 +18,8 @@ no leader for the target               change ends early
 ``RETRY`` server error; lookup failed  retry after a back-off (a route change ends it)
 node backing off after a failed        retry after the node's back-off (no early end: the
 connect                                node will not be dialled before it)
-connect failed                         retry after a back-off
+connect failed                         retry after a back-off; give up at once when the
+                                       certificate does not verify (``incurable``)
 connection lost under the request      the first time: retry now (on a fresh connection);
                                        then after a back-off
 request timed out (no answer: a        refresh lookup, retry after a back-off (a stall
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import random
+import ssl
 
 from ..backoff import exponential_delay
 from ..errors import (
@@ -50,7 +52,7 @@ from ..errors import (
 )
 from ..pool import NodeBackoff
 
-__all__ = ["Decision", "Next", "NoLeader", "ProducerClosed", "Stage", "decide"]
+__all__ = ["Decision", "Next", "NoLeader", "ProducerClosed", "Stage", "decide", "incurable"]
 
 
 class Stage(enum.Enum):
@@ -111,6 +113,24 @@ def timed_out(topic: str, timeout: float, error: BaseException) -> Timeout:
     return exc
 
 
+def incurable(error: BaseException) -> bool:
+    """A connect failure no retry can cure: the server's certificate does not verify (or the
+    error says it is not retriable). Retrying it would only turn it into a ``Timeout`` at the
+    deadline, hiding the cause."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if isinstance(exc, ssl.SSLCertVerificationError) \
+                or getattr(exc, "retriable", True) is False:
+            return True
+        todo += [exc.__cause__, exc.__context__, getattr(exc, "cause", None)]
+    return False
+
+
 def decide(error: BaseException, stage: Stage, attempt: int, time_left: float, *,
            pinned: bool, closing: bool, topic: str, timeout: float, retry_delay: float,
            retry_delay_max: float, rng: random.Random | None = None) -> Decision:
@@ -155,6 +175,8 @@ def _by_failure(error: BaseException, stage: Stage, attempt: int, base: float, c
             return Decision(Next.RETRY_AFTER, backoff(attempt))
         return _give_up(error)
     if stage is Stage.CONNECT:
+        if incurable(error):
+            return _give_up(error)
         if isinstance(error, NodeBackoff):
             return Decision(Next.RETRY_AFTER, max(backoff(attempt), error.retry_in),
                             early=False)

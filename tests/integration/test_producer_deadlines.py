@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from support import Watch, bounded, poke_on_log
 
-from smartnsq.errors import InvalidArgument, Timeout
+from smartnsq.errors import InvalidArgument, NSQError, Timeout
 from smartnsq.producer import Producer
 from smartnsq.sharding import murmur3_partition
 
@@ -190,3 +190,23 @@ async def test_bad_input_is_an_invalid_argument_naming_it(nsq_cluster: Any, how:
                 await call(p, how, "escapes", b"x", timeout, **kwargs)
         assert caught.value.field == field
     assert b"x" not in stored(nsq_cluster, "escapes")
+
+
+# issue 12, "TLS verification failure is retried like a network error: publish raises only at
+# its deadline". A certificate that does not verify will not verify on the next attempt.
+@pytest.mark.parametrize("how", CALLS)
+async def test_a_certificate_that_does_not_verify_fails_at_once(nsq_cluster_factory: Any,
+                                                                 how: str) -> None:
+    import ssl
+
+    trustme = pytest.importorskip("trustme")
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    trustme.CA().issue_cert("127.0.0.1").configure_cert(server)  # a CA the client lacks
+    cluster = await nsq_cluster_factory(nodes=1, lookupds=1, tls=server)
+    await cluster.create_topic("tls_untrusted")
+    async with producer(cluster, tls=True) as p:
+        with pytest.raises(NSQError) as caught:
+            async with bounded(0.0, slack=2.0):  # "at once": not at the 5 s deadline
+                await call(p, how, "tls_untrusted", b"x", 5.0)
+    assert not isinstance(caught.value, Timeout)
+    assert "certificate" in str(caught.value).lower()

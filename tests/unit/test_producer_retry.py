@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import ssl
 
 import pytest
 
@@ -109,6 +110,22 @@ def test_back_off_doubles_per_attempt_up_to_the_cap() -> None:
     assert delays[-1] >= CAP / 2  # jitter cuts at most half
     lost = [run(ConnectionClosed("x"), Stage.SEND, n, 100.0).delay for n in (2, 3)]
     assert lost[0] <= BASE < lost[1]  # a lost connection backs off one step behind
+
+
+def test_a_certificate_that_does_not_verify_is_not_retried() -> None:
+    verify = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    wrapped = ConnectionError_("TLS handshake failed")
+    wrapped.__cause__ = verify
+    backing_off = NodeBackoff(("127.0.0.1", 1), 0.5, wrapped)
+    for error in (wrapped, backing_off):
+        decision = run(error, Stage.CONNECT)
+        assert decision.next is G and decision.error is error
+    refused = ConnectionError_("refused")
+    refused.__cause__ = ConnectionRefusedError()
+    assert run(refused, Stage.CONNECT).next is A
+    flagged = ConnectionError_("not worth retrying")
+    flagged.retriable = False  # type: ignore[misc]
+    assert run(flagged, Stage.CONNECT).next is G
 
 
 def test_a_node_backing_off_is_waited_out_without_an_early_end() -> None:
