@@ -30,11 +30,22 @@ from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChoos
 from ..errors import ConnectionClosed, ConnectionError_, InvalidArgument, Timeout
 from ..pool import LookupRouteSource, PartitionPool, RouteSource, StaticRouteSource, TopicRoutes
 from ..sharding import Router, ShardingKey, make_router
-from . import encoding, routing
 from .config import ProducerConfig
+from .encoding import encode_batch, encode_one
 from .request import BatchRequest, Request
 from .results import BatchResult, PublishResult, result_of
-from .retry import Decision, Next, NoLeader, ProducerClosed, Stage, decide, timed_out
+from .retry import (
+    CONNECT,
+    ROUTE,
+    SEND,
+    Decision,
+    Next,
+    NoLeader,
+    ProducerClosed,
+    decide,
+    timed_out,
+)
+from .routing import check_features, choose_side, choose_target
 from .validation import Checks, timeout_seconds
 
 __all__ = ["Producer"]
@@ -285,25 +296,36 @@ class Producer:
             return self._later(loop, request)
         result: asyncio.Future[PublishResult] = loop.create_future()
         try:
-            routes, address = self._route(routes, request)
+            # (the plain case calls routing and encoding directly: no wrapper per message)
+            if self._migration is not None or ext is not None or trace_id is not None \
+                    or delay_ms is not None:
+                routes, address = self._route(routes, request)
+            else:
+                request.target, address = choose_target(routes, sharding_key, partition,
+                                                        self._router, self._classic, self._rr)
+                request.address = address
             conn = None if address is None else pool.connection(address)
             if conn is None or conn.writing_paused:
                 return self._later(loop, request, result)
-            data = self._encode(conn, request)
+            youzan = conn.is_youzan
+            data, command, request.traced = encode_one(
+                youzan, address, topic, request.target, body, trace_id, ext,  # type: ignore[arg-type]
+                delay_ms, youzan and self._receipt(request), self._classic)
         except Exception as exc:  # what publish() would raise once it has the routes
             result.set_exception(exc)
             return result
+        request.command = command
         request.attempt = 1
-        request.stage = Stage.SEND
+        request.stage = SEND
         remaining = timeout
         request_timeout = self._request_timeout
         if request_timeout is not None and request_timeout < remaining:
             remaining = request_timeout
         try:
-            answer_future = conn.submit(data, request.command, remaining)
+            answer_future = conn.submit(data, command, remaining)
         except ConnectionError_:  # closed since the pool handed it out: the slow path
             request.attempt = 0
-            request.stage = Stage.ROUTE
+            request.stage = ROUTE
             return self._later(loop, request, result)
         self._on_wire += 1
         # a partial of a method, not a closure: no cell per local on this hot path
@@ -313,7 +335,9 @@ class Producer:
     def _answered(self, result: asyncio.Future[PublishResult], request: Request,
                   answer_future: asyncio.Future[bytes]) -> None:
         """A publish_nowait's fast-path answer: settle its future, or go on retrying."""
-        self._written()
+        self._on_wire -= 1  # (what _written() does, inline: this runs once per publish)
+        if self._drained is not None and not self._on_wire and not self._drained.done():
+            self._drained.set_result(None)
         # read even when the caller gave up (no "exception never retrieved")
         error: BaseException | None = (
             ConnectionClosed(f"{request.command} to {request.node} abandoned")
@@ -321,6 +345,15 @@ class Producer:
         if result.done():  # cancelled by the caller: the answer is discarded
             return
         if error is None:
+            if not request.traced and request.trace_id is None \
+                    and self._trace_default is not True and not self._trace_topics:
+                # plain OK, nothing to log: the common case, built here (no call)
+                name = self._names.get(request.address)  # type: ignore[arg-type]
+                if name is None:
+                    name = self._node_name(request)
+                result.set_result(PublishResult(request.topic, request.target, name, None,
+                                                None, None, None, 1))
+                return
             try:
                 result.set_result(self._result(request, answer_future.result()))  # type: ignore[arg-type]
             except Exception as exc:  # an unreadable receipt
@@ -437,7 +470,7 @@ class Producer:
             request.partition = request.target  # a sharded message is never re-routed
         if decision.next is Next.REFRESH_AND_RETRY:
             address = request.address
-            if address is not None and request.stage is Stage.SEND:
+            if address is not None and request.stage is SEND:
                 self._pool.leader_failed(request.topic, request.target, address)
             else:
                 self._pool.refresh(request.topic)
@@ -460,7 +493,7 @@ class Producer:
         pool = self._pool
         loop = self._loop
         request.attempt += 1
-        request.stage = Stage.ROUTE
+        request.stage = ROUTE
         request.address = None
         if request.attempt > 1:
             self.retry_count += 1
@@ -475,13 +508,13 @@ class Producer:
             raise NoLeader(f"partition {target} of {request.topic!r} has no leader now"
                            if target is not None else f"no node can take {request.topic!r} now")
         # -- the connection (one closed since is caught by submit: ConnectionClosed, retried)
-        request.stage = Stage.CONNECT
+        request.stage = CONNECT
         conn = pool.connection(address)
         if conn is None:
             conn = await pool.acquire(address, request.deadline - loop.time())
         # -- encode and send
         data = self._encode(conn, request)
-        request.stage = Stage.SEND
+        request.stage = SEND
         if conn.writing_paused:  # back-pressure: wait, within the deadline
             try:
                 await asyncio.wait_for(conn.drain(), max(request.deadline - loop.time(), 0.0))
@@ -534,16 +567,22 @@ class Producer:
         """Where this attempt goes (sets ``request.target``/``address``); checks what the
         routes may refuse."""
         if self._migration is not None:
-            routes = routing.choose_side(routes, request.sharding_key, self._migration)
-        request.target, address = routing.choose_target(
+            routes = choose_side(routes, request.sharding_key, self._migration)
+        request.target, address = choose_target(
             routes, request.sharding_key, request.partition, self._router, self._classic,
             self._rr)
         request.address = address
         if request.bodies is not None or request.ext is not None \
                 or request.trace_id is not None or request.delay_ms is not None:
-            routing.check_features(routes, request.ext is not None or request.exts is not None,
+            check_features(routes, request.ext is not None or request.exts is not None,
                                    request.delay_ms, self._classic)
         return routes, address
+
+    def _receipt(self, request: Request) -> bool:
+        """Whether to ask a youzan node for a traced answer (beyond a given trace id): a
+        pinned publish with ``sharded_receipts``, or the topic's trace log on."""
+        return (request.pinned and self._receipts) \
+            or bool(self._trace_topics.get(request.topic, self._trace_default))
 
     def _encode(self, conn: Connection, request: Request) -> bytes:
         """The bytes for ``conn``'s kind of node (sets ``request.command``/``traced``)."""
@@ -551,24 +590,28 @@ class Producer:
         youzan = conn.is_youzan
         address = request.address
         assert address is not None
-        receipt = youzan and ((request.pinned and self._receipts)
-                              or bool(self._trace_topics.get(topic, self._trace_default)))
+        receipt = youzan and self._receipt(request)
         if request.bodies is None:
-            data, request.command, request.traced = encoding.encode_one(
+            data, request.command, request.traced = encode_one(
                 youzan, address, topic, request.target, request.body,
                 request.trace_id, request.ext, request.delay_ms, receipt, self._classic)
         else:
-            data, request.command, request.traced = encoding.encode_batch(
+            data, request.command, request.traced = encode_batch(
                 youzan, address, topic, request.target, request.bodies,
                 request.traces, request.exts, receipt, self._checks.max_body, self._classic)
         return data
 
-    def _result(self, request: Request, answer: bytes) -> PublishResult | BatchResult:
+    def _node_name(self, request: Request) -> str:
+        """``"host:port"`` of the node that answered, built once per address."""
         address = request.address
         assert address is not None
         name = self._names.get(address)
         if name is None:
             name = self._names[address] = f"{address[0]}:{address[1]}"
+        return name
+
+    def _result(self, request: Request, answer: bytes) -> PublishResult | BatchResult:
+        name = self._node_name(request)
         topics = self._trace_topics
         mode = topics.get(request.topic, self._trace_default) if topics else self._trace_default
         return result_of(request, name, answer, mode)

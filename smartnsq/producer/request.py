@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..pool import Address
 from ..sharding import ShardingKey
-from .retry import Stage
+from .retry import ROUTE
 
 __all__ = ["BatchRequest", "Request"]
 
@@ -47,7 +47,7 @@ class Request:
         self.timeout = timeout
         self.deadline = deadline
         self.attempt = 0
-        self.stage = Stage.ROUTE
+        self.stage = ROUTE
         self.address: Address | None = None
         self.error: BaseException | None = None
         self.target: int | None

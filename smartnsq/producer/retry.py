@@ -52,7 +52,18 @@ from ..errors import (
 )
 from ..pool import NodeBackoff
 
-__all__ = ["Decision", "Next", "NoLeader", "ProducerClosed", "Stage", "decide", "incurable"]
+__all__ = [
+    "CONNECT",
+    "ROUTE",
+    "SEND",
+    "Decision",
+    "Next",
+    "NoLeader",
+    "ProducerClosed",
+    "Stage",
+    "decide",
+    "incurable",
+]
 
 
 class Stage(enum.Enum):
@@ -61,6 +72,11 @@ class Stage(enum.Enum):
     ROUTE = "route"  # looking the topic up, choosing the target
     CONNECT = "connect"  # opening the target's connection
     SEND = "send"  # written; waiting for the answer
+
+
+# the members as plain module constants: an Enum member lookup costs a metaclass call (about
+# 0.3 us on CPython 3.11), which the publish fast path would pay twice per message
+ROUTE, CONNECT, SEND = Stage.ROUTE, Stage.CONNECT, Stage.SEND
 
 
 class Next(enum.Enum):
