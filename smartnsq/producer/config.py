@@ -22,7 +22,7 @@ from ..errors import InvalidArgument
 from ..protocol import validate as v
 from ..sharding import ShardingScheme, make_router
 
-__all__ = ["ProducerConfig", "Rule", "check_fields", "spec"]
+__all__ = ["ProducerConfig", "Rule", "check_fields", "spec", "with_options"]
 
 
 @dataclass(frozen=True)
@@ -168,3 +168,19 @@ class ProducerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+
+def with_options(config: ProducerConfig, options: dict[str, Any]) -> ProducerConfig:
+    """``config`` with a Producer's keyword options applied (``ConnectionConfig`` fields go to
+    ``config.connection``), checked again."""
+    if not options:
+        return config
+    producer_fields = ProducerConfig.__dataclass_fields__
+    conn_opts = {k: options.pop(k) for k in list(options)
+                 if k in ConnectionConfig.__dataclass_fields__ and k not in producer_fields}
+    if conn_opts:
+        options["connection"] = dataclasses.replace(config.connection, **conn_opts)
+    unknown = set(options) - set(producer_fields)
+    if unknown:
+        raise InvalidArgument("Producer option", "unknown option", sorted(unknown))
+    return dataclasses.replace(config, **options)

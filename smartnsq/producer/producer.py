@@ -19,18 +19,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from functools import partial
 from types import TracebackType
 from typing import Any
 
-from ..config import ConnectionConfig
 from ..connection import Connection
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ConnectionClosed, ConnectionError_, InvalidArgument, Timeout
-from ..pool import LookupRouteSource, PartitionPool, RouteSource, StaticRouteSource, TopicRoutes
+from ..pool import PartitionPool, RouteSource, TopicRoutes
 from ..sharding import Router, ShardingKey, make_router
-from .config import ProducerConfig
+from .config import ProducerConfig, with_options
 from .encoding import encode_batch, encode_one
 from .request import BatchRequest, Request
 from .results import BatchResult, PublishResult, result_of
@@ -45,7 +43,7 @@ from .retry import (
     decide,
     timed_out,
 )
-from .routing import check_features, choose_side, choose_target
+from .routing import check_features, choose_side, choose_target, route_source
 from .validation import Checks, timeout_seconds
 
 __all__ = ["Producer"]
@@ -69,19 +67,8 @@ class Producer:
                  config: ProducerConfig | None = None, source: RouteSource | None = None,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
                  **options: Any) -> None:
-        self._config = config = _with_options(config or ProducerConfig(), options)
-        given = sum(x is not None and x != [] for x in (lookupd, nsqd, source, lookup))
-        if given != 1:
-            raise InvalidArgument("Producer", "give exactly one of lookupd=, nsqd=, lookup= "
-                                  "or source=")
-        if source is None:
-            if nsqd is not None:
-                source = StaticRouteSource([nsqd] if isinstance(nsqd, str) else nsqd)
-            else:
-                source = LookupRouteSource(
-                    [lookupd] if isinstance(lookupd, str) else lookupd, lookup=lookup,
-                    options=dict(lookup_options or {}))
-        self._source = source
+        self._config = config = with_options(config or ProducerConfig(), options)
+        self._source = source = route_source(lookupd, nsqd, source, lookup, lookup_options)
         self._pool = PartitionPool(source, config.connection, idle_timeout=config.idle_timeout,
                                    reconnect_delay=config.reconnect_delay,
                                    reconnect_delay_max=config.reconnect_delay_max)
@@ -615,19 +602,3 @@ class Producer:
         topics = self._trace_topics
         mode = topics.get(request.topic, self._trace_default) if topics else self._trace_default
         return result_of(request, name, answer, mode)
-
-
-def _with_options(config: ProducerConfig, options: dict[str, Any]) -> ProducerConfig:
-    """``config`` with keyword options applied (ConnectionConfig fields go to
-    ``config.connection``)."""
-    if not options:
-        return config
-    producer_fields = ProducerConfig.__dataclass_fields__
-    conn_opts = {k: options.pop(k) for k in list(options)
-                 if k in ConnectionConfig.__dataclass_fields__ and k not in producer_fields}
-    if conn_opts:
-        options["connection"] = replace(config.connection, **conn_opts)
-    unknown = set(options) - set(producer_fields)
-    if unknown:
-        raise InvalidArgument("Producer option", "unknown option", sorted(unknown))
-    return replace(config, **options)

@@ -9,17 +9,37 @@
 
 A sharding key on a topic without partitions (classic nodes) is placed on a node by the
 classic dialect. Nothing here does I/O or keeps state besides the round-robin counters the
-caller passes in.
+caller passes in (constructing a route source opens nothing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from ..dialect import ClassicDialect, RouteChooser
 from ..errors import InvalidArgument
-from ..pool import Address, TopicRoutes
+from ..pool import Address, LookupRouteSource, RouteSource, StaticRouteSource, TopicRoutes
 from ..sharding import Router, ShardingKey
 
-__all__ = ["check_features", "choose_side", "choose_target"]
+__all__ = ["check_features", "choose_side", "choose_target", "route_source"]
+
+
+def route_source(lookupd: Sequence[str] | str | None, nsqd: Sequence[str] | str | None,
+                 source: RouteSource | None, lookup: Any,
+                 lookup_options: Mapping[str, Any] | None) -> RouteSource:
+    """Where a Producer's routes come from: exactly one of lookupd addresses, fixed nsqd
+    addresses, a lookup manager or a route source."""
+    given = sum(x is not None and x != [] for x in (lookupd, nsqd, source, lookup))
+    if given != 1:
+        raise InvalidArgument("Producer", "give exactly one of lookupd=, nsqd=, lookup= "
+                              "or source=")
+    if source is not None:
+        return source
+    if nsqd is not None:
+        return StaticRouteSource([nsqd] if isinstance(nsqd, str) else nsqd)
+    return LookupRouteSource([lookupd] if isinstance(lookupd, str) else lookupd,
+                             lookup=lookup, options=dict(lookup_options or {}))
 
 
 def choose_side(routes: TopicRoutes, sharding_key: ShardingKey | None,
