@@ -169,11 +169,19 @@ class Producer:
     def closed(self) -> bool:
         return self._closed
 
-    async def routes(self, topic: str) -> TopicRoutes:
-        """The topic's current routes (looked up if unknown): partition_num, leaders, meta."""
+    async def routes(self, topic: str, timeout: float | None = None) -> TopicRoutes:
+        """The topic's current routes (looked up if unknown): partition_num, leaders, meta.
+
+        ``timeout`` (default ``config.timeout``) bounds the whole call, the implicit start
+        included; past it ``Timeout``.
+        """
         self._checks.topic(topic)
-        await self._ensure_started()
-        return await self._pool.load_routes(topic)
+        timeout = timeout_seconds(timeout, self._timeout)
+        request = Request(topic, b"", None, None, None, None, None, timeout,
+                          asyncio.get_running_loop().time() + timeout)
+        if not self._started or self._closed:
+            await self._ensure_started(request)
+        return await self._load_routes(request)
 
     async def _ensure_started(self, request: Request | None = None) -> None:
         """Start if needed; with a ``request``, within its deadline (``Timeout`` past it)."""
@@ -188,8 +196,8 @@ class Producer:
         try:
             await asyncio.wait_for(asyncio.shield(self._start_task()), max(remaining, 0.0))
         except asyncio.TimeoutError:
-            slow = Timeout("the producer's start (lookupd discovery) did not finish in time")
-            raise timed_out(request.topic, request.timeout, slow) from None
+            raise Timeout(f"{request.topic!r}: the producer's start (lookupd discovery) did "
+                          f"not finish within the call's {request.timeout:g}s") from None
         if self._closed:
             raise ConnectionError_("the producer is closed")
 
@@ -546,8 +554,8 @@ class Producer:
         try:
             return await asyncio.wait_for(self._pool.load_routes(request.topic), remaining)
         except asyncio.TimeoutError:
-            raise Timeout(f"lookup of {request.topic!r} took longer than the publish "
-                          "deadline") from None
+            raise Timeout(f"lookup of {request.topic!r} took longer than the call's "
+                          f"{request.timeout:g}s") from None
 
     def _route(self, routes: TopicRoutes, request: Request,
                ) -> tuple[TopicRoutes, tuple[str, int] | None]:

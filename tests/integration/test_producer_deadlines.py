@@ -210,3 +210,28 @@ async def test_a_certificate_that_does_not_verify_fails_at_once(nsq_cluster_fact
                 await call(p, how, "tls_untrusted", b"x", 5.0)
     assert not isinstance(caught.value, Timeout)
     assert "certificate" in str(caught.value).lower()
+
+
+# issue 12, "One slow lookupd stalls everything" / "Deadlines don't cover everything": every
+# public call finishes within its timeout; routes() looks the topic up (and starts the
+# producer) and had no deadline at all against a silent lookupd.
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_routes_keeps_its_deadline(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("routes_silent")
+    lookupd = nsq_cluster.lookupds[0].http
+    p = producer(nsq_cluster, timeout=1.0)
+    try:
+        lookupd.pause()
+        with pytest.raises(Timeout):
+            async with bounded(1.0):
+                await p.routes("routes_silent")  # config.timeout by default
+        with pytest.raises(Timeout):
+            async with bounded(0.5):
+                await p.routes("routes_silent", timeout=0.5)
+        lookupd.resume()
+        async with bounded(5.0):
+            routes = await p.routes("routes_silent", timeout=5.0)
+        assert routes.partition_num == 1
+    finally:
+        lookupd.resume()
+        await p.close()
