@@ -102,7 +102,7 @@ def java_hash_code(key: ShardingKey) -> int:
     if not isinstance(key, str):
         raise InvalidArgument("sharding_key", "must be str, bytes or int", key)
     # String.hashCode over UTF-16 code units, i.e. s[0]*31^(n-1) + ... with 32-bit wrap-around
-    units = key.encode("utf-16-be")
+    units = key.encode("utf-16-be", "surrogatepass")  # a Java String may hold a lone one
     h = 0
     for i in range(0, len(units), 2):
         h = (31 * h + ((units[i] << 8) | units[i + 1])) & _MASK32
