@@ -175,6 +175,7 @@ class NodeBackoff(ConnectionError_):
     def __init__(self, address: Address, retry_in: float, cause: BaseException | None) -> None:
         self.address = address
         self.retry_in = retry_in
+        self.cause = cause  # the connect failure the node is backing off from
         super().__init__(f"{address[0]}:{address[1]} is backing off for {retry_in:.2f}s after "
                          f"failing to connect: {cause}")
 

@@ -57,7 +57,11 @@ def key_bytes(key: ShardingKey) -> bytes:
     if isinstance(key, bytes):
         return key
     if isinstance(key, str):
-        return key.encode("utf-8")
+        try:
+            return key.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 (nor Go string) holds it
+            raise InvalidArgument("sharding_key", "must be valid Unicode text (it has a lone "
+                                  "surrogate, which UTF-8 cannot encode)", key) from None
     if isinstance(key, bytearray | memoryview):
         return bytes(key)
     if isinstance(key, int) and not isinstance(key, bool):
@@ -98,7 +102,7 @@ def java_hash_code(key: ShardingKey) -> int:
     if not isinstance(key, str):
         raise InvalidArgument("sharding_key", "must be str, bytes or int", key)
     # String.hashCode over UTF-16 code units, i.e. s[0]*31^(n-1) + ... with 32-bit wrap-around
-    units = key.encode("utf-16-be")
+    units = key.encode("utf-16-be", "surrogatepass")  # a Java String may hold a lone one
     h = 0
     for i in range(0, len(units), 2):
         h = (31 * h + ((units[i] << 8) | units[i + 1])) & _MASK32

@@ -5,23 +5,18 @@ its ext header once."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from smartnsq.dialect import DEFAULT_POLICY as CLASSIC
 from smartnsq.errors import InvalidArgument
-from smartnsq.producer import Producer
+from smartnsq.producer import encoding
 from smartnsq.protocol import commands, frames
 from smartnsq.protocol import validate as v
 
-YOUZAN = SimpleNamespace(is_youzan=True, address_text="127.0.0.1:4150")
 H = {"app": "billing", "region": "eu-1"}
-
-
-@pytest.fixture
-def producer() -> Producer:
-    return Producer(nsqd=["127.0.0.1:4150"])
+NODE = ("127.0.0.1", 4150)
 
 
 @pytest.fixture
@@ -43,49 +38,47 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return counts
 
 
-def test_producer_encodes_without_validating_again(producer: Producer,
-                                                   calls: dict[str, int]) -> None:
-    plain = producer._encode_one(YOUZAN, None, "orders", 3, b"body", False,  # type: ignore[arg-type]
-                                 None, None, None)
-    traced = producer._encode_one(YOUZAN, None, "orders", 3, b"body", True,  # type: ignore[arg-type]
-                                  77, None, None)
-    batch = producer._encode_batch(YOUZAN, None, "orders", 3, [b"a", b"b"], False,  # type: ignore[arg-type]
-                                   (None, None))
+def test_producer_encodes_without_validating_again(calls: dict[str, int]) -> None:
+    plain = encoding.encode_one(True, NODE, "orders", 3, b"body", None, None, None, False,
+                                CLASSIC)
+    traced = encoding.encode_one(True, NODE, "orders", 3, b"body", 77, None, None, True,
+                                 CLASSIC)
+    batch = encoding.encode_batch(True, NODE, "orders", 3, [b"a", b"b"], None, None, False,
+                                  v.DEFAULT_MAX_BODY_SIZE, CLASSIC)
     assert calls["check_topic"] == 0
     assert plain[0] == commands.pub("orders", b"body", 3)
     assert traced[0] == commands.pub_trace("orders", b"body", 77, 3)
     assert batch[0] == commands.mpub("orders", [b"a", b"b"], 3)
 
 
-def test_pub_ext_headers_are_encoded_once(producer: Producer, calls: dict[str, int]) -> None:
-    ext = producer._check_headers(H, 5)
-    data, command, traced = producer._encode_one(YOUZAN, None, "orders", 3, b"body",  # type: ignore[arg-type]
-                                                 True, 5, ext, None)
+def test_pub_ext_headers_are_encoded_once(calls: dict[str, int]) -> None:
+    ext = encoding.encode_headers(H, 5)
+    data, command, traced = encoding.encode_one(True, NODE, "orders", 3, b"body", 5, ext,
+                                                None, True, CLASSIC)
     assert calls["dumps"] == 1
     assert command == "PUB_EXT" and traced
     assert data == commands.pub_ext("orders", b"body", {**H, v.TRACE_ID_HEADER: "5"}, 3)
 
 
-def test_a_shared_mapping_is_encoded_once_per_batch(producer: Producer,
-                                                    calls: dict[str, int]) -> None:
+def test_a_shared_mapping_is_encoded_once_per_batch(calls: dict[str, int]) -> None:
     bodies = [b"m%d" % i for i in range(50)]
-    exts = producer._batch_exts(H, None, len(bodies))
-    traced_exts = producer._batch_exts(H, list(range(1, 51)), len(bodies))
-    listed = producer._batch_exts([H, None, H], None, 3)
+    exts = encoding.batch_exts(H, None, len(bodies))
+    traced_exts = encoding.batch_exts(H, list(range(1, 51)), len(bodies))
+    listed = encoding.batch_exts([H, None, H], None, 3)
     assert calls["dumps"] == 3
-    data = producer._encode_batch(YOUZAN, None, "orders", 3, bodies, True,  # type: ignore[arg-type]
-                                  (None, exts))[0]
+    data = encoding.encode_batch(True, NODE, "orders", 3, bodies, None, exts, True,
+                                 v.DEFAULT_MAX_BODY_SIZE, CLASSIC)[0]
     assert data == commands.mpub_ext("orders", [(H, b) for b in bodies], 3)
-    traced = producer._encode_batch(YOUZAN, None, "orders", 3, bodies, True,  # type: ignore[arg-type]
-                                    (list(range(1, 51)), traced_exts))[0]
+    traced = encoding.encode_batch(True, NODE, "orders", 3, bodies, list(range(1, 51)),
+                                   traced_exts, True, v.DEFAULT_MAX_BODY_SIZE, CLASSIC)[0]
     assert traced == commands.mpub_ext(
         "orders", [({**H, v.TRACE_ID_HEADER: str(i + 1)}, b) for i, b in enumerate(bodies)], 3)
     assert listed == [commands.encode_headers(H), b"{}", commands.encode_headers(H)]
 
 
-def test_batch_trace_ids_override_a_mapping_trace_header(producer: Producer) -> None:
+def test_batch_trace_ids_override_a_mapping_trace_header() -> None:
     own = {**H, v.TRACE_ID_HEADER: "9"}
-    assert producer._batch_exts([own, None], [1, 2], 2) == [
+    assert encoding.batch_exts([own, None], [1, 2], 2) == [
         commands.encode_headers({**H, v.TRACE_ID_HEADER: "1"}),
         commands.encode_headers({v.TRACE_ID_HEADER: "2"})]
 

@@ -1,0 +1,612 @@
+"""The asyncio Producer: the public calls and the thin I/O shell around the decisions.
+
+One publish is: validate (``validation``), pick the target from the topic's current routes
+(``routing``), encode (``encoding``), append to the target connection's write buffer, await
+one future. No task, lock or timer per publish: the connection coalesces every command queued
+in one event-loop iteration into one socket write, so a thousand concurrent publishes cost a
+handful of syscalls, and its single deadline timer covers every call in flight.
+
+After a failed attempt, ``retry.decide`` says what next, for every call alike. Each call has
+one deadline (``timeout``) for all it does; past it the call raises ``Timeout`` (its
+``__cause__`` is the last failure). Delivery is therefore at least once: a publish whose
+connection died after the server wrote it but before the answer arrived is sent again and
+stored twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+from ..connection import Connection
+from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
+from ..errors import ConnectionClosed, ConnectionError_, InvalidArgument, Timeout
+from ..pool import PartitionPool, RouteSource, TopicRoutes
+from ..sharding import Router, ShardingKey, make_router
+from .config import ProducerConfig, with_options
+from .encoding import encode_batch, encode_one
+from .request import BatchRequest, Request
+from .results import BatchResult, PublishResult, result_of
+from .retry import (
+    CONNECT,
+    ROUTE,
+    SEND,
+    Decision,
+    Next,
+    NoLeader,
+    ProducerClosed,
+    decide,
+    timed_out,
+)
+from .routing import check_features, choose_side, choose_target, route_source
+from .validation import Checks, timeout_seconds
+
+__all__ = ["Producer"]
+
+log = logging.getLogger("smartnsq.producer")
+
+
+class Producer:
+    """Publishes to youzan NSQ (partitions, tracing, ext headers) and classic NSQ.
+
+    ``async with Producer(lookupd=["127.0.0.1:4161"]) as producer:`` discovers nodes through
+    nsqlookupd; ``nsqd=["127.0.0.1:4150"]`` writes to fixed nodes instead (classic nodes, or
+    standalone youzan nodes, without partitions); ``source=`` takes any
+    :class:`~smartnsq.pool.RouteSource`. Keyword ``options`` override ``config`` fields
+    (``Producer(lookupd=..., timeout=5, sharding="java")``); ``lookup_options`` go to the
+    lookup manager.
+    """
+
+    def __init__(self, lookupd: Sequence[str] | str | None = None,
+                 nsqd: Sequence[str] | str | None = None, *,
+                 config: ProducerConfig | None = None, source: RouteSource | None = None,
+                 lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
+                 **options: Any) -> None:
+        self._config = config = with_options(config or ProducerConfig(), options)
+        self._source = source = route_source(lookupd, nsqd, source, lookup, lookup_options)
+        self._pool = PartitionPool(source, config.connection, idle_timeout=config.idle_timeout,
+                                   reconnect_delay=config.reconnect_delay,
+                                   reconnect_delay_max=config.reconnect_delay_max)
+        self._router: Router = make_router(config.sharding)
+        self._checks = Checks(config.max_msg_size, config.max_body_size,
+                              isinstance(config.sharding, str))
+        self.retry_count = 0  # attempts that failed and were retried (for metrics and tests)
+        self._timeout = config.timeout
+        self._receipts = config.sharded_receipts
+        self._trace_default: bool | None = config.trace
+        self._trace_topics: dict[str, bool | None] = {}
+        self._rr: dict[str, int] = {}
+        self._request_timeout = config.connection.request_timeout
+        self._names: dict[tuple[str, int], str] = {}  # "host:port" of each address, built once
+        self._classic: ClassicDialect = config.classic or DEFAULT_POLICY
+        migration = config.migration
+        if isinstance(migration, ChooserFactory):
+            migration = migration.chooser()  # a compat MigrationPolicy: its route chooser
+        self._migration: RouteChooser | None = migration
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # start() sets
+        self._started = False
+        self._starting: asyncio.Task[None] | None = None  # the one start, shared by callers
+        self._closed = False
+        self._on_wire = 0  # publishes written and not answered yet
+        self._drained: asyncio.Future[None] | None = None  # close() waits on it
+        self._tasks: set[asyncio.Task[PublishResult]] = set()  # publish_nowait slow paths
+        self._slow: dict[str, int] = {}  # topic -> its publish_nowait slow paths running
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> Producer:
+        """Start the route source (lookupd discovery) and the pool; a first publish does it.
+
+        One start is shared by every caller; a caller giving up on it (a publish whose
+        deadline passed) leaves it running for the next one, and a failed start is tried
+        again by the next caller.
+        """
+        if self._closed:
+            raise RuntimeError("a closed Producer cannot start again")
+        if not self._started:
+            await asyncio.shield(self._start_task())
+        return self
+
+    def _start_task(self) -> asyncio.Task[None]:
+        task = self._starting
+        if task is None:
+            self._loop = asyncio.get_running_loop()
+            task = self._starting = self._loop.create_task(self._pool.start())
+            task.add_done_callback(self._start_done)
+        return task
+
+    def _start_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._started = True
+        elif self._starting is task:
+            self._starting = None  # the next caller starts again
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop publishing, let what is on the wire be answered, close connections.
+
+        New publishes, and retries of pending ones, fail at once with ``ConnectionError_``;
+        publishes already written get up to ``timeout`` seconds (default
+        ``config.drain_timeout``) for their answers, since the server may have accepted them
+        and failing them invites a duplicate. What is still unanswered then fails.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
+        if timeout is None:
+            timeout = self._config.drain_timeout
+        if self._on_wire and timeout > 0:
+            waiter = self._drained = self._loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            except asyncio.TimeoutError:
+                log.warning("%d publishes still unanswered after %gs; failing them",
+                            self._on_wire, timeout)
+        await self._pool.close()
+
+    async def __aenter__(self) -> Producer:
+        return await self.start()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    @property
+    def config(self) -> ProducerConfig:
+        return self._config
+
+    @property
+    def pool(self) -> PartitionPool:
+        return self._pool
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def routes(self, topic: str, timeout: float | None = None) -> TopicRoutes:
+        """The topic's current routes (looked up if unknown): partition_num, leaders, meta.
+
+        ``timeout`` (default ``config.timeout``) bounds the whole call, the implicit start
+        included; past it ``Timeout``.
+        """
+        self._checks.topic(topic)
+        timeout = timeout_seconds(timeout, self._timeout)
+        request = Request(topic, b"", None, None, None, None, None, timeout,
+                          asyncio.get_running_loop().time() + timeout)
+        if not self._started or self._closed:
+            await self._ensure_started(request)
+        return await self._load_routes(request)
+
+    async def _ensure_started(self, request: Request | None = None) -> None:
+        """Start if needed; with a ``request``, within its deadline (``Timeout`` past it)."""
+        if self._closed:
+            raise ConnectionError_("the producer is closed")
+        if self._started:
+            return
+        if request is None:
+            await self.start()
+            return
+        remaining = request.deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._start_task()), max(remaining, 0.0))
+        except asyncio.TimeoutError:
+            raise Timeout(f"{request.topic!r}: the producer's start (lookupd discovery) did "
+                          f"not finish within the call's {request.timeout:g}s") from None
+        if self._closed:
+            raise ConnectionError_("the producer is closed")
+
+    # -- tracing switches --------------------------------------------------------------------
+
+    def set_trace(self, enabled: bool | None, topic: str | None = None) -> None:
+        """Switch the client-side trace log, for every topic or for one, at any time.
+
+        ``True``: every publish is sent traced and logged on ``smartnsq.trace``; ``None``:
+        only publishes given a ``trace_id`` are logged; ``False``: none are. A topic's own
+        setting wins over the producer's; ``set_trace(None, topic)`` makes the topic follow
+        the producer's setting again.
+        """
+        if enabled not in (True, False, None):
+            raise InvalidArgument("trace", "must be True, False or None", enabled)
+        if topic is None:
+            self._trace_default = enabled
+        else:
+            self._checks.topic(topic)
+            if enabled is None:
+                self._trace_topics.pop(topic, None)
+            else:
+                self._trace_topics[topic] = enabled
+
+    def trace_enabled(self, topic: str) -> bool | None:
+        """The trace setting in force for ``topic``."""
+        return self._trace_topics.get(topic, self._trace_default)
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    async def publish(self, topic: str, body: bytes, *, sharding_key: ShardingKey | None = None,
+                      partition: int | None = None, trace_id: int | None = None,
+                      headers: Mapping[str, str] | None = None, delay: float | None = None,
+                      timeout: float | None = None) -> PublishResult:
+        """Publish one message and wait for the server's acknowledgement.
+
+        ``body``: non-empty bytes up to ``max_msg_size``. ``sharding_key`` or ``partition``
+        pin the partition (see ``smartnsq.producer.routing``). ``trace_id`` (uint64) sends it
+        traced (PUB_TRACE, or ``##trace_id`` in the JSON header when ``headers`` are given:
+        PUB_EXT; youzan only). ``headers``: ext JSON headers (str -> str; ext topics only).
+        ``delay``: seconds before delivery (DPUB, classic nodes only). ``timeout``: the whole
+        call's deadline (``config.timeout`` by default).
+
+        Raises ``InvalidArgument`` before anything is sent, ``NonRetriableServerError`` when
+        the server refuses the message, ``TopicNotFound``, or ``Timeout``.
+        """
+        body, ext, delay_ms = self._checks.one(topic, body, sharding_key, partition, trace_id,
+                                               headers, delay)
+        timeout = timeout_seconds(timeout, self._timeout)
+        request = Request(topic, body, sharding_key, partition, trace_id, ext, delay_ms,
+                          timeout, asyncio.get_running_loop().time() + timeout)
+        if not self._started or self._closed:
+            await self._ensure_started(request)
+        return await self._send(request)  # type: ignore[return-value]
+
+    def publish_nowait(self, topic: str, body: bytes, *,
+                       sharding_key: ShardingKey | None = None, partition: int | None = None,
+                       trace_id: int | None = None, headers: Mapping[str, str] | None = None,
+                       delay: float | None = None, timeout: float | None = None,
+                       ) -> asyncio.Future[PublishResult]:
+        """Publish one message and return a future of its ``PublishResult``, without a task.
+
+        The way to have many publishes in flight: ``await asyncio.gather(*futures)`` (or
+        await each) instead of gathering ``publish()`` coroutines, which costs a Task each,
+        more than the publish itself. Same arguments, routing, retries, deadline, tracing,
+        results and errors as :meth:`publish`; call it on the producer's event loop.
+
+        ``InvalidArgument`` for the arguments themselves raises here, before anything is
+        sent; what only the topic's routes can tell (an ordered topic without key or
+        partition, a partition beyond ``partition_num``, headers on a non-ext topic...)
+        fails the future, as ``publish()`` raises it after the lookup. When the producer is
+        started, the topic's routes are known and the target's connection is open, the
+        message is written right away and the future settles from the connection's answer;
+        otherwise (and after a retriable failure of that first attempt) ``publish()``'s own
+        retry loop runs in a task and settles the future. Cancelling the future abandons the
+        publish the way cancelling ``publish()`` does.
+        """
+        body, ext, delay_ms = self._checks.one(topic, body, sharding_key, partition, trace_id,
+                                               headers, delay)
+        timeout = self._timeout if timeout is None else timeout_seconds(timeout, self._timeout)
+        loop = self._loop if self._started else asyncio.get_running_loop()
+        request = Request(topic, body, sharding_key, partition, trace_id, ext, delay_ms,
+                          timeout, loop.time() + timeout)
+        if not self._started or self._closed:
+            return self._later(loop, request)
+        pool = self._pool
+        routes = pool.routes(topic)
+        if routes is None or topic in self._slow:
+            # (while earlier calls for the topic are on the slow path, later ones queue
+            # behind them rather than overtake them on the wire)
+            return self._later(loop, request)
+        result: asyncio.Future[PublishResult] = loop.create_future()
+        try:
+            # (the plain case calls routing and encoding directly: no wrapper per message)
+            if self._migration is not None or ext is not None or trace_id is not None \
+                    or delay_ms is not None:
+                routes, address = self._route(routes, request)
+            else:
+                request.target, address = choose_target(routes, sharding_key, partition,
+                                                        self._router, self._classic, self._rr)
+                request.address = address
+            conn = None if address is None else pool.connection(address)
+            if conn is None or conn.writing_paused:
+                return self._later(loop, request, result)
+            youzan = conn.is_youzan
+            data, command, request.traced = encode_one(
+                youzan, address, topic, request.target, body, trace_id, ext,  # type: ignore[arg-type]
+                delay_ms, youzan and self._receipt(request), self._classic)
+        except Exception as exc:  # what publish() would raise once it has the routes
+            result.set_exception(exc)
+            return result
+        request.command = command
+        request.attempt = 1
+        request.stage = SEND
+        remaining = timeout
+        request_timeout = self._request_timeout
+        if request_timeout is not None and request_timeout < remaining:
+            remaining = request_timeout
+        try:
+            answer_future = conn.submit(data, command, remaining)
+        except ConnectionError_:  # closed since the pool handed it out: the slow path
+            request.attempt = 0
+            request.stage = ROUTE
+            return self._later(loop, request, result)
+        self._on_wire += 1
+        # a partial of a method, not a closure: no cell per local on this hot path
+        answer_future.add_done_callback(partial(self._answered, result, request))
+        return result
+
+    def _answered(self, result: asyncio.Future[PublishResult], request: Request,
+                  answer_future: asyncio.Future[bytes]) -> None:
+        """A publish_nowait's fast-path answer: settle its future, or go on retrying."""
+        self._on_wire -= 1  # (what _written() does, inline: this runs once per publish)
+        if self._drained is not None and not self._on_wire and not self._drained.done():
+            self._drained.set_result(None)
+        # read even when the caller gave up (no "exception never retrieved")
+        error: BaseException | None = (
+            ConnectionClosed(f"{request.command} to {request.node} abandoned")
+            if answer_future.cancelled() else answer_future.exception())
+        if result.done():  # cancelled by the caller: the answer is discarded
+            return
+        if error is None:
+            if not request.traced and request.trace_id is None \
+                    and self._trace_default is not True and not self._trace_topics:
+                # plain OK, nothing to log: the common case, built here (no call)
+                name = self._names.get(request.address)  # type: ignore[arg-type]
+                if name is None:
+                    name = self._node_name(request)
+                result.set_result(PublishResult(request.topic, request.target, name, None,
+                                                None, None, None, 1))
+                return
+            try:
+                result.set_result(self._result(request, answer_future.result()))  # type: ignore[arg-type]
+            except Exception as exc:  # an unreadable receipt
+                result.set_exception(exc)
+            return
+        decision = self._decide(request, error)
+        if decision.next is Next.GIVE_UP:
+            assert decision.error is not None
+            result.set_exception(decision.error)
+            return
+        self._later(self._loop, request, result, decision)
+
+    def _later(self, loop: asyncio.AbstractEventLoop, request: Request,
+               result: asyncio.Future[PublishResult] | None = None,
+               decision: Decision | None = None) -> asyncio.Future[PublishResult]:
+        """The slow path of publish_nowait: publish()'s retry loop in a task, settling
+        ``result`` (a new future if None); ``decision``: what the failed first attempt
+        decided."""
+        if result is None:
+            result = loop.create_future()
+        task = loop.create_task(self._publish_later(request, decision))
+        self._tasks.add(task)
+        slow = self._slow
+        topic = request.topic
+        slow[topic] = slow.get(topic, 0) + 1
+
+        def finished(task: asyncio.Task[PublishResult]) -> None:
+            self._tasks.discard(task)
+            left = slow[topic] - 1
+            if left:
+                slow[topic] = left
+            else:
+                del slow[topic]
+            if task.cancelled():
+                if not result.done():
+                    result.cancel()
+                return
+            error = task.exception()
+            if result.done():
+                return
+            if error is None:
+                result.set_result(task.result())
+            else:
+                result.set_exception(error)
+
+        def abandoned(result: asyncio.Future[PublishResult]) -> None:
+            if result.cancelled():
+                task.cancel()
+
+        task.add_done_callback(finished)
+        result.add_done_callback(abandoned)
+        return result
+
+    async def _publish_later(self, request: Request,
+                             decision: Decision | None) -> PublishResult:
+        if decision is None:  # nothing sent yet: exactly publish() after its validation
+            if not self._started or self._closed:
+                await self._ensure_started(request)
+        else:
+            await self._wait(request, decision)
+        return await self._send(request)  # type: ignore[return-value]
+
+    async def publish_many(self, topic: str, bodies: Iterable[bytes], *,
+                           sharding_key: ShardingKey | None = None,
+                           partition: int | None = None,
+                           trace_id: int | Sequence[int] | None = None,
+                           headers: Mapping[str, str] | Sequence[Mapping[str, str] | None]
+                           | None = None,
+                           timeout: float | None = None) -> BatchResult:
+        """Publish a batch to one partition in one command (MPUB, MPUB_TRACE or MPUB_EXT).
+
+        The batch is written all at once or not at all. ``trace_id``: one id for every message
+        or one per message; ``headers``: one mapping for all or one (or ``None``) per message.
+        The batch must fit ``max_body_size``; split bigger ones yourself.
+        """
+        items, traces, exts = self._checks.batch(topic, bodies, sharding_key, partition,
+                                                 trace_id, headers)
+        timeout = timeout_seconds(timeout, self._timeout)
+        request = BatchRequest(topic, items, traces, exts, sharding_key, partition, timeout,
+                               asyncio.get_running_loop().time() + timeout)
+        if not self._started or self._closed:
+            await self._ensure_started(request)
+        return await self._send(request)  # type: ignore[return-value]
+
+    # -- the retry loop ---------------------------------------------------------------------
+
+    async def _send(self, request: Request) -> PublishResult | BatchResult:
+        """Attempts until one is acknowledged or ``retry.decide`` gives up."""
+        while True:
+            try:
+                return await self._attempt(request)
+            except Exception as exc:
+                decision = self._decide(request, exc)
+                if decision.next is Next.GIVE_UP:
+                    assert decision.error is not None
+                    if decision.error is exc:
+                        raise
+                    raise decision.error from decision.error.__cause__
+                await self._wait(request, decision)
+
+    def _decide(self, request: Request, error: BaseException) -> Decision:
+        request.error = error
+        config = self._config
+        return decide(error, request.stage, request.attempt,
+                      request.deadline - self._loop.time(), pinned=request.pinned,
+                      closing=self._closed, topic=request.topic, timeout=request.timeout,
+                      retry_delay=config.retry_delay, retry_delay_max=config.retry_delay_max)
+
+    async def _wait(self, request: Request, decision: Decision) -> None:
+        """Carry out a retry decision: refresh lookup, then wait its back-off."""
+        error = request.error
+        if decision.keep_partition and request.partition is None \
+                and request.target is not None and self._migration is None:
+            request.partition = request.target  # a sharded message is never re-routed
+        if decision.next is Next.REFRESH_AND_RETRY:
+            address = request.address
+            if address is not None and request.stage is SEND:
+                self._pool.leader_failed(request.topic, request.target, address)
+            else:
+                self._pool.refresh(request.topic)
+        delay = decision.delay
+        if delay > 0:
+            log.debug("publish to %r: attempt %d failed (%s); next in %.3fs", request.topic,
+                      request.attempt, error, delay)
+            if decision.early:
+                await self._pool.changed(request.topic, delay)
+            else:
+                await asyncio.sleep(delay)  # a node in back-off: a route change does not help
+        if self._loop.time() >= request.deadline:
+            assert error is not None
+            raise timed_out(request.topic, request.timeout, error)
+        if self._closed:
+            raise ProducerClosed("the producer is closed") from error
+
+    async def _attempt(self, request: Request) -> PublishResult | BatchResult:
+        """One attempt: routes, connection, send, answer. Raises what went wrong."""
+        pool = self._pool
+        loop = self._loop
+        request.attempt += 1
+        request.stage = ROUTE
+        request.address = None
+        if request.attempt > 1:
+            self.retry_count += 1
+        if self._closed:  # closing: no new attempt (the last one was not accepted)
+            raise ProducerClosed("the producer is closed")
+        routes = pool.routes(request.topic)
+        if routes is None:
+            routes = await self._load_routes(request)
+        routes, address = self._route(routes, request)
+        if address is None:
+            target = request.target
+            raise NoLeader(f"partition {target} of {request.topic!r} has no leader now"
+                           if target is not None else f"no node can take {request.topic!r} now")
+        # -- the connection (one closed since is caught by submit: ConnectionClosed, retried)
+        request.stage = CONNECT
+        conn = pool.connection(address)
+        if conn is None:
+            conn = await pool.acquire(address, request.deadline - loop.time())
+        # -- encode and send
+        data = self._encode(conn, request)
+        request.stage = SEND
+        if conn.writing_paused:  # back-pressure: wait, within the deadline
+            try:
+                await asyncio.wait_for(conn.drain(), max(request.deadline - loop.time(), 0.0))
+            except asyncio.TimeoutError:
+                raise Timeout(f"{request.node} took no more writes before the deadline") \
+                    from None
+        if self._closed:  # closing: nothing new goes on the wire
+            raise ProducerClosed("the producer is closed")
+        # no attempt with no time left: what the awaits above took may have used it up (a
+        # request given a deadline already past would time out at once, and close the
+        # shared connection with it)
+        remaining = request.deadline - loop.time()
+        if remaining <= 0:
+            after = f" after: {request.error}" if request.error is not None else ""
+            raise Timeout(f"no time left for attempt {request.attempt}{after}")
+        if self._request_timeout is not None and self._request_timeout < remaining:
+            remaining = self._request_timeout
+        answer_future = conn.submit(data, request.command, remaining)
+        self._on_wire += 1
+        try:
+            if conn.pending_count == 1:
+                # nothing else in flight: write now rather than at the end of this loop
+                # iteration (saves a round of the loop per one-at-a-time publish; in a burst
+                # only the first publish does this, the rest still coalesce)
+                with contextlib.suppress(ConnectionError_):
+                    await conn.drain()  # a failure is also in answer_future
+            answer = await answer_future
+        finally:
+            self._written()
+        return self._result(request, answer)
+
+    def _written(self) -> None:
+        """A publish on the wire was answered (or failed): close() may be waiting for it."""
+        self._on_wire -= 1
+        if self._drained is not None and not self._on_wire and not self._drained.done():
+            self._drained.set_result(None)
+
+    async def _load_routes(self, request: Request) -> TopicRoutes:
+        remaining = request.deadline - self._loop.time()
+        if remaining <= 0:
+            raise Timeout(f"no routes for {request.topic!r} before the deadline")
+        try:
+            return await asyncio.wait_for(self._pool.load_routes(request.topic), remaining)
+        except asyncio.TimeoutError:
+            raise Timeout(f"lookup of {request.topic!r} took longer than the call's "
+                          f"{request.timeout:g}s") from None
+
+    def _route(self, routes: TopicRoutes, request: Request,
+               ) -> tuple[TopicRoutes, tuple[str, int] | None]:
+        """Where this attempt goes (sets ``request.target``/``address``); checks what the
+        routes may refuse."""
+        if self._migration is not None:
+            routes = choose_side(routes, request.sharding_key, self._migration)
+        request.target, address = choose_target(
+            routes, request.sharding_key, request.partition, self._router, self._classic,
+            self._rr)
+        request.address = address
+        if request.bodies is not None or request.ext is not None \
+                or request.trace_id is not None or request.delay_ms is not None:
+            check_features(routes, request.ext is not None or request.exts is not None,
+                                   request.delay_ms, self._classic)
+        return routes, address
+
+    def _receipt(self, request: Request) -> bool:
+        """Whether to ask a youzan node for a traced answer (beyond a given trace id): a
+        pinned publish with ``sharded_receipts``, or the topic's trace log on."""
+        return (request.pinned and self._receipts) \
+            or bool(self._trace_topics.get(request.topic, self._trace_default))
+
+    def _encode(self, conn: Connection, request: Request) -> bytes:
+        """The bytes for ``conn``'s kind of node (sets ``request.command``/``traced``)."""
+        topic = request.topic
+        youzan = conn.is_youzan
+        address = request.address
+        assert address is not None
+        receipt = youzan and self._receipt(request)
+        if request.bodies is None:
+            data, request.command, request.traced = encode_one(
+                youzan, address, topic, request.target, request.body,
+                request.trace_id, request.ext, request.delay_ms, receipt, self._classic)
+        else:
+            data, request.command, request.traced = encode_batch(
+                youzan, address, topic, request.target, request.bodies,
+                request.traces, request.exts, receipt, self._checks.max_body, self._classic)
+        return data
+
+    def _node_name(self, request: Request) -> str:
+        """``"host:port"`` of the node that answered, built once per address."""
+        address = request.address
+        assert address is not None
+        name = self._names.get(address)
+        if name is None:
+            name = self._names[address] = f"{address[0]}:{address[1]}"
+        return name
+
+    def _result(self, request: Request, answer: bytes) -> PublishResult | BatchResult:
+        name = self._node_name(request)
+        topics = self._trace_topics
+        mode = topics.get(request.topic, self._trace_default) if topics else self._trace_default
+        return result_of(request, name, answer, mode)

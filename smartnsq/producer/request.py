@@ -1,0 +1,80 @@
+"""One publish call in progress, as one small slotted object.
+
+Everything the attempts of one call share (what to send, the deadline) and what the last
+attempt learned (where it went, how far it got, what failed) travels in a :class:`Request`
+instead of a dozen positional arguments: the retry loop, the ``publish_nowait`` fast path's
+answer callback and its slow-path task all read the same object.
+"""
+
+from __future__ import annotations
+
+from ..pool import Address
+from ..sharding import ShardingKey
+from .retry import ROUTE
+
+__all__ = ["BatchRequest", "Request"]
+
+
+class Request:
+    """One publish, with its deadline on the loop clock (:class:`BatchRequest`: a batch).
+
+    ``partition`` is where the call pins the message; ``target`` and ``address`` are where
+    the last attempt went (set by routing before anything reads them, as ``command`` and
+    ``traced`` are by encoding); ``attempt`` counts the attempts made, ``stage`` says how far
+    the last one got and ``error`` how it failed.
+    """
+
+    __slots__ = ("address", "attempt", "body", "command", "deadline", "delay_ms", "error",
+                 "ext", "partition", "sharding_key", "stage", "target", "timeout", "topic",
+                 "trace_id", "traced")
+
+    # a single message has none of a batch's fields (BatchRequest's slots override these)
+    bodies: list[bytes] | None = None
+    traces: list[int] | None = None
+    exts: list[bytes] | None = None
+
+    def __init__(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
+                 partition: int | None, trace_id: int | None, ext: bytes | None,
+                 delay_ms: int | None, timeout: float, deadline: float) -> None:
+        # (the fast path builds one per publish: only what is read before being set)
+        self.topic = topic
+        self.body = body
+        self.sharding_key = sharding_key
+        self.partition = partition
+        self.trace_id = trace_id
+        self.ext = ext
+        self.delay_ms = delay_ms
+        self.timeout = timeout
+        self.deadline = deadline
+        self.attempt = 0
+        self.stage = ROUTE
+        self.address: Address | None = None
+        self.error: BaseException | None = None
+        self.target: int | None
+        self.command: str
+        self.traced: bool
+
+    @property
+    def pinned(self) -> bool:
+        """The message belongs to one partition (a sharding key or an explicit partition)."""
+        return self.sharding_key is not None or self.partition is not None
+
+    @property
+    def node(self) -> str:
+        address = self.address
+        return "" if address is None else f"{address[0]}:{address[1]}"
+
+
+class BatchRequest(Request):
+    """A batch (MPUB family): its bodies, per-message trace ids and encoded ext headers."""
+
+    __slots__ = ("bodies", "exts", "traces")
+
+    def __init__(self, topic: str, bodies: list[bytes], traces: list[int] | None,
+                 exts: list[bytes] | None, sharding_key: ShardingKey | None,
+                 partition: int | None, timeout: float, deadline: float) -> None:
+        super().__init__(topic, b"", sharding_key, partition, None, None, None, timeout,
+                         deadline)
+        self.bodies = bodies
+        self.traces = traces
+        self.exts = exts

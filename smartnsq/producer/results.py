@@ -1,0 +1,146 @@
+"""What an acknowledged publish tells: ``PublishResult`` and ``BatchResult``.
+
+Slotted records rather than frozen dataclasses: one is built per acknowledged publish, on the
+hot path, and a frozen dataclass's ``__init__`` costs several times more.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import trace as tracing
+from ..protocol.responses import PublishReceipt, parse_publish_response
+
+if TYPE_CHECKING:
+    from .request import Request
+
+__all__ = ["BatchResult", "PublishResult", "result_of"]
+
+
+class _Record:
+    """Slotted, read-only-by-convention result record (cheaper than a frozen dataclass)."""
+
+    __slots__: tuple[str, ...] = ()
+    FIELDS: tuple[str, ...] = ()  # in their constructor order
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Record)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.FIELDS)
+        return f"{type(self).__name__}({inner})"
+
+class PublishResult(_Record):
+    """What one acknowledged publish tells.
+
+    ``partition`` is where it was written (``None``: no partition was named, as on classic
+    nodes, and no receipt told). ``node`` is ``"host:port"`` of the nsqd that acknowledged it.
+    The receipt fields (``internal_id``, ``trace_id``, ``queue_offset``, ``raw_size``) come
+    from youzan's traced answer and are ``None`` after a plain ``OK``: traced publishes always
+    have them, sharded and explicit-partition ones by default (``sharded_receipts``).
+    ``attempts`` counts the sends (more than 1 after a retry).
+    """
+
+    FIELDS = ("topic", "partition", "node", "internal_id", "trace_id", "queue_offset",
+              "raw_size", "attempts")
+    __slots__ = ("attempts", "internal_id", "node", "partition", "queue_offset", "raw_size",
+                 "topic", "trace_id")
+
+    def __init__(self, topic: str, partition: int | None, node: str,
+                 internal_id: int | None = None, trace_id: int | None = None,
+                 queue_offset: int | None = None, raw_size: int | None = None,
+                 attempts: int = 1) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.node = node
+        self.internal_id = internal_id
+        self.trace_id = trace_id
+        self.queue_offset = queue_offset
+        self.raw_size = raw_size
+        self.attempts = attempts
+
+    @property
+    def receipt(self) -> PublishReceipt | None:
+        """The server's receipt, when it sent one."""
+        if self.internal_id is None:
+            return None
+        return PublishReceipt(self.internal_id, self.trace_id or 0, self.queue_offset or 0,
+                              self.raw_size or 0)
+
+
+class BatchResult(_Record):
+    """What an acknowledged batch (MPUB family) tells.
+
+    With a receipt (MPUB_TRACE), ``internal_id`` and ``queue_offset`` are the first message's
+    and ``raw_size`` covers the whole batch; the other ids follow consecutively.
+    """
+
+    FIELDS = ("topic", "partition", "node", "count", "internal_id", "queue_offset",
+              "raw_size", "attempts")
+    __slots__ = ("attempts", "count", "internal_id", "node", "partition", "queue_offset",
+                 "raw_size", "topic")
+
+    def __init__(self, topic: str, partition: int | None, node: str, count: int,
+                 internal_id: int | None = None, queue_offset: int | None = None,
+                 raw_size: int | None = None, attempts: int = 1) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.node = node
+        self.count = count
+        self.internal_id = internal_id
+        self.queue_offset = queue_offset
+        self.raw_size = raw_size
+        self.attempts = attempts
+
+
+def result_of(request: Request, node: str, answer: bytes,
+              mode: bool | None) -> PublishResult | BatchResult:
+    """The result of an acknowledged request; logs its trace line when ``mode`` (the topic's
+    trace setting) asks for one."""
+    topic = request.topic
+    partition = request.target
+    trace_id = request.trace_id
+    if not request.traced and request.bodies is None and trace_id is None and mode is not True:
+        # plain OK, nothing to log: the common case
+        return PublishResult(topic, partition, node, None, None, None, None, request.attempt)
+    receipt = parse_publish_response(answer) if request.traced or answer != b"OK" else None
+    if receipt is not None and partition is None:
+        partition = receipt.partition
+    if request.bodies is not None:
+        count = len(request.bodies)
+        if mode or (mode is None and request.traces is not None):
+            _trace_line("MPUB", topic, partition, node, receipt, None, count)
+        if receipt is None:
+            return BatchResult(topic, partition, node, count, attempts=request.attempt)
+        return BatchResult(topic, partition, node, count, receipt.internal_id,
+                           receipt.queue_offset, receipt.raw_size, request.attempt)
+    if mode or (mode is None and trace_id is not None):
+        _trace_line("PUB", topic, partition, node, receipt, trace_id, 1)
+    if receipt is None:
+        return PublishResult(topic, partition, node, None, trace_id, None, None,
+                             request.attempt)
+    return PublishResult(topic, partition, node, receipt.internal_id, receipt.trace_id,
+                         receipt.queue_offset, receipt.raw_size, request.attempt)
+
+
+def _trace_line(kind: str, topic: str, partition: int | None, node: str,
+                receipt: PublishReceipt | None, trace_id: int | None, count: int) -> None:
+    if not tracing.enabled():
+        return
+    if receipt is None:
+        tracing.line(kind, "no receipt", topic=topic, partition=partition, node=node,
+                     trace_id=trace_id, count=count)
+        return
+    tracing.line(kind, topic=topic, partition=partition, node=node,
+                 internal_id=receipt.internal_id,
+                 trace_id=receipt.trace_id if trace_id is None else trace_id,
+                 queue_offset=receipt.queue_offset, raw_size=receipt.raw_size, count=count)

@@ -1,0 +1,109 @@
+"""Where one attempt of a publish goes: plain functions of the topic's routes (protocol.md 6.2).
+
+* ``sharding_key``: ``router(key, partition_num)``. The key always goes to that partition:
+  when it has no leader right now (normal for tens of seconds during a failover) the target
+  has no address and the caller waits for one, never writing to another partition.
+* ``partition``: that partition, same rules.
+* neither: round-robin over the partitions that have a leader now (or the plain nodes of a
+  classic topic). Ordered topics refuse this: their order only exists per partition.
+
+A sharding key on a topic without partitions (classic nodes) is placed on a node by the
+classic dialect. Nothing here does I/O or keeps state besides the round-robin counters the
+caller passes in (constructing a route source opens nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..dialect import ClassicDialect, RouteChooser
+from ..errors import InvalidArgument
+from ..pool import Address, LookupRouteSource, RouteSource, StaticRouteSource, TopicRoutes
+from ..sharding import Router, ShardingKey
+
+__all__ = ["check_features", "choose_side", "choose_target", "route_source"]
+
+
+def route_source(lookupd: Sequence[str] | str | None, nsqd: Sequence[str] | str | None,
+                 source: RouteSource | None, lookup: Any,
+                 lookup_options: Mapping[str, Any] | None) -> RouteSource:
+    """Where a Producer's routes come from: exactly one of lookupd addresses, fixed nsqd
+    addresses, a lookup manager or a route source."""
+    given = sum(x is not None and x != [] for x in (lookupd, nsqd, source, lookup))
+    if given != 1:
+        raise InvalidArgument("Producer", "give exactly one of lookupd=, nsqd=, lookup= "
+                              "or source=")
+    if source is not None:
+        return source
+    if nsqd is not None:
+        return StaticRouteSource([nsqd] if isinstance(nsqd, str) else nsqd)
+    return LookupRouteSource([lookupd] if isinstance(lookupd, str) else lookupd,
+                             lookup=lookup, options=dict(lookup_options or {}))
+
+
+def choose_side(routes: TopicRoutes, sharding_key: ShardingKey | None,
+                migration: RouteChooser | None) -> TopicRoutes:
+    """The routes to write to: a topic on both a youzan and a classic cluster goes where the
+    migration chooser says; any other topic's routes are returned as they are."""
+    if migration is not None and routes.nodes and routes.partitioned:
+        return migration.choose(routes, sharding_key)
+    return routes
+
+
+def choose_target(routes: TopicRoutes, sharding_key: ShardingKey | None,
+                  partition: int | None, router: Router, classic: ClassicDialect,
+                  rr: dict[str, int]) -> tuple[int | None, Address | None]:
+    """(partition or None, leader address or None) for one attempt.
+
+    ``partition`` wins over ``sharding_key``: a sharded message being retried is pinned to
+    the partition its key chose first. ``rr`` holds the round-robin position per topic
+    (advanced for unpinned publishes only).
+    Raises ``InvalidArgument`` for what the routes say is wrong with the call.
+    """
+    topic = routes.topic
+    if partition is not None:
+        if not routes.partitioned:
+            raise InvalidArgument("partition", f"topic {topic!r} has no partitions "
+                                  "(classic or standalone nodes)", partition)
+        if routes.partition_num and partition >= routes.partition_num:
+            raise InvalidArgument("partition", f"topic {topic!r} has "
+                                  f"{routes.partition_num} partitions "
+                                  f"(0..{routes.partition_num - 1})", partition)
+        return partition, routes.leaders.get(partition)
+    if sharding_key is not None:
+        if not routes.partitioned:
+            # classic (or partition-less) nodes: the same key, the same node
+            return None, classic.node_for_key(sharding_key, routes.nodes, topic)
+        if routes.partition_num <= 0:
+            raise InvalidArgument("sharding_key", f"topic {topic!r} has no partition "
+                                  "count in lookup (standalone nodes); sharding "
+                                  "needs one", sharding_key)
+        target = router(sharding_key, routes.partition_num)
+        return target, routes.leaders.get(target)
+    if routes.ordered:
+        raise InvalidArgument("partition", f"topic {topic!r} is ordered: publish "
+                              "with a sharding_key or a partition", None)
+    targets = routes.targets
+    if not targets:
+        return None, None
+    index = rr.get(topic, 0)
+    rr[topic] = index + 1
+    return targets[index % len(targets)]
+
+
+def check_features(routes: TopicRoutes, has_headers: bool, delay_ms: int | None,
+                   classic: ClassicDialect) -> None:
+    """What the routes already tell is wrong with the call, before connecting anywhere.
+
+    (Trace ids on classic nodes are fine: sent plain, logged client-side.)
+    """
+    if routes.youzan:
+        if delay_ms is not None:
+            raise InvalidArgument("delay", f"youzan nsqd has no deferred publish (DPUB); "
+                                  f"topic {routes.topic!r} is on youzan nodes", delay_ms)
+        if has_headers and not routes.ext and routes.partition_num:
+            raise InvalidArgument("headers", f"topic {routes.topic!r} is not an ext topic "
+                                  "(lookup meta extend_support is false)", "<headers>")
+    elif routes.youzan is False and has_headers:
+        classic.classic_headers(routes.topic)

@@ -1,0 +1,129 @@
+"""The arguments of a publish call, checked once before anything is sent.
+
+Every escape raises :class:`~smartnsq.errors.InvalidArgument` naming the argument: a server
+would close the connection on most bad input, failing every other publish in flight on it,
+and an ``OverflowError`` or ``UnicodeEncodeError`` from deep inside says nothing about which
+argument was wrong. What only the topic's routes can tell is checked in ``routing``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from ..errors import InvalidArgument
+from ..protocol import validate as v
+from ..sharding import ShardingKey, key_bytes
+from .encoding import batch_exts, encode_headers
+
+__all__ = ["MAX_DELAY_MS", "Checks", "delay_ms", "timeout_seconds"]
+
+MAX_DELAY_MS = 3_600_000 * 24 * 365  # far beyond any server's max_req_timeout
+
+_MAX_VALID_TOPICS = 10_000  # names remembered as valid (bounded: topics may be unbounded)
+
+
+def timeout_seconds(timeout: object, default: float) -> float:
+    """A call's ``timeout``: a positive, finite number of seconds (``None``: ``default``).
+
+    Infinity is refused: the deadline bounds every retry, and without one a call against a
+    partition that never comes back would retry for ever.
+    """
+    if timeout is None:
+        return default
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
+            or not 0 < timeout < math.inf:  # (also refuses nan)
+        raise InvalidArgument("timeout", "must be a positive, finite number of seconds",
+                              timeout)
+    return timeout
+
+
+def delay_ms(delay: object) -> int:
+    """A DPUB ``delay`` in seconds as the wire's milliseconds."""
+    if isinstance(delay, bool) or not isinstance(delay, int | float) \
+            or not 0 <= delay < math.inf:  # (also refuses nan)
+        raise InvalidArgument("delay", "must be a non-negative, finite number of seconds",
+                              delay)
+    ms = round(delay * 1000)
+    if ms > MAX_DELAY_MS:
+        raise InvalidArgument("delay", "too long", delay)
+    return ms
+
+
+class Checks:
+    """A producer's argument checks, with its limits (and the topic names already seen)."""
+
+    __slots__ = ("key_check", "max_body", "max_msg", "valid_topics")
+
+    def __init__(self, max_msg: int, max_body: int, key_check: bool) -> None:
+        self.max_msg = max_msg
+        self.max_body = max_body
+        # built-in schemes know their key types; a user function judges its own keys
+        self.key_check = key_check
+        self.valid_topics: set[str] = set()
+
+    def topic(self, topic: str) -> None:
+        if topic not in self.valid_topics:
+            v.check_topic(topic)
+            if len(self.valid_topics) < _MAX_VALID_TOPICS:
+                self.valid_topics.add(topic)
+
+    def target(self, sharding_key: ShardingKey | None, partition: int | None) -> None:
+        if partition is not None:
+            v.check_partition(partition)
+            if sharding_key is not None:
+                raise InvalidArgument("partition", "give sharding_key or partition, not both",
+                                      partition)
+        elif sharding_key is not None and self.key_check:
+            key_bytes(sharding_key)
+
+    def one(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
+            partition: int | None, trace_id: int | None,
+            headers: Mapping[str, str] | None, delay: float | None,
+            ) -> tuple[bytes, bytes | None, int | None]:
+        """One publish's arguments: the body as sent, the encoded ext header (or None) and
+        the delay in ms (or None)."""
+        if topic not in self.valid_topics:
+            self.topic(topic)
+        if body.__class__ is not bytes or not 0 < len(body) <= self.max_msg:
+            body = v.check_body(body, self.max_msg)
+        if trace_id is not None:
+            v.check_trace_id(trace_id)
+        ext = None if headers is None else encode_headers(headers, trace_id)
+        delay = None if delay is None else delay_ms(delay)
+        if partition is not None or sharding_key is not None:
+            self.target(sharding_key, partition)
+        return body, ext, delay
+
+    def batch(self, topic: str, bodies: Iterable[bytes], sharding_key: ShardingKey | None,
+              partition: int | None, trace_id: int | Sequence[int] | None,
+              headers: Mapping[str, str] | Sequence[Mapping[str, str] | None] | None,
+              ) -> tuple[list[bytes], list[int] | None, list[bytes] | None]:
+        """A batch's arguments: the bodies, per-message trace ids and encoded ext headers."""
+        self.topic(topic)
+        items = list(bodies)
+        if not items:
+            raise InvalidArgument("bodies", "a batch needs at least one message", items)
+        max_msg = self.max_msg
+        total = 4
+        for i, body in enumerate(items):
+            if body.__class__ is not bytes or not 0 < len(body) <= max_msg:
+                items[i] = body = v.check_body(body, max_msg, f"bodies[{i}]")
+            total += 4 + len(body)
+        traces: list[int] | None = None
+        if trace_id is not None:
+            if isinstance(trace_id, int):
+                traces = [v.check_trace_id(trace_id)] * len(items)
+            else:
+                traces = [v.check_trace_id(t) for t in trace_id]
+                if len(traces) != len(items):
+                    raise InvalidArgument("trace_id", f"needs one id per message ({len(items)})",
+                                          f"<{len(traces)} ids>")
+        exts = None if headers is None else batch_exts(headers, traces, len(items))
+        if traces is not None:
+            total += 8 * len(items)
+        if total > self.max_body:
+            raise InvalidArgument("bodies", f"batch size {total} exceeds max_body_size "
+                                  f"{self.max_body}", f"<{len(items)} messages>")
+        self.target(sharding_key, partition)
+        return items, traces, exts

@@ -1,0 +1,33 @@
+"""Sharding keys a producer refuses or hashes (issue 12: a lone-surrogate key escaped as
+UnicodeEncodeError)."""
+
+from __future__ import annotations
+
+import pytest
+
+from smartnsq.errors import InvalidArgument
+from smartnsq.producer.validation import Checks
+from smartnsq.sharding import java_hash_code, key_bytes, murmur3_partition
+
+
+@pytest.mark.parametrize("key", ["\ud800", "ok\udfff", "\udc00\ud800"])
+def test_a_lone_surrogate_has_no_bytes_to_hash(key: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        key_bytes(key)
+    assert caught.value.field == "sharding_key"
+    with pytest.raises(InvalidArgument, match="sharding_key"):
+        murmur3_partition(key, 4)
+    with pytest.raises(InvalidArgument, match="sharding_key"):
+        Checks(100, 100, True).target(key, None)
+
+
+def test_java_hashes_utf16_code_units_as_java_does() -> None:
+    assert java_hash_code("\ud800") == 0xD800  # a one-char String's hashCode is the char
+    assert java_hash_code("a\ud800") == 31 * ord("a") + 0xD800
+    assert java_hash_code("\U0001f600") == 31 * 0xD83D + 0xDE00  # a surrogate pair
+
+
+def test_valid_keys_still_hash() -> None:
+    assert key_bytes("héllo") == "héllo".encode()
+    assert key_bytes(42) == b"42"
+    Checks(100, 100, False).target("\ud800", None)  # a user scheme judges its own keys
