@@ -32,7 +32,8 @@ from ..message import Message
 from ..protocol import validate as v
 from ..protocol.commands import StartPosition
 
-__all__ = ["ConsumerConfig", "GiveUpHook", "Handler", "OrderErrorHook", "build_config"]
+__all__ = ["ConsumerConfig", "GiveUpHook", "Handler", "OrderErrorHook", "build_config",
+           "close_timeout"]
 
 Handler = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007 - runtime alias
 GiveUpHook = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007
@@ -214,3 +215,15 @@ def build_config(config: ConsumerConfig | ConnectionConfig | None,
         if own.get(name, 1) is None:  # the old keywords took None for "the default"
             del own[name]
     return dataclasses.replace(base, **own) if own else base
+
+
+_CLOSE_TIMEOUT = seconds(low_open=False)
+
+
+def close_timeout(timeout: float | None, default: float) -> float:
+    """``close(timeout)``'s deadline in seconds: ``None`` is ``default`` (``drain_timeout``);
+    0 closes at once (no drain, connections aborted); never unbounded."""
+    if timeout is None:
+        return float(default)
+    _CLOSE_TIMEOUT.check("timeout", timeout, None)
+    return float(timeout)
