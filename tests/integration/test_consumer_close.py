@@ -20,6 +20,7 @@ from support import WAIT, Watch, bounded, keeps_deadline, wait_until
 from smartnsq import sync
 from smartnsq.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.consumer import Consumer
+from smartnsq.devcluster.hostile import SilentNsqd, StallingNsqd
 from smartnsq.errors import InvalidArgument
 from smartnsq.message import Message
 from smartnsq.producer import Producer
@@ -251,3 +252,18 @@ async def test_a_bad_close_timeout_is_refused_naming_it(timeout: Any) -> None:
     async with bounded(0.0):
         await consumer.close(timeout=0)
     assert consumer.closed
+
+
+@pytest.mark.parametrize("peer", [SilentNsqd, StallingNsqd])
+async def test_close_keeps_its_deadline_against_hostile_nsqds(peer: Any) -> None:
+    """Three hostile nodes: one never answers, the others stall mid-frame after the
+    handshake; the consumer is stuck subscribing to each when it closes."""
+    async with peer() as a, peer() as b, peer() as c:
+        consumer = Consumer("t", "ch", nsqd=[a.address, b.address, c.address],
+                            handler=lambda m: None, **FAST)
+        async with bounded(1.0):
+            await consumer.start()
+        await wait_until(lambda: min(a.connections, b.connections, c.connections) > 0, WAIT)
+        async with bounded(1.0):
+            await consumer.close(timeout=1.0)
+        assert consumer.closed and consumer.connection_count == 0
