@@ -145,7 +145,8 @@ class ConsumerConfig:
         "Consume trace lines on smartnsq.trace: None for messages with a trace id, True for "
         "all, False for none.", check=flag(optional=True)))
     drain_timeout: float = field(default=30.0, metadata=doc(
-        "How long close() waits, by default, for running handlers and unanswered messages.",
+        "close()'s default timeout: the whole close (the drain for running handlers, CLS, "
+        "the connections' close) ends within it; what is left is aborted.",
         unit="s", check=seconds()))
     reconnect_delay: float = field(default=1.0, metadata=doc(
         "First wait before resubscribing after a failure; doubles per consecutive failure, "

@@ -351,7 +351,7 @@ class Consumer:
 
     @property
     def drain_timeout(self) -> float:
-        """How long ``close()`` waits, by default, for handlers and unanswered messages."""
+        """``close()``'s default timeout (the whole close, the drain included)."""
         return float(self.config.drain_timeout)
 
     def is_starved(self) -> bool:
