@@ -875,11 +875,13 @@ class Reader:
                     message._responded = True
                     message.smartnsq.req(0, backoff=False)
             # handlers answer on the run() loop: when it is not running (run() returned) no
-            # answer will come, so close at once (the server redelivers what is unanswered)
-            # instead of waiting for the drain timeout
-            timeout = None if self._loop.is_running() else 0.0
-            await asyncio.gather(*(c.close(timeout) for c in consumers),
-                                 return_exceptions=True)
+            # answer will come, so no drain: nothing is in flight but the REQs just sent, and
+            # CLS (within close_timeout) makes sure the server read them before the socket
+            # closes (close(0) would drop the connection at once, losing them on classic nsqd
+            # until msg_timeout)
+            await asyncio.gather(*(c.close(None if self._loop.is_running()
+                                           else c.config.connection.close_timeout)
+                                   for c in consumers), return_exceptions=True)
 
         try:
             return self._close_then_release(close_all())

@@ -718,7 +718,10 @@ class Connection(asyncio.Protocol):
                     self._transport.abort()
 
     def abort(self) -> None:
-        """Drop the connection at once, without writing what is queued."""
+        """Drop the connection at once, without writing what is queued; also ends a
+        ``close()`` under way (an owner out of time cannot wait for its flush)."""
+        if self._closing and self._transport is not None and not self._lost.done():
+            self._transport.abort()
         self._fail(None, abort=True)
 
     def _fail(self, reason: BaseException | None, *, abort: bool = False) -> None:

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 from . import loop_thread as _loops
 from .consumer import Consumer as AsyncConsumer
+from .consumer.config import close_timeout
 from .errors import InvalidArgument, Timeout
 from .loop_thread import LoopThread, LoopTimeout
 from .message import Message
@@ -355,18 +356,19 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
         self._loop_thread.call_soon(begin)
 
     def close(self, timeout: float | None = None) -> None:
-        """Drain (within ``timeout``, default the consumer's ``drain_timeout``), close the
-        connections and release the loop thread. From a handler thread use ``stop()``."""
+        """Drain, close the connections and release the loop thread, all within ``timeout``
+        (default the consumer's ``drain_timeout``; the async ``close`` says what is aborted
+        at the deadline). From a handler thread use ``stop()``."""
         if getattr(_handler_thread, "active", False):
             raise RuntimeError("close() from a handler would wait for itself; use stop()")
+        deadline = close_timeout(timeout, self._consumer.drain_timeout)
         if self._closed:
             return
         if not self._starting.done():
             self._loop_thread.abandon(self._starting)  # a start still under way ends here
         if self._loop_thread.running and not self._consumer.closed:
-            drain = timeout if timeout is not None else self._consumer.drain_timeout
             try:
-                self._run(self._consumer.close(timeout), drain + 2 * _GUARD)
+                self._run(self._consumer.close(deadline), deadline, "close")
             except Exception:
                 log.warning("closing the consumer failed", exc_info=True)
         self._after_stop()

@@ -32,7 +32,8 @@ from ..message import Message
 from ..protocol import validate as v
 from ..protocol.commands import StartPosition
 
-__all__ = ["ConsumerConfig", "GiveUpHook", "Handler", "OrderErrorHook", "build_config"]
+__all__ = ["ConsumerConfig", "GiveUpHook", "Handler", "OrderErrorHook", "build_config",
+           "close_timeout"]
 
 Handler = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007 - runtime alias
 GiveUpHook = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007
@@ -144,7 +145,8 @@ class ConsumerConfig:
         "Consume trace lines on smartnsq.trace: None for messages with a trace id, True for "
         "all, False for none.", check=flag(optional=True)))
     drain_timeout: float = field(default=30.0, metadata=doc(
-        "How long close() waits, by default, for running handlers and unanswered messages.",
+        "close()'s default timeout: the whole close (the drain for running handlers, CLS, "
+        "the connections' close) ends within it; what is left is aborted.",
         unit="s", check=seconds()))
     reconnect_delay: float = field(default=1.0, metadata=doc(
         "First wait before resubscribing after a failure; doubles per consecutive failure, "
@@ -214,3 +216,15 @@ def build_config(config: ConsumerConfig | ConnectionConfig | None,
         if own.get(name, 1) is None:  # the old keywords took None for "the default"
             del own[name]
     return dataclasses.replace(base, **own) if own else base
+
+
+_CLOSE_TIMEOUT = seconds(low_open=False)
+
+
+def close_timeout(timeout: float | None, default: float) -> float:
+    """``close(timeout)``'s deadline in seconds: ``None`` is ``default`` (``drain_timeout``);
+    0 closes at once (no drain, connections aborted); never unbounded."""
+    if timeout is None:
+        return float(default)
+    _CLOSE_TIMEOUT.check("timeout", timeout, None)
+    return float(timeout)

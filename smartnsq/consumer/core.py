@@ -8,8 +8,10 @@ partition). Messages go from the links (``link.py``) through one queue to a fixe
 workers (``dispatch.py``); RDY is spread by the flow control (``flow.py`` over
 ``smartnsq.rdy``). Everything these parts share is one :class:`~.link.Runtime`, handed to each.
 
-Draining: ``close()`` sends RDY 0, requeues what was received but not started, lets running
-handlers finish (and answer) within ``drain_timeout``, sends CLS, waits for CLOSE_WAIT, closes.
+Closing is one deadline (``close(timeout)``, default ``drain_timeout``): RDY 0, what was
+received but not started requeued, running handlers given until shortly before the deadline,
+then CLS/CLOSE_WAIT and the connection closes of every subscription at once; at the deadline
+the rest is aborted, so a stalled peer costs the close nothing beyond its timeout.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from ..config import ConnectionConfig
 from ..connection import Connection
@@ -27,17 +29,20 @@ from ..errors import InvalidArgument
 from ..message import Message
 from ..pool import Address, parse_address
 from ..protocol import validate as v
-from .config import ConsumerConfig, Handler, build_config
+from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
 from .dispatch import Dispatch, is_async, iterate, worker
 from .flow import Flow
 from .link import Runtime, link_of
-from .subscription import Subscriptions, reconnect_delay
+from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
 from .targets import static_targets
 
 __all__ = ["Consumer"]
 
 log = logging.getLogger("smartnsq.consumer")
+
+# the most of close()'s timeout kept from the drain for CLS and closing the connections
+_CLOSE_RESERVE: Final = 1.0
 
 
 class Consumer:
@@ -108,6 +113,7 @@ class Consumer:
         self._close_task: asyncio.Task[None] | None = None
         self._fatal: BaseException | None = None
         self._closed_event: asyncio.Event | None = None
+        self._deadline = 0.0  # close()'s, in loop time
         self._started = False
         self._closing = False
         self._closed = False
@@ -189,10 +195,17 @@ class Consumer:
         return self._fatal
 
     async def close(self, timeout: float | None = None) -> None:
-        """Drain and close: RDY 0; requeue what was received but not started; wait up to
-        ``timeout`` (default ``drain_timeout``) for running handlers and unanswered messages;
-        CLS (waiting for CLOSE_WAIT) and close every connection. Idempotent. Called from a
-        handler it returns at once and the drain proceeds when the handler returns."""
+        """Drain and close, all within ``timeout`` seconds (``None``: ``drain_timeout``).
+
+        RDY 0; what was received but not started is requeued; running handlers get until
+        shortly before the deadline to finish (and answer); then CLS, waiting for
+        CLOSE_WAIT, and the closing of every connection, all at once. Whatever is not done at
+        the deadline is aborted: connections dropped, tasks cancelled, and the messages still
+        unanswered left to the server, which redelivers them (a message whose handler did not
+        succeed is never FINed). A second ``close()`` with an earlier deadline brings the
+        first one's forward. Idempotent. Called from a handler it returns at once and the
+        close proceeds when the handler returns."""
+        timeout = close_timeout(timeout, self.config.drain_timeout)
         current = asyncio.current_task()
         if current is not None and current in self._workers:
             # from a handler: the drain waits for this very handler, so it cannot be awaited
@@ -200,16 +213,26 @@ class Consumer:
             if not self._closing:
                 self._close_task = self._rt.loop.create_task(self.close(timeout))
             return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         if self._closing:
-            if self._closed_event is not None:
-                await self._closed_event.wait()
+            await self._closed_by(deadline)
             return
         self._closing = True
         if not self._started:
             self._closed = True
             return
-        rt = self._rt
-        timeout = self.config.drain_timeout if timeout is None else timeout
+        self._deadline = deadline
+        try:
+            await self._close(timeout)
+        except BaseException:
+            # cancelled (or a bug): nothing may outlive the close, so everything stops now
+            self._abort()
+            self._finished()
+            raise
+
+    async def _close(self, timeout: float) -> None:
+        rt, loop = self._rt, self._rt.loop
         subs = self._subs
         if subs is not None:
             subs.closing = True
@@ -219,22 +242,75 @@ class Consumer:
         rt.flow.freeze()
         self._requeue_waiting()
         if rt.in_flight > 0:
-            waiter = rt.idle_waiter = rt.loop.create_future()
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), timeout)
-            except asyncio.TimeoutError:
-                log.warning("%s/%s: %d messages still unanswered after %gs; closing anyway "
-                            "(the server redelivers them)", self.topic, self.channel,
-                            rt.in_flight, timeout)
+            # the drain leaves a little of the time to CLS and the closes
+            reserve = min(_CLOSE_RESERVE, timeout / 4)
+            waiter = rt.idle_waiter = loop.create_future()
+            drain = max(0.0, self._deadline - reserve - loop.time())
+            await asyncio.wait({waiter}, timeout=drain)
+            if not waiter.done():
+                log.warning("%s/%s: %d messages still unanswered after a %.3gs drain (close "
+                            "timeout %gs); closing anyway (the server redelivers them)",
+                            self.topic, self.channel, rt.in_flight, drain, timeout)
         if subs is not None:
-            await subs.close()
+            await subs.close(self._deadline)
         rt.queue.stop()
         for task in self._workers:
             task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        rt.flow.close()
+        ending = [t for t in self._workers if not t.done()]
         if self._discovery is not None:
-            await self._discovery.close()
+            ending.append(loop.create_task(self._discovery.close()))
+        if ending:
+            # until the deadline, and at least a moment: the handlers were just cancelled,
+            # releasing the lookup is quick; what does not end is left behind
+            left = max(self._deadline - loop.time(), ABORT_GRACE)
+            _, still = await asyncio.wait(ending, timeout=left)
+            for task in still:
+                task.cancel()
+            if still:
+                log.warning("%s/%s: %d tasks (handlers, lookup) did not end in time; left "
+                            "behind", self.topic, self.channel, len(still))
+        self._finished()
+
+    async def _closed_by(self, deadline: float) -> None:
+        """A close is already under way: wait for it until our own deadline, bringing its
+        deadline forward to ours (by aborting what is left) when ours is earlier."""
+        event = self._closed_event
+        if event is None or event.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_task(event.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=max(0.0, deadline - loop.time()))
+            if not event.is_set():
+                log.info("%s/%s: a close with an earlier deadline: aborting what is left",
+                         self.topic, self.channel)
+                self._deadline = min(self._deadline, loop.time())
+                self._abort()
+                await asyncio.wait({waiter}, timeout=ABORT_GRACE)
+        finally:
+            waiter.cancel()
+
+    def _abort(self) -> None:
+        """Out of time: drop every connection, stop the drain and cancel the handlers now
+        (their messages are left to the server; nothing is FINed for them)."""
+        rt = self._rt
+        if self._subs is not None:
+            self._subs.abort()
+        if self._discovery is not None:
+            self._discovery.stop()
+        waiter, rt.idle_waiter = rt.idle_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if rt.queue is not None:
+            rt.queue.stop()
+        for task in self._workers:
+            task.cancel()
+
+    def _finished(self) -> None:
+        if self._closed:
+            return
+        if self._rt.flow is not None:
+            self._rt.flow.close()
         self._closed = True
         assert self._closed_event is not None
         self._closed_event.set()
@@ -275,7 +351,7 @@ class Consumer:
 
     @property
     def drain_timeout(self) -> float:
-        """How long ``close()`` waits, by default, for handlers and unanswered messages."""
+        """``close()``'s default timeout (the whole close, the drain included)."""
         return float(self.config.drain_timeout)
 
     def is_starved(self) -> bool:

@@ -34,10 +34,12 @@ from .link import Link, Runtime
 from .setoffset import set_offset
 from .targets import Starts, Target, sub_command
 
-__all__ = ["Subscription", "Subscriptions", "reconnect_delay"]
+__all__ = ["ABORT_GRACE", "Subscription", "Subscriptions", "reconnect_delay"]
 
 log = logging.getLogger("smartnsq.consumer")
 
+# past a close's deadline: how long aborted connections and cancelled tasks get to unwind
+ABORT_GRACE: Final = 0.2
 _RECANCEL_EVERY: Final = 0.1  # how often stop() cancels again a task that outlived a cancel
 _SUB_ERRORS_LEARNT: Final = frozenset({"E_SUB_EXTEND_NEED", "E_SUB_EXTEND_FORBIDDON",
                                        "E_SUB_ORDER_IS_MUST"})
@@ -114,6 +116,24 @@ class Subscription:
                 self._interrupt(task)
         if not task.cancelled() and task.exception() is not None:
             log.debug("%s: subscription ended with %r", self.name, task.exception())
+
+    def abort(self) -> None:
+        """Out of time: drop the connection without a word (its unanswered messages are the
+        server's to redeliver; no answer can go out on it any more) and end the task."""
+        self.wanted = False
+        self._wake.set()
+        link = self.link
+        task = self._task
+        if task is not None and not task.done():
+            self._interrupt(task)
+        elif link is not None:
+            link.conn.abort()
+        if link is not None:
+            link.closed()
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
 
     def _interrupt(self, task: asyncio.Task[None]) -> None:
         task.cancel()
@@ -313,6 +333,8 @@ class Subscriptions:
         self.fatal = fatal
         self.starts = Starts(rt.config.start, by_node=static)
         self.subs: dict[tuple[Address, int | None], Subscription] = {}
+        # subscriptions no longer wanted, still being closed (in the background)
+        self._retiring: dict[asyncio.Task[None], Subscription] = {}
         self.closing = False
 
     def reconnect_delay(self, failures: int) -> float:
@@ -350,7 +372,10 @@ class Subscriptions:
                 del self.subs[key]
                 log.info("%s: no longer a place to read %s from; closing", sub.name,
                          self.rt.topic)
-                self.rt.loop.create_task(self.close_one(sub))
+                deadline = self.rt.loop.time() + self.rt.config.connection.close_timeout
+                task = self.rt.loop.create_task(self.close_one(sub, deadline))
+                self._retiring[task] = sub
+                task.add_done_callback(self._retired)
         for key, target in wanted.items():
             existing = self.subs.get(key)
             if existing is None:
@@ -374,20 +399,71 @@ class Subscriptions:
                 link.lane.clear()
         return out
 
-    async def close_one(self, sub: Subscription) -> None:
-        sub.wanted = False
-        link = sub.link
-        if link is not None and not link.conn.is_closed:
-            try:
-                await link.conn.request(commands.CLS, "CLS",
-                                        timeout=self.rt.config.connection.close_timeout)
-            except (NSQError, asyncio.TimeoutError) as exc:
-                log.debug("%s: CLS: %s", sub.name, exc)
-            await link.conn.close()
-        await sub.stop(self.rt.config.connection.close_timeout)
+    def _retired(self, task: asyncio.Task[None]) -> None:
+        self._retiring.pop(task, None)
 
-    async def close(self) -> None:
+    async def close_one(self, sub: Subscription, deadline: float) -> None:
+        """CLS (waiting for CLOSE_WAIT), close and stop ``sub``, all by ``deadline`` (loop
+        time). Out of time, the subscription is aborted (what is queued to send has had its
+        chance to leave with the close's first step); cancelled, too."""
+        sub.wanted = False
+        loop = self.rt.loop
+        link = sub.link
+        try:
+            if link is not None and not link.conn.is_closed:
+                left = deadline - loop.time()
+                if left > 0:
+                    try:
+                        await link.conn.request(
+                            commands.CLS, "CLS",
+                            timeout=min(self.rt.config.connection.close_timeout, left))
+                    except (NSQError, asyncio.TimeoutError) as exc:
+                        log.debug("%s: CLS: %s", sub.name, exc)
+                closing = asyncio.ensure_future(link.conn.close())
+                await asyncio.sleep(0)  # its first step writes what is queued, begins closing
+                await asyncio.wait({closing}, timeout=max(0.0, deadline - loop.time()))
+                if not closing.done():
+                    closing.cancel()
+                    raise asyncio.TimeoutError
+            left = deadline - loop.time()
+            if left > 0:
+                await sub.stop(left)
+            if sub.task is not None and not sub.task.done():
+                raise asyncio.TimeoutError
+        except asyncio.TimeoutError:
+            log.debug("%s: not closed in time; aborted", sub.name)
+            sub.abort()
+            if sub.task is not None and not sub.task.done():
+                await asyncio.wait({sub.task}, timeout=ABORT_GRACE)  # let it unwind
+        except BaseException:
+            sub.abort()
+            raise
+
+    async def close(self, deadline: float) -> None:
+        """Close every subscription at once, all by ``deadline`` (loop time); each aborts
+        itself when out of time (then gets a moment to unwind), so the wait here is only a
+        backstop."""
         self.closing = True
-        await asyncio.gather(*(self.close_one(s) for s in list(self.subs.values())),
-                             return_exceptions=True)
+        loop = self.rt.loop
+        subs = list(self.subs.values()) + list(self._retiring.values())
+        tasks = {loop.create_task(self.close_one(s, deadline))
+                 for s in self.subs.values()} | set(self._retiring)
         self.subs.clear()
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(
+            tasks, timeout=max(0.0, deadline - loop.time()) + 2 * ABORT_GRACE)
+        if pending:
+            log.warning("%s/%s: %d subscriptions not closed in time; aborted and left behind",
+                        self.rt.topic, self.rt.channel, len(pending))
+            self.abort(subs)
+            for task in pending:
+                task.cancel()
+
+    def abort(self, subs: Iterable[Subscription] | None = None) -> None:
+        """Abort every subscription (or ``subs``) now: no CLS, no flush, tasks cancelled."""
+        self.closing = True
+        targets = list(self.subs.values()) + list(self._retiring.values()) \
+            if subs is None else subs
+        for sub in targets:
+            sub.abort()
