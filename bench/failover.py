@@ -209,6 +209,7 @@ class Outcome:
     seconds: float
     leaders: dict[str, list[str]]
     longest_stall: float  # the longest PUB stall the server caused, any partition
+    behind: dict[str, int]  # acknowledged, not yet delivered, at the fault
 
     def limit(self, row: Row) -> float:
         """The goal: the longest pause the issue allows this partition."""
@@ -332,6 +333,7 @@ async def run_scenario(scenario: str, profile: FaultProfile, args: argparse.Name
                               for ledger in ledgers for key in keys[ledger.topic]]
                 await asyncio.sleep(args.warmup)
                 fault_at = time.monotonic()
+                behind = {lg.topic: len(lg.acked - lg.seen) for lg in ledgers}
                 if scenario == "leave":
                     await cluster.leave_node(node)
                 else:
@@ -377,7 +379,8 @@ async def run_scenario(scenario: str, profile: FaultProfile, args: argparse.Name
                    {ledger.topic: len(ledger.acked - ledger.seen) for ledger in ledgers},
                    {ledger.topic: ledger.duplicates for ledger in ledgers},
                    settled_at - fault_at, time.monotonic() - began,
-                   {t: [short(n) for n in ls] for t, ls in leaders.items()}, longest_stall)
+                   {t: [short(n) for n in ls] for t, ls in leaders.items()}, longest_stall,
+                   behind)
 
 
 async def _drain(ledgers: list[Ledger], seconds: float) -> None:
@@ -431,7 +434,8 @@ def format_outcome(o: Outcome) -> str:
     for topic in o.errors:
         errors = ", ".join(f"{k} x{v}" for k, v in sorted(o.errors[topic].items())) or "none"
         lines.append(f"{topic}: publish failures {errors}; acknowledged but not delivered "
-                     f"{o.lost[topic]}; duplicate deliveries {o.duplicates[topic]}")
+                     f"{o.lost[topic]}; duplicate deliveries {o.duplicates[topic]}; consumer "
+                     f"behind by {o.behind[topic]} at the fault")
     if o.warnings:
         lines.append("client warnings:")
         for text, n in sorted(o.warnings.items(), key=lambda kv: -kv[1])[:8]:
