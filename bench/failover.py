@@ -120,6 +120,7 @@ class Ledger:
     acks: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     firsts: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     acked: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)  # the publish raised (unacknowledged)
     seen: set[str] = field(default_factory=set)
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     duplicates: int = 0
@@ -204,6 +205,7 @@ class Outcome:
     warnings: dict[str, int]
     errors: dict[str, dict[str, int]]
     lost: dict[str, int]
+    failed_delivered: dict[str, int]  # publishes that raised, yet were delivered
     duplicates: dict[str, int]
     settle_seconds: float
     seconds: float
@@ -271,6 +273,7 @@ async def _publish_key(producer: Producer, ledger: Ledger, key: str, interval: f
             result = await producer.publish(ledger.topic, body.encode(), sharding_key=key)
         except Exception as exc:  # unacknowledged: counted, and the key goes on
             ledger.errors[type(exc).__name__] += 1
+            ledger.failed.add(body)
         else:
             ledger.acked.add(body)
             ledger.acks[-1 if result.partition is None else result.partition].append(
@@ -377,6 +380,7 @@ async def run_scenario(scenario: str, profile: FaultProfile, args: argparse.Name
     return Outcome(scenario, short(node), fault_at, rows, closes, dict(log.warnings),
                    {ledger.topic: dict(ledger.errors) for ledger in ledgers},
                    {ledger.topic: len(ledger.acked - ledger.seen) for ledger in ledgers},
+                   {ledger.topic: len(ledger.failed & ledger.seen) for ledger in ledgers},
                    {ledger.topic: ledger.duplicates for ledger in ledgers},
                    settled_at - fault_at, time.monotonic() - began,
                    {t: [short(n) for n in ls] for t, ls in leaders.items()}, longest_stall,
@@ -433,7 +437,8 @@ def format_outcome(o: Outcome) -> str:
         lines.append(f"  ... {len(healthy) - 6} more")
     for topic in o.errors:
         errors = ", ".join(f"{k} x{v}" for k, v in sorted(o.errors[topic].items())) or "none"
-        lines.append(f"{topic}: publish failures {errors}; acknowledged but not delivered "
+        lines.append(f"{topic}: publish failures {errors} ({o.failed_delivered[topic]} of them "
+                     f"delivered all the same); acknowledged but not delivered "
                      f"{o.lost[topic]}; duplicate deliveries {o.duplicates[topic]}; consumer "
                      f"behind by {o.behind[topic]} at the fault")
     if o.warnings:
