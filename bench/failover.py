@@ -111,6 +111,45 @@ class CloseCounter(logging.Handler):
                                  text))
 
 
+class ServerSide:
+    """The dev cluster's own view: which client connections each nsqd had, sampled.
+
+    A cross-check of :class:`CloseCounter` that does not depend on the client's log wording:
+    a connection that was open on a node and is gone while that node was alive and not
+    leaving was closed by the client (or dropped by the server on a healthy node, which the
+    dev cluster does only for a reason it logs). Sampled every ``period`` s, so a connection
+    opened and closed between two samples is missed.
+    """
+
+    def __init__(self, cluster: DevCluster, period: float = 0.02) -> None:
+        self.cluster = cluster
+        self.period = period
+        self.ended: list[tuple[float, str]] = []  # (when seen gone, node id)
+        self._open: dict[int, tuple[str, Any]] = {}
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        current: dict[int, tuple[str, Any]] = {}
+        for node in self.cluster.youzan_nodes:
+            info = self.cluster.node_info(node)
+            if not info.alive or getattr(node, "exiting", False):
+                continue  # its connections end for the fault's own reason
+            for conn in node.connections:
+                current[id(conn)] = (info.node_id, conn)
+        for key, (node_id, _) in self._open.items():
+            node = self.cluster.node(node_id)
+            if key not in current and self.cluster.node_info(node_id).alive \
+                    and getattr(node, "running", True) and not getattr(node, "exiting", False):
+                self.ended.append((now, node_id))
+        self._open = current
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.sample()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.period)
+
+
 # -- the ledger of one topic ----------------------------------------------------------------
 
 @dataclass
@@ -211,6 +250,7 @@ class Outcome:
     seconds: float
     leaders: dict[str, list[str]]
     longest_stall: float  # the longest PUB stall the server caused, any partition
+    server_closes: list[tuple[float, str]]  # ServerSide.ended
     behind: dict[str, int]  # acknowledged, not yet delivered, at the fault
 
     def limit(self, row: Row) -> float:
@@ -331,6 +371,8 @@ async def run_scenario(scenario: str, profile: FaultProfile, args: argparse.Name
             log.warnings.clear()
             try:
                 start = time.monotonic()
+                server_side = ServerSide(cluster)
+                sampler = asyncio.create_task(server_side.run(stop))
                 publishers = [asyncio.create_task(_publish_key(producer, ledger, key,
                                                                args.interval, stop))
                               for ledger in ledgers for key in keys[ledger.topic]]
@@ -358,7 +400,7 @@ async def run_scenario(scenario: str, profile: FaultProfile, args: argparse.Name
                         break
                     await asyncio.sleep(0.1)
                 stop.set()
-                await asyncio.gather(*publishers)
+                await asyncio.gather(*publishers, sampler)
                 end = time.monotonic()
                 await _drain(ledgers, args.drain_max)
             finally:
@@ -384,7 +426,7 @@ async def run_scenario(scenario: str, profile: FaultProfile, args: argparse.Name
                    {ledger.topic: ledger.duplicates for ledger in ledgers},
                    settled_at - fault_at, time.monotonic() - began,
                    {t: [short(n) for n in ls] for t, ls in leaders.items()}, longest_stall,
-                   behind)
+                   [(at, short(n)) for at, n in server_side.ended], behind)
 
 
 async def _drain(ledgers: list[Ledger], seconds: float) -> None:
@@ -431,6 +473,13 @@ def format_outcome(o: Outcome) -> str:
                  f"client closed {by_client} itself (goal 0: {'met' if not closed else 'MISSED'});"
                  " per node closed/closed-by-client: "
                  + (", ".join(f"{n} {a}/{b}" for n, (a, b) in sorted(by_node.items())) or "none"))
+    server = [n for at, n in o.server_closes if n != o.node or at < o.fault_at]
+    lines.append(f"connections closed (the dev cluster's view, sampled every 20 ms, live nodes "
+                 f"only): {len(server)}"
+                 + (" (" + ", ".join(f"{n} x{server.count(n)}" for n in sorted(set(server)))
+                    + ")" if server else "")
+                 + ("" if len(server) == closed else
+                    f"; DIFFERS from the client's log ({closed}): check the log wording"))
     for c in healthy[:6]:
         lines.append(f"  healthy close at +{c.at - o.fault_at:.2f}s: {c.text}")
     if len(healthy) > 6:
