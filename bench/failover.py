@@ -31,7 +31,9 @@ acknowledged again (or ``--tail-max`` passes). Per partition the script prints:
   own records: the pool's "connection to H:P closed", the consumer's "connection lost", and
   the connection's "timed out ...; closing" / "closing as stalled" for the ones the client
   closed itself). A close of a connection to a node other than the faulted one, or to the
-  faulted node before the fault, is a **healthy** connection closed.
+  faulted node before the fault, is a **healthy** connection closed. The dev cluster's own
+  view cross-checks that count (``ServerSide``: client connections that vanish from a live
+  nsqd), so a change of the client's log wording cannot make it read 0 unnoticed.
 
 The goals (issue 12): a graceful move costs at most the server's handoff + 100 ms; a node
 loss costs the leaderless window (here: the server's whole window for that partition) + at
