@@ -206,7 +206,9 @@ def server_windows(timeline: list[Any], fault_at: float, topics: list[str],
                     ends.append(fault_at + e.details["seconds"])
             names = {e.what for e in evs}
             if not evs:
-                out[(topic, p)] = Window(0.0, "untouched", "-")
+                stall = stalls.get((topic, p))
+                out[(topic, p)] = (Window(0.0, "untouched", "-") if stall is None else
+                                   Window(stall, "stall", f"no PUB answer {stall:.2f}s"))
                 continue
             kind = ("move" if "handed_off" in names
                     else "led" if "elected" in names or "no_replica_to_elect" in names
