@@ -224,8 +224,10 @@ class Cluster:
         lookupd = self.lookupd_http[0]
         with suppress(OSError):
             self.post("/topic/delete", lookupd, topic=topic, partition="**")
+        # more partitions x replicas than nodes needs several partitions per node (multipart)
+        multi = {"multipart": "true"} if partitions * replicas > len(self.nsqd_tcp) else {}
         self.post("/topic/create", lookupd, topic=topic, partition_num=str(partitions),
-                  replicator=str(replicas))
+                  replicator=str(replicas), **multi)
         deadline = time.monotonic() + 30
         while len(self._lookup(topic, "r").get("partitions") or {}) < partitions:
             if time.monotonic() > deadline:
