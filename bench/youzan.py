@@ -40,8 +40,11 @@ producer or consumer process costs. Pre-loading is done by another worker throug
 ``--count`` instruments the worker's event loop (asyncio only) and prints, per message,
 event-loop iterations, callbacks scheduled (``call_soon``), timers set (``call_at``), tasks
 and futures created; it adds its own cost, so its run's CPU figures are not comparable.
-``--profile ITEM`` runs that item under cProfile and prints the top functions with calls per
-message. ``--loop uvloop`` runs the workers on uvloop (the ``fast`` extra).
+``--profile ITEM`` runs that item under cProfile and prints calls and own time per message by
+source file, then the top functions. ``--prefix 'valgrind --tool=callgrind ...'`` runs the
+timed workers under a command: two runs with different ``--messages`` give user-space
+instructions per message by difference, a figure the machine's load does not move.
+``--loop uvloop`` runs the workers on uvloop (the ``fast`` extra).
 
 The reference figures are issue 16's: youzan's Go client (youzan/go-nsq v1.7.2-HA) and
 smartnsq on a real youzan cluster (0.3.7-HA.1.13.0, 2 lookupds, 3 nsqd, 4 partitions x 2
@@ -53,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -153,20 +157,25 @@ class Window:
     def __init__(self, counter: LoopCounter | None, profiler: Any) -> None:
         self.counter = counter
         self.profiler = profiler
-        self.wall = self.cpu = 0.0
+        self.wall = self.cpu = self.user = self.sys = 0.0
         self._w0 = self._c0 = 0.0
+        self._t0 = os.times()
 
     def start(self) -> None:
         if self.counter:
             self.counter.on = True
         if self.profiler:
             self.profiler.enable()
+        self._t0 = os.times()
         self._w0 = time.perf_counter()
         self._c0 = time.process_time()
 
     def stop(self) -> None:
         self.wall = time.perf_counter() - self._w0
         self.cpu = time.process_time() - self._c0
+        t1 = os.times()  # the same CPU time split in user and kernel (10 ms ticks)
+        self.user = t1.user - self._t0.user
+        self.sys = t1.system - self._t0.system
         if self.profiler:
             self.profiler.disable()
         if self.counter:
@@ -295,6 +304,36 @@ async def publish(lookupd: str, topic: str, item: str, count: int,
     return {}
 
 
+def by_module(stats: Any, count: int) -> str:
+    """Calls and own time per message, summed per source file (deterministic call counts
+    are the figure to compare on a loaded machine; cProfile's times are wall clock)."""
+    groups: dict[str, list[float]] = {}
+    total_calls = 0
+    total_time = 0.0
+    for (filename, _line, func), (_cc, ncalls, tottime, _ct, _callers) in stats.stats.items():
+        if filename == "~":
+            name = f"C: {func.split(' of ')[-1].strip('<>{}') if ' of ' in func else func}"
+        elif "/smartnsq/" in filename:
+            name = "smartnsq/" + filename.split("/smartnsq/", 1)[1]
+        elif "/asyncio/" in filename:
+            name = "asyncio/" + filename.split("/asyncio/", 1)[1]
+        else:
+            name = os.path.basename(filename)
+        g = groups.setdefault(name, [0, 0.0])
+        g[0] += ncalls
+        g[1] += tottime
+        total_calls += ncalls
+        total_time += tottime
+    lines = [f"function calls per message: {total_calls / count:.1f} "
+             f"(own time {total_time / count * 1e6:.1f} us per message, wall clock, with "
+             "the profiler's overhead)", "",
+             f"{'source':<44} {'calls/msg':>10} {'own us/msg':>11} {'share':>6}"]
+    for name, (calls, tt) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:22]:
+        lines.append(f"{name:<44} {calls / count:>10.2f} {tt / count * 1e6:>11.1f} "
+                     f"{tt / total_time:>6.0%}")
+    return "\n".join(lines)
+
+
 def rss_kib() -> int:
     import resource
 
@@ -335,6 +374,7 @@ def worker(argv: list[str]) -> int:
     extra, window = asyncio.run(run())
     result = {"count": count, "seconds": window.wall, "rate": count / window.wall,
               "cpu_us": window.cpu / count * 1e6, "peak_kib": rss_kib(),
+              "user_us": window.user / count * 1e6, "sys_us": window.sys / count * 1e6,
               "import_kib": after_import, **extra}
     if profiler is not None:
         import io
@@ -343,7 +383,7 @@ def worker(argv: list[str]) -> int:
         out = io.StringIO()
         stats = pstats.Stats(profiler, stream=out)
         stats.sort_stats("tottime").print_stats(30)
-        result["profile"] = out.getvalue()
+        result["profile"] = by_module(stats, count) + "\n" + out.getvalue()
     print(json.dumps(result), flush=True)
     return 0
 
@@ -377,6 +417,7 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return worker(sys.argv[2:])
     import argparse
+    import shlex
 
     from _common import command_line, dev_cluster, environment, fmt_kib, run_worker, table
 
@@ -395,6 +436,10 @@ def main() -> int:
                              "futures per message (asyncio only; adds its own cost)")
     parser.add_argument("--profile", default="", metavar="ITEM",
                         help="run ITEM under cProfile and print its top functions")
+    parser.add_argument("--prefix", default="", metavar="COMMAND",
+                        help="run the timed workers under COMMAND, e.g. 'valgrind "
+                             "--tool=callgrind --callgrind-out-file=/tmp/cg.%%p' (instruction "
+                             "counts: run two message counts and take the difference)")
     args = parser.parse_args()
     items = [i for i in args.items.split(",") if i]
     for i in items:
@@ -432,7 +477,8 @@ def main() -> int:
                 if args.profile == item:
                     item_flags = ",".join(f for f in (flags, "profile") if f != "-")
                 result = run_worker("youzan.py", [item, lookupd, topic, str(count), args.loop,
-                                                  item_flags], timeout=600)
+                                                  item_flags], timeout=600,
+                                    prefix=shlex.split(args.prefix))
                 if "error" not in result:
                     if item in ("drain", "ordered"):
                         result["left"] = left_in_channel(cluster, topic)
@@ -469,7 +515,8 @@ def main() -> int:
         verdict = "-" if target is None else ("met" if r["cpu_us"] <= target else
                                               f"missed ({r['cpu_us'] / target:.2f}x)")
         mark = "" if r.get("verified") else " (!)"
-        rows.append([item, spec["label"], f"{r['rate']:,.0f}{mark}", f"{r['cpu_us']:.1f}",
+        rows.append([item, spec["label"], f"{r['rate']:,.0f}{mark}",
+                     f"{r['cpu_us']:.1f} ({r['user_us']:.0f}/{r['sys_us']:.0f})",
                      "-" if target is None else f"<= {target:g}", verdict,
                      f"{fmt_kib(r['peak_kib'])} ({fmt_kib(r['import_kib'])} after import)",
                      fmt_ref(spec["go"]), fmt_ref(spec["real"])])
@@ -479,7 +526,8 @@ def main() -> int:
                          f"order errors, {r.get('handled', 0)} handler calls")
         if r.get("left"):
             notes.append(f"{item}: {r['left']} messages left in the channel")
-    print(table(["item", "work", "msg/s", "client CPU us/msg", "target", "CPU target",
+    print(table(["item", "work", "msg/s", "client CPU us/msg (user/sys)", "target",
+                 "CPU target",
                  "peak RSS", "Go client (issue 16)", "smartnsq, real cluster (issue 16)"],
                 rows))
     plain = best.get("pub-seq-plain", {})
@@ -499,7 +547,7 @@ def main() -> int:
         for item in items:
             per = best.get(item, {}).get("per_msg")
             if per:
-                count_rows.append([item, *(f"{per[k]:.2f}" for k in
+                count_rows.append([item, *(f"{per[k]:.3f}" for k in
                                            ("iterations", "call_soon", "timers", "tasks",
                                             "futures"))])
         print(table(["item", "loop iterations", "call_soon", "timers (call_at)", "tasks",
