@@ -394,11 +394,12 @@ def cluster_server(server: str | ServerSpec, mode: str = "classic") -> Iterator[
 # -- workers: one client per interpreter ----------------------------------------------------
 
 def run_worker(script: str, args: Sequence[str], timeout: float = 300,
-               prefix: Sequence[str] = ()) -> dict[str, Any]:
+               prefix: Sequence[str] = (), python_flags: Sequence[str] = ()) -> dict[str, Any]:
     """Run ``script --worker ...`` in a fresh interpreter; its last stdout line is JSON.
 
-    ``prefix``: a command the interpreter runs under (``valgrind --tool=callgrind ...``)."""
-    cmd = [*prefix, sys.executable, str(BENCH_DIR / script), "--worker", *args]
+    ``prefix``: a command the interpreter runs under (``valgrind --tool=callgrind ...``);
+    ``python_flags``: the interpreter's own (``-O``)."""
+    cmd = [*prefix, sys.executable, *python_flags, str(BENCH_DIR / script), "--worker", *args]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                              check=False)

@@ -28,7 +28,10 @@ create topics).
 ``--loop uvloop`` runs the asyncio clients (smartnsq, smartnsq-sync, ansq, asyncnsq and the
 floor) on uvloop (the ``fast`` extra: ``pip install smartnsq[fast]``) by installing its event
 loop policy in each worker, so the figures with and without it are the same code on another
-loop.
+loop. ``-O`` runs every worker with ``python -O``. uvloop's transports are not subclasses of
+``asyncio.Transport``, and ``Connection.connection_made`` (and the floor client) assert that
+they are, so ``--loop uvloop`` implies ``-O`` until smartnsq drops that assertion; compare it
+with an ``-O`` run on asyncio.
 
 Three ways of publishing:
 
@@ -580,7 +583,10 @@ def main() -> int:
                              "nsqd=HOST:PORT: a real server you run (optionally lookupd= "
                              "and http=, default TCP port + 1)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
-                        help="event loop of the asyncio clients (uvloop: the fast extra)")
+                        help="event loop of the asyncio clients (uvloop: the fast extra; "
+                             "implies -O)")
+    parser.add_argument("-O", dest="optimize", action="store_true",
+                        help="run the workers with python -O (assertions off)")
     parser.add_argument("--messages", type=int, default=None,
                         help="messages per pipelined and MPUB run (default 100k, quick 20k; "
                              "minimal server MPUB: x5)")
@@ -603,6 +609,8 @@ def main() -> int:
                         help="devcluster/real server: how smartnsq finds the node (auto: "
                              "lookupd when there is one); the minimal server is always nsqd")
     args = parser.parse_args()
+    if args.loop == "uvloop":
+        args.optimize = True  # see the module docstring: an assertion refuses uvloop's transport
     minimal = args.server == "minimal"
     count = args.messages or (20_000 if args.quick else 100_000)
     seq_count = args.sequential or max(count // 5, 1)
@@ -636,7 +644,8 @@ def main() -> int:
         print(f"publish: {seq_count:,} sequential, {count:,} pipelined (windows of "
               f"{args.window} outstanding), {mpub_count:,} in MPUB x{BATCH}; bodies of "
               f"{', '.join(map(str, bodies))} bytes; best of {rounds} round(s); smartnsq via "
-              f"{via}; asyncio clients on {args.loop}; server: {where}\n")
+              f"{via}; asyncio clients on {args.loop}"
+              f"{'; workers run with python -O' if args.optimize else ''}; server: {where}\n")
         for rnd in range(rounds):
             for body in bodies:
                 for mode in modes:
@@ -654,7 +663,8 @@ def main() -> int:
                             srv.cluster.lookupd_http[0]
                             if (not minimal and client.startswith("smartnsq")
                                 and via == "lookupd") else "",
-                            topic, str(n), str(body), str(args.window), args.loop])
+                            topic, str(n), str(body), str(args.window), args.loop],
+                            python_flags=["-O"] if args.optimize else [])
                         if "error" not in result:
                             stored = srv.stored(topic)
                             result["verified"] = stored == n + 1  # + the warm-up message
@@ -668,7 +678,8 @@ def main() -> int:
         report(best, clients, modes, body, unavailable, minimal or real)
     print("every run's message count was checked on the server side")
     print(f"\ncommand: {command_line()}")
-    print(environment(f"server: {where}\n  event loop  {args.loop} (asyncio clients)"))
+    print(environment(f"server: {where}\n  event loop  {args.loop} (asyncio clients)"
+                      f"{', python -O' if args.optimize else ''}"))
     return 0
 
 

@@ -382,7 +382,9 @@ def worker(argv: list[str]) -> int:
 
         out = io.StringIO()
         stats = pstats.Stats(profiler, stream=out)
-        stats.sort_stats("tottime").print_stats(30)
+        stats.sort_stats("tottime").print_stats(25)
+        out.write("smartnsq's own functions, by calls:\n")
+        stats.sort_stats("ncalls").print_stats("/smartnsq/", 40)
         result["profile"] = by_module(stats, count) + "\n" + out.getvalue()
     print(json.dumps(result), flush=True)
     return 0
