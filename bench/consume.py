@@ -33,7 +33,8 @@ a peer did not flush before stopping.
 defaults to the TCP port + 1): a fresh topic and channel per run over nsqd's HTTP API, loaded
 by MPUB, drained, checked, deleted. With ``--cluster youzan`` the topic has one partition and
 the given nsqd must lead it (a one-node youzan cluster); ``bench/youzan.py`` covers
-partitioned clusters. ``--loop uvloop`` runs the asyncio clients on uvloop.
+partitioned clusters. ``--loop uvloop`` runs the asyncio clients on uvloop (with ``python
+-O``: see ``bench/publish.py``).
 
 Clients: ``smartnsq`` is ``smartnsq.consumer.Consumer`` with a plain-function handler (run
 on the event loop, FIN on return); ``smartnsq-conn`` is the raw ``smartnsq.connection``
@@ -80,6 +81,9 @@ from smartnsq.protocol.frames import CLASSIC_LAYOUT, YOUZAN_LAYOUT
 
 CHANNEL = "bench"
 CLIENTS = ("smartnsq", "smartnsq-conn", *PEERS)
+# uvloop's transports are not asyncio.Transport subclasses, which Connection.connection_made
+# asserts: uvloop workers run with python -O until that assertion goes (see publish.py)
+OPT: dict[str, list[str]] = {"asyncio": [], "uvloop": ["-O"]}
 
 
 # -- workers ----------------------------------------------------------------------------------
@@ -323,7 +327,7 @@ def run_minimal(args: argparse.Namespace, clients: list[str], count: int, rounds
                     endpoint.connections(expect=0, timeout=0)
                     result = run_worker("consume.py", [client, endpoint.tcp, "", "bench_sub",
                                                        str(count), str(mif), args.loop],
-                                        timeout=timeout)
+                                        timeout=timeout, python_flags=OPT[args.loop])
                     conns = [c for c in endpoint.connections() if c["max_rdy"]]
                     if "error" not in result and conns:
                         fins = sum(c["fins"] for c in conns)
@@ -486,7 +490,7 @@ def main_devcluster(args: argparse.Namespace, clients: list[str], count: int, ro
                     client, cluster.tcp,
                     cluster.lookupd_http[0] if (client == "smartnsq" and via == "lookupd")
                     else "", topic, str(count), str(mif), args.loop],
-                    timeout=timeout)
+                    timeout=timeout, python_flags=OPT[args.loop])
                 if "error" not in result:
                     result["left"] = leftover(cluster, topic)
                 cluster.drop_topic(topic)

@@ -44,7 +44,7 @@ and futures created; it adds its own cost, so its run's CPU figures are not comp
 source file, then the top functions. ``--prefix 'valgrind --tool=callgrind ...'`` runs the
 timed workers under a command: two runs with different ``--messages`` give user-space
 instructions per message by difference, a figure the machine's load does not move.
-``--loop uvloop`` runs the workers on uvloop (the ``fast`` extra).
+``--loop uvloop`` runs the workers on uvloop (the ``fast`` extra), with ``python -O``.
 
 The reference figures are issue 16's: youzan's Go client (youzan/go-nsq v1.7.2-HA) and
 smartnsq on a real youzan cluster (0.3.7-HA.1.13.0, 2 lookupds, 3 nsqd, 4 partitions x 2
@@ -450,6 +450,9 @@ def main() -> int:
     if args.count and args.loop != "asyncio":
         parser.error("--count needs the asyncio loop")
     flags = ",".join(f for f, on in (("count", args.count), ("profile", False)) if on) or "-"
+    # uvloop's transports are not asyncio.Transport subclasses, which Connection.
+    # connection_made asserts: uvloop workers run with python -O until that assertion goes
+    opt = ["-O"] if args.loop == "uvloop" else []
 
     print(f"youzan hot paths: dev cluster (youzan, 3 nsqd, 2 nsqlookupd) in its own process, "
           f"a fresh {PARTITIONS}-partition x {REPLICAS}-replica topic per item, {BODY}-byte "
@@ -470,7 +473,8 @@ def main() -> int:
                 cluster.fresh_topic(topic, CHANNEL, partitions=PARTITIONS, replicas=REPLICAS)
                 if item in ("drain", "ordered"):
                     loaded = run_worker("youzan.py", [f"preload-{item}", lookupd, topic,
-                                                      str(count), args.loop, "-"], timeout=300)
+                                                      str(count), args.loop, "-"], timeout=300,
+                                        python_flags=opt)
                     if "error" in loaded:
                         notes.append(f"{item}: pre-loading failed: {loaded['error']}")
                         cluster.drop_topic(topic)
@@ -480,7 +484,7 @@ def main() -> int:
                     item_flags = ",".join(f for f in (flags, "profile") if f != "-")
                 result = run_worker("youzan.py", [item, lookupd, topic, str(count), args.loop,
                                                   item_flags], timeout=600,
-                                    prefix=shlex.split(args.prefix))
+                                    prefix=shlex.split(args.prefix), python_flags=opt)
                 if "error" not in result:
                     if item in ("drain", "ordered"):
                         result["left"] = left_in_channel(cluster, topic)
