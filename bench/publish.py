@@ -563,7 +563,8 @@ def goals(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
             f"{cpu_ratio:.2f}x vs {cheap['name']}",
             f"{fmt_kib(me['peak_kib'])} vs {fmt_kib(lean['peak_kib'])} ({lean['name']})",
             "met" if me["peak_kib"] <= lean["peak_kib"] else "missed", floor_cell])
-    return ("goals (issue 4 item 6): smartnsq's rate over the best peer's; CPU: the cheapest "
+    return ("goals (issue 4 item 6; against a real nsqd, issue 15 item 1 asks the same of "
+            "concurrent and MPUB): smartnsq's rate over the best peer's; CPU: the cheapest "
             "peer's CPU/msg over smartnsq's; memory: smartnsq's peak vs the leanest peer's; the "
             "last column is the thinnest asyncio client's rate over the same best peer (what "
             "the event loop allows at all)\n\n"
