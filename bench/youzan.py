@@ -2,6 +2,7 @@
 
     python bench/youzan.py [--quick] [--items drain,ordered,...] [--rounds R]
                            [--loop asyncio|uvloop] [--count] [--profile ITEM]
+                           [--instructions] [--prefix COMMAND]
 
 The server is the dev cluster in youzan mode (3 nsqd, 2 nsqlookupd) **in its own process**,
 and every work item runs in a fresh interpreter of its own, so the CPU time a worker reports
@@ -42,8 +43,10 @@ event-loop iterations, callbacks scheduled (``call_soon``), timers set (``call_a
 and futures created; it adds its own cost, so its run's CPU figures are not comparable.
 ``--profile ITEM`` runs that item under cProfile and prints calls and own time per message by
 source file, then the top functions. ``--prefix 'valgrind --tool=callgrind ...'`` runs the
-timed workers under a command: two runs with different ``--messages`` give user-space
-instructions per message by difference, a figure the machine's load does not move.
+timed workers under a command; ``--instructions`` does the callgrind recipe itself for the
+items with one message in flight (ordered, pub-seq*): two runs each, N and 3N messages, whose
+difference gives user-space instructions per message, a figure the machine's load does not
+move.
 ``--loop uvloop`` runs the workers on uvloop (the ``fast`` extra), with ``python -O``.
 
 The reference figures are issue 16's: youzan's Go client (youzan/go-nsq v1.7.2-HA) and
@@ -415,6 +418,96 @@ def left_in_channel(cluster: Any, topic: str) -> int:
     return left
 
 
+class Runner:
+    """Runs one work item: a fresh topic, the pre-load, the timed worker, the server check."""
+
+    def __init__(self, cluster: Any, loop: str, notes: list[str], run_worker: Any) -> None:
+        self.cluster = cluster
+        self.lookupd = cluster.lookupd_http[0]
+        self.loop = loop
+        self.notes = notes
+        self.run_worker = run_worker
+        # uvloop's transports are not asyncio.Transport subclasses, which Connection.
+        # connection_made asserts: uvloop workers run with python -O until that assertion goes
+        self.opt = ["-O"] if loop == "uvloop" else []
+
+    def item(self, item: str, count: int, flags: str = "-",
+             prefix: list[str] | None = None) -> dict[str, Any]:
+        cluster = self.cluster
+        if item == "ordered":
+            count -= count % KEYS
+        topic = f"bench_yz_{item.replace('-', '_')}"
+        cluster.fresh_topic(topic, CHANNEL, partitions=PARTITIONS, replicas=REPLICAS)
+        try:
+            if item in ("drain", "ordered"):
+                loaded = self.run_worker("youzan.py", [f"preload-{item}", self.lookupd, topic,
+                                                       str(count), self.loop, "-"],
+                                         timeout=300, python_flags=self.opt)
+                if "error" in loaded:
+                    return {"error": f"pre-loading failed: {loaded['error']}"}
+            result: dict[str, Any] = self.run_worker(
+                "youzan.py", [item, self.lookupd, topic, str(count), self.loop, flags],
+                timeout=900, prefix=prefix or [], python_flags=self.opt)
+            if "error" in result:
+                return result
+            if item in ("drain", "ordered"):
+                result["left"] = left_in_channel(cluster, topic)
+                result["verified"] = result["left"] == 0
+            else:
+                stored = cluster.youzan_count(topic)
+                result["verified"] = stored == count + WARMUP
+                if not result["verified"]:
+                    self.notes.append(f"{item}: the leaders hold {stored} messages, "
+                                      f"expected {count + WARMUP}")
+            return result
+        finally:
+            cluster.drop_topic(topic)
+
+
+# one message in flight: the client's speed does not change how the server batches, so
+# instruction counts taken under valgrind (50x slower) hold; with many in flight they do not
+INSTRUCTION_ITEMS = {"ordered": 400, "pub-seq": 300, "pub-seq-plain": 300,
+                     "pub-seq-traced": 300}
+
+
+def instructions(run: Runner, items: list[str], notes: list[str]) -> None:
+    """User-space instructions per message: two callgrind runs, N and 3N, by difference."""
+    import tempfile
+
+    from _common import table
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="smartnsq-callgrind-") as tmp:
+        for item in items:
+            n1 = INSTRUCTION_ITEMS.get(item)
+            if n1 is None:
+                notes.append(f"{item}: not counted (many in flight: under valgrind the client "
+                             "reads one by one what it would read in batches)")
+                continue
+            totals = []
+            for n in (n1, 3 * n1):
+                out = os.path.join(tmp, f"{item}-{n}.out")
+                result = run.item(item, n, "-", ["valgrind", "--tool=callgrind",
+                                                  f"--callgrind-out-file={out}"])
+                if "error" in result:
+                    notes.append(f"{item} (N={n}): {result['error']}")
+                    break
+                with open(out) as f:
+                    totals.append(int(next(ln for ln in f if ln.startswith("totals:"))
+                                      .split()[1]))
+            if len(totals) == 2:
+                rows.append([item, ITEMS[item]["label"], f"{n1:,} / {3 * n1:,}",
+                             f"{totals[0]:,} / {totals[1]:,}",
+                             f"{(totals[1] - totals[0]) / (2 * n1):,.0f}"])
+    print(table(["item", "work", "N", "instructions (whole process)",
+                 "user-space instructions per message"], rows))
+    print("\nvalgrind --tool=callgrind on the client worker, run with N and 3N messages; the "
+          "difference over 2N leaves out start-up and imports. The kernel's work is not "
+          "counted.")
+    for note in notes:
+        print(f"  - {note}")
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return worker(sys.argv[2:])
@@ -438,6 +531,10 @@ def main() -> int:
                              "futures per message (asyncio only; adds its own cost)")
     parser.add_argument("--profile", default="", metavar="ITEM",
                         help="run ITEM under cProfile and print its top functions")
+    parser.add_argument("--instructions", action="store_true",
+                        help="user-space instructions per message of the one-in-flight items "
+                             "(ordered, pub-seq*), by callgrind: two runs each, N and 3N "
+                             "(a few minutes)")
     parser.add_argument("--prefix", default="", metavar="COMMAND",
                         help="run the timed workers under COMMAND, e.g. 'valgrind "
                              "--tool=callgrind --callgrind-out-file=/tmp/cg.%%p' (instruction "
@@ -450,9 +547,6 @@ def main() -> int:
     if args.count and args.loop != "asyncio":
         parser.error("--count needs the asyncio loop")
     flags = ",".join(f for f, on in (("count", args.count), ("profile", False)) if on) or "-"
-    # uvloop's transports are not asyncio.Transport subclasses, which Connection.
-    # connection_made asserts: uvloop workers run with python -O until that assertion goes
-    opt = ["-O"] if args.loop == "uvloop" else []
 
     print(f"youzan hot paths: dev cluster (youzan, 3 nsqd, 2 nsqlookupd) in its own process, "
           f"a fresh {PARTITIONS}-partition x {REPLICAS}-replica topic per item, {BODY}-byte "
@@ -463,41 +557,22 @@ def main() -> int:
     profiles: dict[str, str] = {}
     started = time.monotonic()
     with dev_cluster("youzan", nodes=3, lookupds=2) as cluster:
-        lookupd = cluster.lookupd_http[0]
+        run = Runner(cluster, args.loop, notes, run_worker)
+        if args.instructions:
+            instructions(run, items, notes)
+            server = cluster.describe()
+            print(f"\ncommand: {command_line()}")
+            print(environment(f"server: {server}\n  event loop  {args.loop}"))
+            return 0
         for rnd in range(args.rounds):
             for item in items[rnd % len(items):] + items[:rnd % len(items)]:
                 count = args.messages or COUNTS[item][1 if args.quick else 0]
-                if item == "ordered":
-                    count -= count % KEYS
-                topic = f"bench_yz_{item.replace('-', '_')}"
-                cluster.fresh_topic(topic, CHANNEL, partitions=PARTITIONS, replicas=REPLICAS)
-                if item in ("drain", "ordered"):
-                    loaded = run_worker("youzan.py", [f"preload-{item}", lookupd, topic,
-                                                      str(count), args.loop, "-"], timeout=300,
-                                        python_flags=opt)
-                    if "error" in loaded:
-                        notes.append(f"{item}: pre-loading failed: {loaded['error']}")
-                        cluster.drop_topic(topic)
-                        continue
                 item_flags = flags
                 if args.profile == item:
                     item_flags = ",".join(f for f in (flags, "profile") if f != "-")
-                result = run_worker("youzan.py", [item, lookupd, topic, str(count), args.loop,
-                                                  item_flags], timeout=600,
-                                    prefix=shlex.split(args.prefix), python_flags=opt)
-                if "error" not in result:
-                    if item in ("drain", "ordered"):
-                        result["left"] = left_in_channel(cluster, topic)
-                        result["verified"] = result["left"] == 0
-                    else:
-                        stored = cluster.youzan_count(topic)
-                        result["verified"] = stored == count + WARMUP
-                        if not result["verified"]:
-                            notes.append(f"{item}: the leaders hold {stored} messages, "
-                                         f"expected {count + WARMUP}")
-                    if "profile" in result:
-                        profiles[item] = result.pop("profile")
-                cluster.drop_topic(topic)
+                result = run.item(item, count, item_flags, shlex.split(args.prefix))
+                if "profile" in result:
+                    profiles[item] = result.pop("profile")
                 prev = best.get(item)
                 if prev is None or "error" in prev:
                     best[item] = result
