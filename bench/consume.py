@@ -408,7 +408,7 @@ def main() -> int:
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
                         help="event loop of the asyncio clients (uvloop: the fast extra)")
     parser.add_argument("--messages", type=int, default=None,
-                        help="default 100k, quick 20k (minimal 40k; the minimal-server tables "
+                        help="default 100k, quick 20k (the minimal-server tables "
                              "of 2026-11-23 used 200k)")
     parser.add_argument("--max-in-flight", default=None,
                         help="comma-separated (default: minimal 200,2500; devcluster 1000)")
@@ -433,7 +433,7 @@ def main() -> int:
     if args.max_in_flight is None:
         args.max_in_flight = "200,2500" if minimal else "1000"
     if minimal:
-        count = args.messages or (40_000 if args.quick else 100_000)
+        count = args.messages or (20_000 if args.quick else 100_000)
     else:
         count = args.messages or (20_000 if args.quick else 100_000)
     timeout = args.timeout or (60.0 if args.cluster == "youzan" else 300.0)
