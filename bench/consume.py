@@ -432,10 +432,7 @@ def main() -> int:
         args.via = "nsqd"
     if args.max_in_flight is None:
         args.max_in_flight = "200,2500" if minimal else "1000"
-    if minimal:
-        count = args.messages or (20_000 if args.quick else 100_000)
-    else:
-        count = args.messages or (20_000 if args.quick else 100_000)
+    count = args.messages or (20_000 if args.quick else 100_000)
     timeout = args.timeout or (60.0 if args.cluster == "youzan" else 300.0)
     rounds = args.rounds or (1 if args.quick else 2)  # the default run stays near 2 minutes
     lookup_landed = importlib.util.find_spec("smartnsq.lookup") is not None
