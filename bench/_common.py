@@ -141,11 +141,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 @dataclass
 class Cluster:
+    """A server the clients run against: the dev cluster's process, or a real one (``process``
+    None) named by ``--server nsqd=HOST:PORT[,lookupd=HOST:PORT]``."""
+
     mode: str
     nsqd_tcp: list[str]
     nsqd_http: list[str]
     lookupd_http: list[str]
-    process: subprocess.Popen[str] = field(repr=False)
+    process: subprocess.Popen[str] | None = field(repr=False, default=None)
 
     @property
     def tcp(self) -> str:
@@ -184,7 +187,31 @@ class Cluster:
                 raise RuntimeError(f"{topic}: no partition in access={access} lookups")
             time.sleep(0.01)  # a benchmark's set-up poll, not a test
 
-    def fresh_topic(self, topic: str, channel: str | None = "bench") -> None:
+    def info(self) -> dict[str, Any]:
+        """nsqd's ``/info`` (its version, for the environment block); {} when unreachable."""
+        req = urllib.request.Request(f"http://{self.http}/info",
+                                     headers={"Accept": "application/vnd.nsq; version=1.0"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                data: dict[str, Any] = json.loads(resp.read())
+        except (OSError, ValueError):
+            return {}
+        return dict(data.get("data", data))
+
+    def describe(self) -> str:
+        """Which server a table was measured against, for the header and the environment."""
+        version = self.info().get("version", "?")
+        if self.process is not None:
+            return (f"smartnsq.devcluster --mode {self.mode}, {len(self.nsqd_tcp)} nsqd "
+                    f"(version string {version}), separate process, loopback")
+        where = f"nsqd {','.join(self.nsqd_tcp)} (http {self.http})"
+        if self.lookupd_http:
+            where += f", lookupd {','.join(self.lookupd_http)}"
+        return (f"an external {self.mode} server (not started here): {where}, nsqd /info "
+                f"version {version}")
+
+    def fresh_topic(self, topic: str, channel: str | None = "bench", partitions: int = 1,
+                    replicas: int = 1) -> None:
         if self.mode == "classic":
             with suppress(OSError):  # did not exist
                 self.post("/topic/delete", topic=topic)
@@ -192,13 +219,50 @@ class Cluster:
             if channel:
                 self.post("/channel/create", topic=topic, channel=channel)
             return
+        if not self.lookupd_http:
+            raise RuntimeError("a youzan server needs lookupd=HOST:PORT to create topics")
         lookupd = self.lookupd_http[0]
         with suppress(OSError):
             self.post("/topic/delete", lookupd, topic=topic, partition="**")
-        self.post("/topic/create", lookupd, topic=topic, partition_num="1", replicator="1")
-        self._wait_lookup(topic, "r")
-        self.post("/channel/create", topic=topic, partition="0", channel=channel or "bench")
-        self._wait_lookup(topic, "w")
+        # more partitions x replicas than nodes needs several partitions per node (multipart)
+        multi = {"multipart": "true"} if partitions * replicas > len(self.nsqd_tcp) else {}
+        self.post("/topic/create", lookupd, topic=topic, partition_num=str(partitions),
+                  replicator=str(replicas), **multi)
+        deadline = time.monotonic() + 30
+        while len(self._lookup(topic, "r").get("partitions") or {}) < partitions:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: not every partition has a leader")
+            time.sleep(0.01)  # a benchmark's set-up poll, not a test
+        for pid, leader in self.leaders(topic).items():
+            self.post("/channel/create", leader, topic=topic, partition=str(pid),
+                      channel=channel or "bench")
+        deadline = time.monotonic() + 30
+        while len(self._lookup(topic, "w").get("partitions") or {}) < partitions:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: not every partition is writable")
+            time.sleep(0.01)
+
+    def leaders(self, topic: str) -> dict[int, str]:
+        """Youzan: partition -> its leader's HTTP address, from an access=r lookup."""
+        out = {}
+        for pid, node in (self._lookup(topic, "r").get("partitions") or {}).items():
+            out[int(pid)] = f"{node['broadcast_address']}:{node['http_port']}"
+        return out
+
+    def youzan_count(self, topic: str) -> int:
+        """Messages the topic's partition leaders hold (replicas not counted twice)."""
+        total = 0
+        for http in self.nsqd_http:
+            url = f"http://{http}/stats?format=json&topic={topic}"
+            req = urllib.request.Request(
+                url, headers={"Accept": "application/vnd.nsq; version=1.0"})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                data: dict[str, Any] = json.loads(resp.read())
+            data = data.get("data", data)
+            for t in data.get("topics") or []:
+                if t.get("topic_name") == topic and t.get("is_leader"):
+                    total += int(t.get("message_count", 0))
+        return total
 
     def drop_topic(self, topic: str) -> None:
         with suppress(OSError):
@@ -226,7 +290,7 @@ class Cluster:
 
 @contextmanager
 def dev_cluster(mode: str = "classic", nodes: int = 1, topics: Sequence[str] = (),
-                channels: Sequence[str] = ("bench",)) -> Iterator[Cluster]:
+                channels: Sequence[str] = ("bench",), lookupds: int = 1) -> Iterator[Cluster]:
     """``python -m smartnsq.devcluster`` in a child process; yields its addresses.
 
     ``topics`` (``NAME[:PARTITIONS[:REPLICAS]]``) are created at start with ``channels``:
@@ -234,7 +298,7 @@ def dev_cluster(mode: str = "classic", nodes: int = 1, topics: Sequence[str] = (
     anything is published.
     """
     cmd = [sys.executable, "-m", "smartnsq.devcluster", "--mode", mode, "--nodes", str(nodes),
-           "--lookupds", "1"]
+           "--lookupds", str(lookupds)]
     for topic in topics:
         cmd += ["--topic", topic]
     if topics:
@@ -270,14 +334,75 @@ def dev_cluster(mode: str = "classic", nodes: int = 1, topics: Sequence[str] = (
                 proc.wait()
 
 
+@dataclass(frozen=True)
+class ServerSpec:
+    """``--server nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]``: a server process the
+    scripts do not start (a real nsqd 1.3.0, a youzan cluster, or a dev cluster started by
+    hand). ``http`` is nsqd's HTTP address, used to create, count and delete the benchmark's
+    topics; by default the TCP port + 1, as nsqd's defaults are (4150/4151)."""
+
+    nsqd: str
+    http: str
+    lookupd: str = ""
+
+
+def server_arg(value: str) -> str | ServerSpec:
+    """argparse type of ``--server``: ``minimal``, ``devcluster`` or a ServerSpec."""
+    import argparse
+
+    if value in ("minimal", "devcluster"):
+        return value
+    fields: dict[str, str] = {}
+    for part in value.split(","):
+        key, sep, addr = part.partition("=")
+        host, colon, port = addr.rpartition(":")
+        if not sep or key not in ("nsqd", "lookupd", "http") or not colon or not host \
+                or not port.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: expected minimal, devcluster or "
+                "nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]")
+        fields[key] = addr
+    if "nsqd" not in fields:
+        raise argparse.ArgumentTypeError(f"{value!r}: nsqd=HOST:PORT is required")
+    host, _, port = fields["nsqd"].rpartition(":")
+    return ServerSpec(fields["nsqd"], fields.get("http", f"{host}:{int(port) + 1}"),
+                      fields.get("lookupd", ""))
+
+
+@contextmanager
+def external_server(spec: ServerSpec, mode: str = "classic") -> Iterator[Cluster]:
+    """A server someone else runs: checked reachable, never started or stopped here."""
+    host, _, port = spec.nsqd.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise RuntimeError(f"nsqd {spec.nsqd} is not reachable: {exc}") from None
+    yield Cluster(mode, [spec.nsqd], [spec.http], [spec.lookupd] if spec.lookupd else [])
+
+
+@contextmanager
+def cluster_server(server: str | ServerSpec, mode: str = "classic") -> Iterator[Cluster]:
+    """The dev cluster in its own process, or the real server ``--server nsqd=...`` names."""
+    if isinstance(server, ServerSpec):
+        with external_server(server, mode) as cluster:
+            yield cluster
+    else:
+        with dev_cluster(mode) as cluster:
+            yield cluster
+
+
 # -- workers: one client per interpreter ----------------------------------------------------
 
-def run_worker(script: str, args: Sequence[str], timeout: float = 300) -> dict[str, Any]:
-    """Run ``script --worker ...`` in a fresh interpreter; its last stdout line is JSON."""
-    cmd = [sys.executable, str(BENCH_DIR / script), "--worker", *args]
+def run_worker(script: str, args: Sequence[str], timeout: float = 300,
+               prefix: Sequence[str] = (), python_flags: Sequence[str] = ()) -> dict[str, Any]:
+    """Run ``script --worker ...`` in a fresh interpreter; its last stdout line is JSON.
+
+    ``prefix``: a command the interpreter runs under (``valgrind --tool=callgrind ...``);
+    ``python_flags``: the interpreter's own (``-O``)."""
+    cmd = [*prefix, sys.executable, *python_flags, str(BENCH_DIR / script), "--worker", *args]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                             check=False)
+                             check=False, env=worker_env())
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:g} s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
@@ -286,6 +411,22 @@ def run_worker(script: str, args: Sequence[str], timeout: float = 300) -> dict[s
         return {"error": f"exit {out.returncode}: {tail[:160]}"}
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def worker_env() -> dict[str, str]:
+    """The workers' environment: with a bytecode cache, as an installed package has.
+
+    Where ``PYTHONDONTWRITEBYTECODE`` is set (this machine sets it), every worker would
+    compile smartnsq from source at import: about 3.5x the import's instructions and ~4 MiB
+    more RSS after import than an installed wheel costs. The cache goes to a temporary
+    directory (``PYTHONPYCACHEPREFIX``), not into the checkout.
+    """
+    import tempfile
+
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "smartnsq-bench-pycache")
+    return env
 
 
 def emit(result: dict[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """Consume throughput: smartnsq's Consumer against the Python peers, same endpoint, same run.
 
-    python bench/consume.py [--quick] [--server minimal|devcluster] [--messages N]
-                            [--max-in-flight 200,2500] [--rounds R]
+    python bench/consume.py [--quick] [--server minimal|devcluster|nsqd=HOST:PORT[,...]]
+                            [--messages N] [--max-in-flight 200,2500] [--rounds R]
                             [--clients smartnsq,smartnsq-conn,pynsq,...] [--via nsqd|lookupd]
+                            [--loop asyncio|uvloop]
 
 By default (``--server minimal``) the endpoint is ``bench/_endpoint.py`` in its own process:
 after SUB it pushes pre-built classic frames (100-byte bodies) as fast as RDY allows, never
@@ -26,6 +27,14 @@ own cost, much less disturbed by the server and the machine's other load than a 
 Draining and closing are not timed. The channel is checked
 afterwards: what is left in it (depth + in flight) should be nothing but the last few FINs
 a peer did not flush before stopping.
+
+``--server nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]`` runs the same as
+``devcluster`` against a server this script does not start (a real nsqd 1.3.0; ``http``
+defaults to the TCP port + 1): a fresh topic and channel per run over nsqd's HTTP API, loaded
+by MPUB, drained, checked, deleted. With ``--cluster youzan`` the topic has one partition and
+the given nsqd must lead it (a one-node youzan cluster); ``bench/youzan.py`` covers
+partitioned clusters. ``--loop uvloop`` runs the asyncio clients on uvloop (with ``python
+-O``: see ``bench/publish.py``).
 
 Clients: ``smartnsq`` is ``smartnsq.consumer.Consumer`` with a plain-function handler (run
 on the event loop, FIN on return); ``smartnsq-conn`` is the raw ``smartnsq.connection``
@@ -51,8 +60,9 @@ from typing import Any
 from _common import (
     PEERS,
     RawClient,
+    ServerSpec,
+    cluster_server,
     command_line,
-    dev_cluster,
     emit,
     environment,
     fmt_kib,
@@ -63,6 +73,7 @@ from _common import (
     minimal_endpoint,
     peer_available,
     run_worker,
+    server_arg,
     table,
 )
 
@@ -70,6 +81,9 @@ from smartnsq.protocol.frames import CLASSIC_LAYOUT, YOUZAN_LAYOUT
 
 CHANNEL = "bench"
 CLIENTS = ("smartnsq", "smartnsq-conn", *PEERS)
+# uvloop's transports are not asyncio.Transport subclasses, which Connection.connection_made
+# asserts: uvloop workers run with python -O until that assertion goes (see publish.py)
+OPT: dict[str, list[str]] = {"asyncio": [], "uvloop": ["-O"]}
 
 
 # -- workers ----------------------------------------------------------------------------------
@@ -263,8 +277,12 @@ def preimport(client: str) -> None:
 
 
 def worker(argv: list[str]) -> int:
-    client, addr, lookupd, topic, count_s, mif_s = argv
+    client, addr, lookupd, topic, count_s, mif_s, loop = argv
     count, mif = int(count_s), int(mif_s)
+    if loop == "uvloop" and client in ("smartnsq", "smartnsq-conn", "ansq", "asyncnsq"):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     preimport(client)
     baseline = max_rss_kib()
     if client == "smartnsq":
@@ -308,7 +326,8 @@ def run_minimal(args: argparse.Namespace, clients: list[str], count: int, rounds
                         continue
                     endpoint.connections(expect=0, timeout=0)
                     result = run_worker("consume.py", [client, endpoint.tcp, "", "bench_sub",
-                                                       str(count), str(mif)], timeout=timeout)
+                                                       str(count), str(mif), args.loop],
+                                        timeout=timeout, python_flags=OPT[args.loop])
                     conns = [c for c in endpoint.connections() if c["max_rdy"]]
                     if "error" not in result and conns:
                         fins = sum(c["fins"] for c in conns)
@@ -380,15 +399,22 @@ def main() -> int:
         return worker(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages, one round")
-    parser.add_argument("--server", choices=("minimal", "devcluster"), default="minimal",
+    parser.add_argument("--server", type=server_arg, default="minimal",
+                        metavar="minimal|devcluster|nsqd=HOST:PORT[,lookupd=HOST:PORT]",
                         help="minimal: bench/_endpoint.py pushes as fast as RDY allows, so the "
-                             "client is measured; devcluster: pre-loaded dev cluster nsqd")
+                             "client is measured; devcluster: pre-loaded dev cluster nsqd; "
+                             "nsqd=HOST:PORT: a real server you run (optionally lookupd= "
+                             "and http=, default TCP port + 1), pre-loaded")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="event loop of the asyncio clients (uvloop: the fast extra)")
     parser.add_argument("--messages", type=int, default=None,
-                        help="default 100k (minimal server 200k), quick 20k (minimal 40k)")
+                        help="default 100k, quick 20k (the minimal-server tables "
+                             "of 2026-11-23 used 200k)")
     parser.add_argument("--max-in-flight", default=None,
                         help="comma-separated (default: minimal 200,2500; devcluster 1000)")
     parser.add_argument("--body", type=int, default=100, help="body size in bytes")
-    parser.add_argument("--rounds", type=int, default=None, help="default 3, quick 1")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="default 2, quick 1 (the tables of 2026-11-23 used 3)")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--cluster", choices=("classic", "youzan"), default="classic",
                         help="devcluster server: its flavour (youzan: peers SUB without a "
@@ -396,18 +422,19 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=None,
                         help="per client run, seconds (default 300, youzan 60)")
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
-                        help="devcluster server: how smartnsq's Consumer finds the node (auto: "
-                             "lookupd once smartnsq.lookup exists); minimal: always nsqd")
+                        help="devcluster/real server: how smartnsq's Consumer finds the node "
+                             "(auto: lookupd when there is one); minimal: always nsqd")
     args = parser.parse_args()
     minimal = args.server == "minimal"
+    if isinstance(args.server, ServerSpec) and not args.server.lookupd:
+        if args.via == "lookupd":
+            parser.error("--via lookupd needs --server ...,lookupd=HOST:PORT")
+        args.via = "nsqd"
     if args.max_in_flight is None:
         args.max_in_flight = "200,2500" if minimal else "1000"
-    if minimal:
-        count = args.messages or (40_000 if args.quick else 200_000)
-    else:
-        count = args.messages or (20_000 if args.quick else 100_000)
+    count = args.messages or (20_000 if args.quick else 100_000)
     timeout = args.timeout or (60.0 if args.cluster == "youzan" else 300.0)
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 2)  # the default run stays near 2 minutes
     lookup_landed = importlib.util.find_spec("smartnsq.lookup") is not None
     via = "nsqd" if minimal else (
         args.via if args.via != "auto" else ("lookupd" if lookup_landed else "nsqd"))
@@ -427,11 +454,12 @@ def main() -> int:
         mifs = [int(m) for m in args.max_in_flight.split(",")]
         print(f"consume: {count:,} messages of {args.body} bytes pushed by bench/_endpoint.py "
               f"as fast as RDY allows, max_in_flight {', '.join(map(str, mifs))}, no-op "
-              f"handler + FIN; best of {rounds} round(s)\n")
+              f"handler + FIN; best of {rounds} round(s); asyncio clients on {args.loop}\n")
         best_m = run_minimal(args, clients, count, rounds, timeout)
         report_minimal(best_m, clients, mifs, unavailable)
         print(f"\ncommand: {command_line()}")
-        print(environment("server: bench/_endpoint.py, separate process, loopback"))
+        print(environment("server: bench/_endpoint.py, separate process, loopback\n"
+                          f"  event loop  {args.loop} (asyncio clients)"))
         return 0
     return main_devcluster(args, clients, count, rounds, timeout, via, unavailable)
 
@@ -440,11 +468,12 @@ def main_devcluster(args: argparse.Namespace, clients: list[str], count: int, ro
                     timeout: float, via: str, unavailable: dict[str, str]) -> int:
     mif = int(args.max_in_flight.split(",")[0])
     body = b"x" * args.body
-    print(f"consume: {count:,} pre-loaded messages of {args.body} bytes, max_in_flight "
-          f"{mif}, no-op handler + FIN; best of {rounds} round(s); smartnsq "
-          f"Consumer via {via}; {args.cluster} nsqd\n")
     best: dict[str, dict[str, Any]] = {}
-    with dev_cluster(args.cluster) as cluster:
+    with cluster_server(args.server, args.cluster) as cluster:
+        where = cluster.describe()
+        print(f"consume: {count:,} pre-loaded messages of {args.body} bytes, max_in_flight "
+              f"{mif}, no-op handler + FIN; best of {rounds} round(s); smartnsq "
+              f"Consumer via {via}; asyncio clients on {args.loop}; server: {where}\n")
         for rnd in range(rounds):
             shift = rnd % len(clients)
             for client in clients[shift:] + clients[:shift]:
@@ -459,8 +488,8 @@ def main_devcluster(args: argparse.Namespace, clients: list[str], count: int, ro
                 result = run_worker("consume.py", [
                     client, cluster.tcp,
                     cluster.lookupd_http[0] if (client == "smartnsq" and via == "lookupd")
-                    else "", topic, str(count), str(mif)],
-                    timeout=timeout)
+                    else "", topic, str(count), str(mif), args.loop],
+                    timeout=timeout, python_flags=OPT[args.loop])
                 if "error" not in result:
                     result["left"] = leftover(cluster, topic)
                 cluster.drop_topic(topic)
@@ -489,8 +518,7 @@ def main_devcluster(args: argparse.Namespace, clients: list[str], count: int, ro
     for note in notes:
         print(f"  - {note}")
     print(f"\ncommand: {command_line()}")
-    print(environment(f"server: smartnsq.devcluster --mode {args.cluster}, 1 nsqd, separate "
-                      "process, loopback"))
+    print(environment(f"server: {where}\n  event loop  {args.loop} (asyncio clients)"))
     return 0
 
 

@@ -1,8 +1,9 @@
 """Publish throughput: smartnsq's Producer against the Python peers, same endpoint, same run.
 
-    python bench/publish.py [--quick] [--server minimal|devcluster] [--body 100,1024]
-                            [--messages N] [--sequential N] [--window W] [--rounds R]
-                            [--clients smartnsq,pynsq,...] [--via nsqd|lookupd]
+    python bench/publish.py [--quick] [--server minimal|devcluster|nsqd=HOST:PORT[,...]]
+                            [--body 100,1024] [--messages N] [--sequential N] [--window W]
+                            [--rounds R] [--clients smartnsq,pynsq,...] [--via nsqd|lookupd]
+                            [--loop asyncio|uvloop]
 
 Clients: ``smartnsq`` (``smartnsq.producer.Producer``, asyncio), ``smartnsq-sync`` (the
 blocking ``smartnsq.sync.Producer``, calls cross to a background event loop thread; it has no
@@ -16,7 +17,21 @@ which answers OK to every publish as fast as its socket allows, so that the clie
 measured; the bodies are 100 B and 1 KiB, and the issue's goals (issue 4 item 6) are printed
 against the best peer. ``--server devcluster``: one classic nsqd of the dev cluster (its own
 process, loopback; ``--cluster youzan``: one youzan nsqd and a one-partition topic, which the
-peers write without naming the partition), as the first runs did.
+peers write without naming the partition), as the first runs did. ``--server
+nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]``: a server this script does not start
+(a real nsqd 1.3.0 with ``nsqd -tcp-address 127.0.0.1:4150``; ``http`` defaults to the TCP port
++ 1), used exactly like the dev cluster: a fresh topic per run over nsqd's HTTP API, the
+stored message count checked, the topic deleted; with ``lookupd=`` smartnsq finds the node
+through it (``--via``); ``--cluster youzan`` for a youzan server (it needs ``lookupd=`` to
+create topics).
+
+``--loop uvloop`` runs the asyncio clients (smartnsq, smartnsq-sync, ansq, asyncnsq and the
+floor) on uvloop (the ``fast`` extra: ``pip install smartnsq[fast]``) by installing its event
+loop policy in each worker, so the figures with and without it are the same code on another
+loop. ``-O`` runs every worker with ``python -O``. uvloop's transports are not subclasses of
+``asyncio.Transport``, and ``Connection.connection_made`` (and the floor client) assert that
+they are, so ``--loop uvloop`` implies ``-O`` until smartnsq drops that assertion; compare it
+with an ``-O`` run on asyncio.
 
 Three ways of publishing:
 
@@ -48,9 +63,10 @@ from typing import Any
 
 from _common import (
     PEERS,
+    ServerSpec,
     Span,
+    cluster_server,
     command_line,
-    dev_cluster,
     emit,
     environment,
     fmt_kib,
@@ -61,6 +77,7 @@ from _common import (
     minimal_endpoint,
     peer_available,
     run_worker,
+    server_arg,
     table,
 )
 
@@ -382,9 +399,22 @@ def preimport(client: str) -> None:
     importlib.import_module(PREIMPORT[client])
 
 
+ASYNCIO_CLIENTS = ("smartnsq", "smartnsq-sync", "ansq", "asyncnsq", "asyncio-floor")
+
+
+def use_loop(loop: str, client: str) -> None:
+    """``--loop uvloop``: every loop the worker creates (asyncio.run, the sync facade's loop
+    thread) is a uvloop one, without the library being told."""
+    if loop == "uvloop" and client in ASYNCIO_CLIENTS:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
 def worker(argv: list[str]) -> int:
-    client, mode, addr, lookupd, topic, count_s, body_s, window_s = argv
+    client, mode, addr, lookupd, topic, count_s, body_s, window_s, loop = argv
     count, body, window = int(count_s), b"x" * int(body_s), int(window_s)
+    use_loop(loop, client)
     preimport(client)
     if lookupd:  # the lookup client (and httpx) is imported on first use: not a publish cost
         importlib.import_module("smartnsq.lookup")
@@ -413,7 +443,7 @@ def lookup_landed() -> bool:
 
 
 class DevClusterServer:
-    """The old mode: one nsqd of the dev cluster; every run gets a fresh topic."""
+    """One nsqd of the dev cluster, or a real server; every run gets a fresh topic."""
 
     def __init__(self, cluster: Any) -> None:
         self.cluster = cluster
@@ -423,7 +453,10 @@ class DevClusterServer:
         self.cluster.fresh_topic(topic, channel=None)
 
     def stored(self, topic: str) -> int | None:
-        count = self.cluster.message_count(topic)
+        # youzan: summed over the partitions' leaders (a real cluster has several nodes)
+        cluster = self.cluster
+        count: int | None = (cluster.youzan_count(topic) if cluster.mode == "youzan"
+                             else cluster.message_count(topic))
         self.cluster.drop_topic(topic)
         return count
 
@@ -444,17 +477,17 @@ class MinimalServer:
 
 
 @contextmanager
-def server(kind: str, cluster_mode: str) -> Iterator[Any]:
+def server(kind: str | ServerSpec, cluster_mode: str) -> Iterator[Any]:
     if kind == "minimal":
         with minimal_endpoint() as endpoint:
             yield MinimalServer(endpoint)
     else:
-        with dev_cluster(cluster_mode) as cluster:
+        with cluster_server(kind, cluster_mode) as cluster:
             yield DevClusterServer(cluster)
 
 
 def report(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
-           modes: list[str], body: int, unavailable: dict[str, str], minimal: bool) -> None:
+           modes: list[str], body: int, unavailable: dict[str, str], show_goals: bool) -> None:
     rows, cpu_rows, mem_rows, notes = [], [], [], []
     for client in clients:
         row, cpu_row, mem_row = [client], [client], [client]
@@ -498,7 +531,7 @@ def report(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
         print("\nnotes:")
         for note in notes:
             print(f"  - {note}")
-    if minimal and "smartnsq" in clients:
+    if show_goals and "smartnsq" in clients:
         print()
         print(goals(best, clients, modes, body))
     print()
@@ -530,7 +563,8 @@ def goals(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
             f"{cpu_ratio:.2f}x vs {cheap['name']}",
             f"{fmt_kib(me['peak_kib'])} vs {fmt_kib(lean['peak_kib'])} ({lean['name']})",
             "met" if me["peak_kib"] <= lean["peak_kib"] else "missed", floor_cell])
-    return ("goals (issue 4 item 6): smartnsq's rate over the best peer's; CPU: the cheapest "
+    return ("goals (issue 4 item 6; against a real nsqd, issue 15 item 1 asks the same of "
+            "concurrent and MPUB): smartnsq's rate over the best peer's; CPU: the cheapest "
             "peer's CPU/msg over smartnsq's; memory: smartnsq's peak vs the leanest peer's; the "
             "last column is the thinnest asyncio client's rate over the same best peer (what "
             "the event loop allows at all)\n\n"
@@ -543,9 +577,17 @@ def main() -> int:
         return worker(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages, one round")
-    parser.add_argument("--server", choices=("minimal", "devcluster"), default="minimal",
+    parser.add_argument("--server", type=server_arg, default="minimal",
+                        metavar="minimal|devcluster|nsqd=HOST:PORT[,lookupd=HOST:PORT]",
                         help="minimal: bench/_endpoint.py answers OK to everything, so the "
-                             "client is measured; devcluster: a dev cluster nsqd")
+                             "client is measured; devcluster: a dev cluster nsqd; "
+                             "nsqd=HOST:PORT: a real server you run (optionally lookupd= "
+                             "and http=, default TCP port + 1)")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="event loop of the asyncio clients (uvloop: the fast extra; "
+                             "implies -O)")
+    parser.add_argument("-O", dest="optimize", action="store_true",
+                        help="run the workers with python -O (assertions off)")
     parser.add_argument("--messages", type=int, default=None,
                         help="messages per pipelined and MPUB run (default 100k, quick 20k; "
                              "minimal server MPUB: x5)")
@@ -554,31 +596,41 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=1024,
                         help="concurrent publishes outstanding per window (pipelined)")
     parser.add_argument("--body", default=None,
-                        help="body sizes in bytes, comma-separated (default: minimal 100,1024; "
-                             "devcluster 100)")
-    parser.add_argument("--rounds", type=int, default=None, help="default 3, quick 1")
+                        help="body sizes in bytes, comma-separated (default 100; the tables of "
+                             "2026-11-23 used 100,1024 against the minimal server)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="default 2, quick 1 (the tables of 2026-11-23 used 3)")
     parser.add_argument("--clients", default=None,
-                        help=f"default: minimal smartnsq + peers; devcluster {','.join(CLIENTS)}")
+                        help=f"default: minimal smartnsq + peers + asyncio-floor; devcluster "
+                             f"{','.join(CLIENTS)}; a real server both")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--cluster", choices=("classic", "youzan"), default="classic",
-                        help="devcluster server: its flavour (youzan: peers PUB without a "
-                             "partition, which a youzan nsqd writes to its default one)")
+                        help="devcluster/real server: its flavour (youzan: peers PUB without "
+                             "a partition, which a youzan nsqd writes to its default one)")
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
-                        help="devcluster server: how smartnsq finds the node (auto: lookupd "
-                             "once smartnsq.lookup exists); the minimal server is always nsqd")
+                        help="devcluster/real server: how smartnsq finds the node (auto: "
+                             "lookupd when there is one); the minimal server is always nsqd")
     args = parser.parse_args()
+    if args.loop == "uvloop":
+        args.optimize = True  # see the module docstring: an assertion refuses uvloop's transport
     minimal = args.server == "minimal"
     count = args.messages or (20_000 if args.quick else 100_000)
     seq_count = args.sequential or max(count // 5, 1)
     # against the minimal endpoint MPUB runs are so fast that 100k would be timer noise
     mpub_count = count * 5 if minimal else count
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds or (1 if args.quick else 2)  # the default run stays near 2 minutes
+    real = isinstance(args.server, ServerSpec)
+    if real and not args.server.lookupd:
+        if args.via == "lookupd":
+            parser.error("--via lookupd needs --server ...,lookupd=HOST:PORT")
+        args.via = "nsqd"
     via = "nsqd" if minimal else (
         args.via if args.via != "auto" else ("lookupd" if lookup_landed() else "nsqd"))
     modes = [m for m in args.modes.split(",") if m]
-    default_clients = ("smartnsq", *PEERS, "asyncio-floor") if minimal else CLIENTS
+    default_clients = (("smartnsq", *PEERS, "asyncio-floor") if minimal else
+                       (*CLIENTS, "asyncio-floor") if real else CLIENTS)
     clients = [c for c in (args.clients or ",".join(default_clients)).split(",") if c]
-    bodies = [int(b) for b in (args.body or ("100,1024" if minimal else "100")).split(",")]
+    bodies = [int(b) for b in (args.body or "100").split(",")]
 
     unavailable: dict[str, str] = {}
     for peer in [c for c in clients if c in PEERS]:
@@ -587,14 +639,15 @@ def main() -> int:
             unavailable[peer] = why
     clients = [c for c in clients if c not in unavailable]
 
-    where = ("bench/_endpoint.py (minimal: OK to every publish)" if minimal
-             else f"{args.cluster} nsqd of the dev cluster")
-    print(f"publish: {seq_count:,} sequential, {count:,} pipelined (windows of {args.window} "
-          f"outstanding), {mpub_count:,} in MPUB x{BATCH}; bodies of "
-          f"{', '.join(map(str, bodies))} bytes; best of {rounds} round(s); smartnsq via {via}; "
-          f"server: {where}\n")
     best: dict[tuple[str, str, int], dict[str, Any]] = {}
     with server(args.server, args.cluster) as srv:
+        where = ("bench/_endpoint.py, separate process, loopback (minimal: OK to every "
+                 "publish)" if minimal else srv.cluster.describe())
+        print(f"publish: {seq_count:,} sequential, {count:,} pipelined (windows of "
+              f"{args.window} outstanding), {mpub_count:,} in MPUB x{BATCH}; bodies of "
+              f"{', '.join(map(str, bodies))} bytes; best of {rounds} round(s); smartnsq via "
+              f"{via}; asyncio clients on {args.loop}"
+              f"{'; workers run with python -O' if args.optimize else ''}; server: {where}\n")
         for rnd in range(rounds):
             for body in bodies:
                 for mode in modes:
@@ -612,7 +665,8 @@ def main() -> int:
                             srv.cluster.lookupd_http[0]
                             if (not minimal and client.startswith("smartnsq")
                                 and via == "lookupd") else "",
-                            topic, str(n), str(body), str(args.window)])
+                            topic, str(n), str(body), str(args.window), args.loop],
+                            python_flags=["-O"] if args.optimize else [])
                         if "error" not in result:
                             stored = srv.stored(topic)
                             result["verified"] = stored == n + 1  # + the warm-up message
@@ -622,13 +676,12 @@ def main() -> int:
                         best[key] = merge(best.get(key), result)
 
     for body in bodies:
-        report(best, clients, modes, body, unavailable, minimal)
+        # the goals mean something where the server is not the limit: not the dev cluster
+        report(best, clients, modes, body, unavailable, minimal or real)
     print("every run's message count was checked on the server side")
     print(f"\ncommand: {command_line()}")
-    print(environment(
-        "server: bench/_endpoint.py, separate process, loopback" if minimal else
-        f"server: smartnsq.devcluster --mode {args.cluster}, 1 nsqd, separate process, "
-        "loopback"))
+    print(environment(f"server: {where}\n  event loop  {args.loop} (asyncio clients)"
+                      f"{', python -O' if args.optimize else ''}"))
     return 0
 
 
