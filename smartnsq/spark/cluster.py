@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -37,10 +38,12 @@ from ..config import ConnectionConfig
 from ..connection import Connection
 from ..errors import (
     ConnectionClosed,
+    ConnectionError_,
     InvalidArgument,
     LookupFailed,
     NSQError,
     ProtocolError,
+    ServerError,
     Timeout,
     TopicNotFound,
 )
@@ -53,9 +56,13 @@ from .options import ClusterOptions
 
 __all__ = [
     "ClusterClient",
+    "ClusterError",
     "LeaderInfo",
+    "LeaderWait",
+    "PartitionUnavailable",
     "RangeReader",
     "TopicLayout",
+    "is_transient",
     "offset_at_time",
     "read_range",
     "temporary_channel",
@@ -87,27 +94,124 @@ class LeaderInfo:
 
 @dataclass(frozen=True)
 class TopicLayout:
-    """A topic as the source sees it: partitions, their leaders, ordering and ext flags."""
+    """A topic as the source sees it: partitions, their leaders, ordering and ext flags.
+
+    ``partitions`` is every partition the topic has, with a leader now or not: a partition
+    between two leaders (21-49 s after a real node's death) is absent from ``leaders`` but
+    still one of the topic's partitions, whose offsets the stream must keep.
+    """
 
     topic: str
     ordered: bool
     ext: bool
     leaders: dict[int, LeaderInfo] = field(default_factory=dict)
+    partitions: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.partitions:
+            object.__setattr__(self, "partitions", tuple(sorted(self.leaders)))
+
+    @property
+    def leaderless(self) -> tuple[int, ...]:
+        return tuple(p for p in self.partitions if p not in self.leaders)
 
     @classmethod
     def of(cls, view: TopicView) -> TopicLayout:
         """The layout a lookupd's view gives; refuses a topic without partitions."""
-        if view.empty:
+        if view.empty and not view.partition_num:
             raise TopicNotFound(view.topic)
         leaders = {pid: LeaderInfo.of(node) for pid, node in view.leaders().items()}
-        if not leaders:
+        if not leaders and not view.partition_num:
             raise InvalidArgument("topic", f"{view.topic!r} has no partitions in lookup: the "
                                   "replayable source needs a youzan cluster", view.topic)
-        return cls(view.topic, view.ordered, view.extend_support, leaders)
+        count = max([view.partition_num, *(p + 1 for p in view.partitions)])
+        return cls(view.topic, view.ordered, view.extend_support, leaders,
+                   tuple(range(count)))
 
 
 class ClusterError(NSQError):
-    """The cluster refused or failed an HTTP call the connector needed."""
+    """The cluster refused or failed an HTTP call the connector needed.
+
+    ``transient`` marks what a leader change or a node's restart explains (connection
+    refused or reset, an HTTP timeout, ``E_FAILED_ON_NOT_LEADER``, a node that no longer leads
+    the partition): the connector retries those until ``leaderTimeout``.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class PartitionUnavailable(ClusterError):
+    """A partition had no usable leader for longer than ``leaderTimeout``."""
+
+    def __init__(self, topic: str, partition: int | None, condition: str,
+                 waited: float) -> None:
+        where = topic if partition is None else f"{topic}/{partition}"
+        super().__init__(
+            f"{where} had no usable leader for {waited:.0f}s ({condition}); "
+            "fix: bring its nsqd back or let the cluster elect a leader, or raise the "
+            "leaderTimeout option")
+        self.topic = topic
+        self.partition = partition
+        self.condition = condition
+
+
+_TRANSIENT_CODES = ("E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cluster condition that waiting for a leader can clear."""
+    if isinstance(exc, ClusterError):
+        return exc.transient
+    if isinstance(exc, ServerError):
+        return exc.code in _TRANSIENT_CODES
+    if isinstance(exc, TopicNotFound):
+        return False
+    return isinstance(exc, (ConnectionError_, Timeout, LookupFailed, OSError,
+                            httpx.TransportError))
+
+
+def condition_of(exc: BaseException) -> str:
+    """A short, one-line description of a transient condition (for the final error)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:300]
+
+
+class LeaderWait:
+    """Retries a partition's transient conditions until ``timeout`` s have passed.
+
+    One per partition and operation: ``failed(exc)`` sleeps a growing back-off and returns
+    when the caller should try again, or raises :class:`PartitionUnavailable` (or ``exc``
+    itself, when it is not transient) once the time is up. ``progressed()`` restarts the
+    clock: a read that moved forward between two failures is not stuck.
+    """
+
+    def __init__(self, topic: str, partition: int | None, timeout: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.timeout = timeout
+        self._since: float | None = None
+        self._delay = 0.1
+
+    def progressed(self) -> None:
+        self._since = None
+        self._delay = 0.1
+
+    def failed(self, exc: BaseException) -> None:
+        if not is_transient(exc):
+            raise exc
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+            log.warning("%s/%s: %s; waiting for a leader (up to %gs)", self.topic,
+                        self.partition, condition_of(exc), self.timeout)
+        waited = now - self._since
+        if waited >= self.timeout:
+            raise PartitionUnavailable(self.topic, self.partition, condition_of(exc),
+                                       waited) from exc
+        time.sleep(min(self._delay, self.timeout - waited))
+        self._delay = min(self._delay * 2, 2.0)
 
 
 class ClusterClient:
@@ -158,8 +262,15 @@ class ClusterClient:
     def _from_nsqd(self, topic: str) -> TopicLayout:
         leaders: dict[int, LeaderInfo] = {}
         ordered = ext = False
+        down: list[ClusterError] = []
         for address in self._options.nsqd_http:
-            info = self._get_json(f"http://{address}/info")
+            try:
+                info = self._get_json(f"http://{address}/info")
+            except ClusterError as exc:
+                if not exc.transient:
+                    raise
+                down.append(exc)  # a node that is down leads nothing now; ask the others
+                continue
             host = info.get("broadcast_address") or parse_address(address)[0]
             node = LeaderInfo(host, int(info["tcp_port"]), int(info["http_port"]))
             stats = self._get_json(f"http://{address}/stats",
@@ -175,6 +286,9 @@ class ClusterClient:
                 ordered = ordered or bool(entry.get("is_multi_ordered"))
                 ext = ext or bool(entry.get("is_ext"))
         if not leaders:
+            if down:
+                raise ClusterError(f"no nsqd leads {topic!r} now: " + "; ".join(
+                    condition_of(e) for e in down), transient=True)
             raise TopicNotFound(topic)
         return TopicLayout(topic, ordered, ext, leaders)
 
@@ -190,7 +304,7 @@ class ClusterClient:
                     str(entry.get("topic_partition")) == str(partition):
                 return int(entry.get("backend_start") or 0), int(entry["backend_depth"])
         raise ClusterError(f"{leader.http_address} does not lead {topic}/{partition} (its "
-                           "stats do not list it); the leader may have moved")
+                           "stats do not list it); the leader may have moved", transient=True)
 
     # -- channels ---------------------------------------------------------------------------
 
@@ -233,24 +347,34 @@ class ClusterClient:
             answer = self._http.post(url, params={"topic": topic, "partition": str(partition),
                                                   "channel": channel}, content=body)
         except httpx.HTTPError as exc:
-            raise ClusterError(f"POST {url} failed: {exc}") from exc
+            raise ClusterError(f"POST {url} failed: {exc}",
+                               transient=isinstance(exc, httpx.TransportError)) from exc
         if answer.status_code != 200:
+            text = answer.text[:200]
             raise ClusterError(f"POST {path} {topic}/{partition} channel {channel} on "
-                               f"{leader.http_address}: HTTP {answer.status_code} "
-                               f"{answer.text[:200]}")
+                               f"{leader.http_address}: HTTP {answer.status_code} {text}",
+                               transient=_transient_answer(answer.status_code, text))
 
     def _get_json(self, url: str, params: dict[str, str] | None = None) -> Any:
         try:
             answer = self._http.get(url, params=params)
         except httpx.HTTPError as exc:
-            raise ClusterError(f"GET {url} failed: {exc}") from exc
+            raise ClusterError(f"GET {url} failed: {exc}",
+                               transient=isinstance(exc, httpx.TransportError)) from exc
         try:
             status, data, message = unwrap(answer.status_code, answer.content)
         except ProtocolError as exc:
             raise ClusterError(f"GET {url}: {exc}") from exc
         if status != 200:
-            raise ClusterError(f"GET {url}: HTTP {status} {message or answer.text[:200]}")
+            text = message or answer.text[:200]
+            raise ClusterError(f"GET {url}: HTTP {status} {text}",
+                               transient=_transient_answer(status, text))
         return data
+
+
+def _transient_answer(status: int, text: str) -> bool:
+    """An HTTP refusal a leader change explains (the node no longer leads, or is busy)."""
+    return status >= 500 or any(code in text for code in _TRANSIENT_CODES)
 
 
 def temporary_channel(prefix: str) -> str:

@@ -43,7 +43,7 @@ SINK_OPTIONS = frozenset({
 SOURCE_OPTIONS = frozenset({
     "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
     "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
-    "rdy", "httptimeout", "mode",
+    "rdy", "httptimeout", "mode", "leadertimeout",
 })
 ACK_SOURCE_OPTIONS = frozenset({
     "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
@@ -302,6 +302,7 @@ class SourceOptions:
     commit_channel: str | None
     read_timeout: float
     rdy: int
+    leader_timeout: float = 120.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -349,6 +350,7 @@ class SourceOptions:
             commit_channel=commit_channel,
             read_timeout=_float(opts, "readTimeout", 30.0),
             rdy=_int(opts, "rdy", 500, 1, 2500),
+            leader_timeout=_float(opts, "leaderTimeout", 120.0),
         )
 
 
