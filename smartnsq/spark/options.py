@@ -47,7 +47,7 @@ SOURCE_OPTIONS = frozenset({
 })
 ACK_SOURCE_OPTIONS = frozenset({
     "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
-    "touchinterval",
+    "touchinterval", "connecttimeout",
 })
 # Spark passes some options of its own (the path of load()/save(), checkpoint settings...)
 _SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname"})
@@ -372,6 +372,7 @@ class AckSourceOptions:
     max_in_flight: int
     max_messages_per_trigger: int | None
     touch_interval: float
+    connect_timeout: float = 120.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> AckSourceOptions:
@@ -390,7 +391,8 @@ class AckSourceOptions:
         return cls(
             cluster=ClusterOptions(lookupd=lookupd, nsqd=nsqd),
             topic=topics[0], channel=channel, max_in_flight=max_in_flight,
-            max_messages_per_trigger=(_int(opts, "maxMessagesPerTrigger", 0, 1, max_in_flight)
+            max_messages_per_trigger=(_int(opts, "maxMessagesPerTrigger", 0)
                                       if limit else None),
             touch_interval=_float(opts, "touchInterval", 20.0),
+            connect_timeout=_float(opts, "connectTimeout", 120.0),
         )

@@ -102,6 +102,66 @@ def test_ack_source_options() -> None:
         AckSourceOptions.parse({"nsqd": "127.0.0.1:4150", "topic": "a,b", "channel": "c"})
     with pytest.raises(InvalidArgument):
         source_mode({"mode": "fast"})
+    # the docs' example: a trigger limit above the budget is fine (a batch holds at most it)
+    big = AckSourceOptions.parse({"lookupd": "127.0.0.1:4161", "topic": "t", "channel": "c",
+                                  "maxMessagesPerTrigger": "5000", "connectTimeout": "7"})
+    assert big.max_messages_per_trigger == 5000 and big.connect_timeout == 7.0
+    assert AckSourceOptions.parse({"nsqd": "h:4150", "topic": "t", "channel": "c"}) \
+        .connect_timeout == 120.0
+
+
+def test_leader_timeout_option() -> None:
+    assert SourceOptions.parse({**LOOKUPD, "topic": "t"}, streaming=True).leader_timeout == 120
+    opts = SourceOptions.parse({**LOOKUPD, "topic": "t", "leaderTimeout": "2.5"},
+                               streaming=True)
+    assert opts.leader_timeout == 2.5
+    with pytest.raises(InvalidArgument) as info:
+        SourceOptions.parse({**LOOKUPD, "topic": "t", "leaderTimeout": "0"}, streaming=True)
+    assert info.value.field == "leaderTimeout"
+
+
+def test_transient_conditions_and_the_leader_wait() -> None:
+    import httpx
+
+    from smartnsq.errors import ConnectionClosed, ServerError, TopicNotFound
+    from smartnsq.spark.cluster import (
+        ClusterError,
+        LeaderWait,
+        PartitionUnavailable,
+        is_transient,
+    )
+
+    assert is_transient(ClusterError("refused", transient=True))
+    assert not is_transient(ClusterError("HTTP 400 bad channel"))
+    assert is_transient(ServerError("E_FAILED_ON_NOT_LEADER", "", "SUB"))
+    assert not is_transient(ServerError("E_BAD_TOPIC", "", "SUB"))
+    assert is_transient(ConnectionClosed("reset"))
+    assert is_transient(httpx.ConnectError("refused"))
+    assert not is_transient(TopicNotFound("t"))
+    assert not is_transient(ValueError("a bug"))
+
+    wait = LeaderWait("orders", 1, timeout=0.05)
+    with pytest.raises(ValueError):
+        wait.failed(ValueError("not transient: raised as it is"))
+    with pytest.raises(PartitionUnavailable) as info:
+        while True:
+            wait.failed(ClusterError("no leader in lookup", transient=True))
+    text = str(info.value)
+    assert text.startswith("orders/1 had no usable leader") and "no leader in lookup" in text
+    assert "leaderTimeout" in text and "\n" not in text
+
+
+def test_layout_keeps_leaderless_partitions() -> None:
+    from smartnsq.protocol.lookup import Node, Partition, TopicMeta, TopicView
+    from smartnsq.spark.cluster import TopicLayout
+
+    node = Node("127.0.0.1", 4150, 4151, "h", "v")
+    view = TopicView("t", "r", True, TopicMeta(3, 2, False, False),
+                     {0: Partition(0, node), 2: Partition(2, node)}, ())
+    layout = TopicLayout.of(view)
+    assert layout.partitions == (0, 1, 2) and layout.leaderless == (1,)
+    nobody = TopicView("t", "r", True, TopicMeta(2, 2, False, False), {}, ())
+    assert TopicLayout.of(nobody).leaderless == (0, 1)  # all leaders gone: still the topic
 
 
 def test_offsets_json() -> None:
