@@ -123,7 +123,7 @@ class NSQAckStreamReader(DataSourceStreamReader):
             return
         options = self._options
         kwargs: dict[str, Any] = {"max_in_flight": options.max_in_flight,
-                                  "auto_finish": False}
+                                  "auto_finish": False, **options.cluster.connection.kwargs()}
         if options.cluster.lookupd:
             kwargs["lookupd"] = list(options.cluster.lookupd)
         else:

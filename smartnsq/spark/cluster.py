@@ -220,6 +220,14 @@ class ClusterClient:
     def __init__(self, options: ClusterOptions) -> None:
         self._options = options
         self._http = httpx.Client(timeout=options.http_timeout, headers={"Accept": ACCEPT_V1})
+        self._connection: ConnectionConfig | None = None
+
+    @property
+    def connection_config(self) -> ConnectionConfig:
+        """TLS, AUTH and compression of the nsqd connections range reads open."""
+        if self._connection is None:
+            self._connection = self._options.connection.config()
+        return self._connection
 
     def close(self) -> None:
         self._http.close()
@@ -511,7 +519,7 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
     try:
         client.set_offset(topic, partition, leader, name, start)
         reader = RangeReader(topic, partition, leader, name, start, end, ordered=ordered,
-                             ext=ext, rdy=rdy, limit=limit)
+                             ext=ext, rdy=rdy, limit=limit, config=client.connection_config)
         loop_thread.run(reader.open(), timeout=read_timeout + 5)
         while True:
             batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
@@ -549,7 +557,7 @@ def offset_at_time(loop_thread: LoopThread, client: ClusterClient, topic: str,
         if client.channel_depth(topic, partition, leader, name) == 0:
             return end
         reader = RangeReader(topic, partition, leader, name, 0, end, ordered=ordered, ext=ext,
-                             rdy=1, limit=1)
+                             rdy=1, limit=1, config=client.connection_config)
         loop_thread.run(reader.open(), timeout=read_timeout + 5)
         batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
         offset = batch[0].queue_offset if batch else None

@@ -89,7 +89,8 @@ def cached_producer(options: SinkOptions) -> sync.Producer:
         if producer is not None and not producer.closed:
             return producer
         cluster = options.cluster
-        kwargs: dict[str, Any] = {"timeout": options.timeout, "sharding": options.sharding}
+        kwargs: dict[str, Any] = {"timeout": options.timeout, "sharding": options.sharding,
+                                  **cluster.connection.kwargs()}
         if cluster.nsqd:
             producer = sync.Producer(nsqd=list(cluster.nsqd), **kwargs)
         else:

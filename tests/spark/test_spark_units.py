@@ -399,3 +399,26 @@ def test_ack_reader_requeues_on_sigterm_then_hands_the_signal_on() -> None:
         reader.stop()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_connection_options_reach_the_connection_config() -> None:
+    from smartnsq.spark.options import ConnectionOptions
+
+    opts = SinkOptions.parse({**LOOKUPD, "topic": "t", "tlsCaFile": "/ca.pem",
+                              "authSecret": "hush", "compression": "SNAPPY"})
+    conn = opts.cluster.connection
+    assert conn.tls and conn.tls_ca_file == "/ca.pem" and conn.compression == "snappy"
+    config = conn.config()
+    assert config.tls is True and config.auth_secret == "hush" and config.tls_verify
+    assert "hush" not in repr(opts) and "hush" not in repr(conn)
+    assert ConnectionOptions().kwargs() == {}
+    for options, name in (({"compression": "lz4"}, "compression"),
+                          ({"tls": "false", "tlsCaFile": "/ca.pem"}, "tls"),
+                          ({"tlsKeyFile": "/k.pem"}, "tlsKeyFile"),
+                          ({"authSecret": ""}, "authSecret")):
+        with pytest.raises(InvalidArgument) as info:
+            SourceOptions.parse({**LOOKUPD, "topic": "t", **options}, streaming=False)
+        assert info.value.field == name
+    ack = AckSourceOptions.parse({**LOOKUPD, "topic": "t", "channel": "c", "tls": "true",
+                                  "tlsVerify": "false"})
+    assert ack.cluster.connection.kwargs()["tls_verify"] is False
