@@ -57,6 +57,7 @@ from .options import ClusterOptions
 __all__ = [
     "ClusterClient",
     "ClusterError",
+    "DataLoss",
     "LeaderInfo",
     "LeaderWait",
     "PartitionUnavailable",
@@ -140,6 +141,16 @@ class ClusterError(NSQError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class DataLoss(ClusterError):
+    """Offsets a read needs are no longer in the partition's queue (retention, a reset)."""
+
+    def __init__(self, topic: str, partition: int, start: int, first: int) -> None:
+        super().__init__(
+            f"{topic}/{partition}: offsets {start}..{first} are no longer in the queue "
+            "(retention or a reset removed them); fix: set failOnDataLoss=false to skip "
+            "them (logged as a warning), or start from a retained offset")
 
 
 class PartitionUnavailable(ClusterError):
@@ -399,7 +410,8 @@ class RangeReader:
 
     def __init__(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
                  start: int, end: int, *, ordered: bool, ext: bool, rdy: int,
-                 limit: int | None = None, config: ConnectionConfig | None = None) -> None:
+                 limit: int | None = None, config: ConnectionConfig | None = None,
+                 exact_start: bool = True, fail_on_data_loss: bool = True) -> None:
         self.topic = topic
         self.partition = partition
         self.leader = leader
@@ -417,6 +429,9 @@ class RangeReader:
         self._ready: deque[Message] = deque()
         self._wake: asyncio.Event | None = None
         self._last = -1
+        self._exact_start = exact_start
+        self._fail_on_data_loss = fail_on_data_loss
+        self._error: BaseException | None = None
         self.done = start >= end
 
     async def open(self) -> None:
@@ -452,8 +467,16 @@ class RangeReader:
         raw_size = message.raw_size
         if offset is None or raw_size is None:
             return  # cannot happen after SUB_ADVANCED/SUB_ORDERED; never guess
+        if self._last < 0 and self._exact_start and not self._check_first(offset, raw_size):
+            return
         if offset < self.start or offset <= self._last:
-            return  # before the range (an unaligned start), or a redelivery
+            return  # before the range, or a redelivery
+        if offset < self.end < offset + raw_size:
+            self._refuse(InvalidArgument("endingOffsets", f"offset {self.end} of {self.topic}/"
+                                         f"{self.partition} is inside the message at {offset} "
+                                         f"({raw_size} bytes): give a message's queue_offset, "
+                                         f"e.g. {offset} or {offset + raw_size}", self.end))
+            return
         if offset >= self.end:
             self.done = True
         else:
@@ -464,6 +487,33 @@ class RangeReader:
             if self.next_end >= self.end or \
                     (self._limit is not None and self._count >= self._limit):
                 self.done = True
+        assert self._wake is not None
+        self._wake.set()
+
+    def _check_first(self, offset: int, raw_size: int) -> bool:
+        """The first message must start at ``start``: one before it means ``start`` lies
+        inside it (refused, never skipped); one after it means the messages between are gone
+        (retention): ``failOnDataLoss`` decides."""
+        where = f"{self.topic}/{self.partition}"
+        if offset < self.start < offset + raw_size:
+            self._refuse(InvalidArgument("startingOffsets", f"offset {self.start} of {where} is "
+                                         f"inside the message at {offset} ({raw_size} bytes): "
+                                         "give a message's queue_offset, e.g. "
+                                         f"{offset} or {offset + raw_size}", self.start))
+            return False
+        if offset > self.start:
+            if self._fail_on_data_loss:
+                self._refuse(DataLoss(self.topic, self.partition, self.start, offset))
+                return False
+            log.warning("%s: offsets %d..%d are no longer in the queue; skipped "
+                        "(failOnDataLoss=false)", where, self.start, offset)
+            self.start = offset
+        return True
+
+    def _refuse(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self.done = True
         assert self._wake is not None
         self._wake.set()
 
@@ -488,6 +538,8 @@ class RangeReader:
                 raise Timeout(f"no message from {self.leader.tcp_address} for {timeout:g}s "
                               f"while reading {self.topic}/{self.partition} "
                               f"[{self.start}, {self.end}) at {self.next_end}") from None
+        if self._error is not None:
+            raise self._error
         batch = list(self._ready)
         self._ready.clear()
         return batch
@@ -502,7 +554,7 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
                leader: LeaderInfo, start: int, end: int, *, ordered: bool, ext: bool,
                rdy: int, read_timeout: float, channel: str | None, channel_prefix: str,
                limit: int | None = None, on_end: Callable[[int], None] | None = None,
-               ) -> Iterator[Message]:
+               fail_on_data_loss: bool = True) -> Iterator[Message]:
     """Yield the messages of ``[start, end)`` in queue order (blocking; see the module doc).
 
     ``channel`` names a fixed channel to read with (kept); ``None`` uses a temporary one,
@@ -519,7 +571,8 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
     try:
         client.set_offset(topic, partition, leader, name, start)
         reader = RangeReader(topic, partition, leader, name, start, end, ordered=ordered,
-                             ext=ext, rdy=rdy, limit=limit, config=client.connection_config)
+                             ext=ext, rdy=rdy, limit=limit, config=client.connection_config,
+                             fail_on_data_loss=fail_on_data_loss)
         loop_thread.run(reader.open(), timeout=read_timeout + 5)
         while True:
             batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
@@ -557,7 +610,8 @@ def offset_at_time(loop_thread: LoopThread, client: ClusterClient, topic: str,
         if client.channel_depth(topic, partition, leader, name) == 0:
             return end
         reader = RangeReader(topic, partition, leader, name, 0, end, ordered=ordered, ext=ext,
-                             rdy=1, limit=1, config=client.connection_config)
+                             rdy=1, limit=1, config=client.connection_config,
+                             exact_start=False)
         loop_thread.run(reader.open(), timeout=read_timeout + 5)
         batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
         offset = batch[0].queue_offset if batch else None

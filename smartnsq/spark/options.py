@@ -50,7 +50,7 @@ SINK_OPTIONS = CONNECTION_OPTIONS | frozenset({
 SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
     "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
-    "rdy", "httptimeout", "mode", "leadertimeout",
+    "rdy", "httptimeout", "mode", "leadertimeout", "failondataloss",
 })
 ACK_SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
@@ -370,6 +370,7 @@ class SourceOptions:
     read_timeout: float
     rdy: int
     leader_timeout: float = 120.0
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -419,6 +420,7 @@ class SourceOptions:
             read_timeout=_float(opts, "readTimeout", 30.0),
             rdy=_int(opts, "rdy", 500, 1, 2500),
             leader_timeout=_float(opts, "leaderTimeout", 120.0),
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         )
 
 

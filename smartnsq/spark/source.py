@@ -35,6 +35,7 @@ from ..errors import InvalidArgument
 from .cluster import (
     ClusterClient,
     ClusterError,
+    DataLoss,
     LeaderInfo,
     LeaderWait,
     PartitionUnavailable,
@@ -110,6 +111,7 @@ class _Planner:
         self.layouts: dict[str, TopicLayout] = {}
         # partitions without a usable leader at the last refresh -> the condition seen
         self.down: dict[tuple[str, int], str] = {}
+        self.bounds: Bounds = {}  # of the last refresh
 
     def close(self) -> None:
         self.client.close()
@@ -147,6 +149,7 @@ class _Planner:
                         raise
                     self.down[(topic, p)] = condition_of(exc)
             out[topic] = parts
+        self.bounds = out
         return out
 
     def refresh_all(self) -> Bounds:
@@ -255,6 +258,13 @@ class _Planner:
                 begin = starts.get(pid)
                 if begin is None:  # a partition added since the start offsets were taken
                     begin = self.first_offset(topic, int(pid))
+                first = self.bounds.get(topic, {}).get(int(pid), (begin, stop))[0]
+                if begin < first:  # retention removed what the range starts with
+                    if self.options.fail_on_data_loss:
+                        raise DataLoss(topic, int(pid), begin, first)
+                    log.warning("%s/%s: offsets %d..%d are no longer in the queue; skipped "
+                                "(failOnDataLoss=false)", topic, pid, begin, first)
+                    begin = first
                 if begin >= stop:
                     continue
                 out.append(NSQRangePartition(topic, int(pid), begin, stop,
@@ -308,7 +318,8 @@ def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[Any]:
                                           ext=part.ext, rdy=options.rdy,
                                           read_timeout=options.read_timeout,
                                           channel=options.channel,
-                                          channel_prefix=options.channel_prefix):
+                                          channel_prefix=options.channel_prefix,
+                                          fail_on_data_loss=options.fail_on_data_loss):
                     pending.append(message)
                     assert message.queue_offset is not None and message.raw_size is not None
                     position = message.queue_offset + message.raw_size

@@ -244,3 +244,35 @@ def test_streaming_sink_with_idempotency_keys(spark: Any, nsq: Any, tmp_path: An
     batch_ids = {int(k.split(":")[1]) for k in keys}
     assert query_ids == {str(query.id)}
     assert len(batch_ids) >= 3  # 40 rows at 15 per trigger: one key space per micro-batch
+
+
+@pytest.mark.parametrize("ddl, value, kind", [
+    ("id INT, body INT", 3, "int"),
+    ("id INT, body STRUCT<a: INT>", (1,), "struct<a:int>"),
+])
+def test_sink_refuses_a_body_it_cannot_publish(spark: Any, nsq: Any, ddl: str, value: Any,
+                                               kind: str) -> None:
+    df = spark.createDataFrame([(1, value)], ddl)
+    with pytest.raises(Exception, match=rf"bodyColumn.*'body' is {kind}.*binary or string"):
+        (df.write.format("nsq").option("lookupd", nsq.lookupd).option("topic", "any")
+         .mode("append").save())
+
+
+def test_offsets_inside_a_message_are_refused(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_inside", partitions=1)
+    with make_producer(nsq) as producer:
+        producer.publish_many("spark_inside", [f"m{i}".encode() for i in range(5)],
+                              partition=0)
+    rows = sorted(read_topic(spark, nsq, "spark_inside"), key=lambda r: r.queue_offset)
+    inside = rows[2].queue_offset + 1
+    with pytest.raises(Exception, match=rf"startingOffsets.*offset {inside} of spark_inside/0 "
+                                        rf"is inside the message at {rows[2].queue_offset}"):
+        read_topic(spark, nsq, "spark_inside",
+                   startingOffsets=json.dumps({"spark_inside": {"0": inside}}))
+    with pytest.raises(Exception, match=rf"endingOffsets.*offset {inside} .* inside"):
+        read_topic(spark, nsq, "spark_inside",
+                   endingOffsets=json.dumps({"spark_inside": {"0": inside}}))
+    # on a message's start both are fine, and nothing is skipped
+    got = read_topic(spark, nsq, "spark_inside", startingOffsets=json.dumps(
+        {"spark_inside": {"0": rows[2].queue_offset}}))
+    assert [r.body for r in got] == [b"m2", b"m3", b"m4"]
