@@ -50,7 +50,7 @@ SINK_OPTIONS = CONNECTION_OPTIONS | frozenset({
 SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
     "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
-    "rdy", "httptimeout", "mode", "leadertimeout", "failondataloss",
+    "rdy", "httptimeout", "mode", "leadertimeout", "failondataloss", "partitions",
 })
 ACK_SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
@@ -371,6 +371,7 @@ class SourceOptions:
     rdy: int
     leader_timeout: float = 120.0
     fail_on_data_loss: bool = True
+    partitions: frozenset[int] | None = None  # only these partitions of every topic
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -421,7 +422,25 @@ class SourceOptions:
             rdy=_int(opts, "rdy", 500, 1, 2500),
             leader_timeout=_float(opts, "leaderTimeout", 120.0),
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            partitions=_partition_list(opts.get("partitions")),
         )
+
+
+def _partition_list(raw: str | None) -> frozenset[int] | None:
+    """``partitions``: a comma list of partition ids (read only those, of every topic)."""
+    if raw is None or not raw.strip():
+        return None
+    out = set()
+    for item in raw.split(","):
+        try:
+            pid = int(item.strip())
+        except ValueError:
+            raise InvalidArgument("partitions", "must be a comma list of partition numbers, "
+                                  "e.g. 0,2", raw) from None
+        if pid < 0:
+            raise InvalidArgument("partitions", "partition numbers are >= 0", raw)
+        out.add(pid)
+    return frozenset(out)
 
 
 def source_mode(options: Mapping[str, str]) -> str:

@@ -131,13 +131,13 @@ class _Planner:
                 known = self.layouts.get(topic)
                 if known is None or not is_transient(exc):
                     raise
-                for p in known.partitions:  # no lookupd answers: nothing is known to move
+                for p in self.selected(known):  # no lookupd answers: nothing can move
                     self.down[(topic, p)] = condition_of(exc)
                 out[topic] = {}
                 continue
             self.layouts[topic] = layout
             parts: dict[int, tuple[int, int]] = {}
-            for p in layout.partitions:
+            for p in self.selected(layout):
                 leader = layout.leaders.get(p)
                 if leader is None:
                     self.down[(topic, p)] = "no leader in lookup"
@@ -151,6 +151,18 @@ class _Planner:
             out[topic] = parts
         self.bounds = out
         return out
+
+    def selected(self, layout: TopicLayout) -> list[int]:
+        """The topic's partitions this source reads (the ``partitions`` option)."""
+        chosen = self.options.partitions
+        if chosen is None:
+            return list(layout.partitions)
+        missing = chosen - set(layout.partitions)
+        if missing:
+            raise InvalidArgument("partitions", f"topic {layout.topic!r} has no partition(s) "
+                                  f"{sorted(missing)} (it has {len(layout.partitions)})",
+                                  sorted(missing))
+        return sorted(chosen)
 
     def refresh_all(self) -> Bounds:
         """``refresh()`` until every partition has a usable leader, up to ``leaderTimeout``:
@@ -466,10 +478,33 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
             max_rows = int(limit.max_rows)
         elif limit is None:
             max_rows = self._options.max_messages_per_trigger
+        self._latest_seen = latest
         if max_rows:
             latest = self._limit(start, latest, max_rows)
-        self._latest_seen = latest
         return latest
+
+    def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
+        """The queue ends seen at the last planning (Spark 4.2+ shows them in the query
+        progress as ``latestOffset``, beside ``endOffset``: the gap is the lag)."""
+        return self._latest_seen
+
+    def metrics(self, consumed: dict | None = None) -> dict[str, Any]:  # type: ignore[type-arg]
+        """Lag behind the queue ends: ``{"offsetsBehindLatest": {topic: bytes}, ...}``.
+
+        ``consumed`` defaults to the end of the last planned batch. Spark's Python source API
+        does not call this itself (yet); the same figures are in the progress as
+        ``latestOffset`` minus ``endOffset``.
+        """
+        latest = self._latest_seen or {}
+        done = check_offsets(consumed, "consumed") if consumed else (self._last_end or {})
+        behind: dict[str, int] = {}
+        worst: dict[str, int] = {}
+        for topic, parts in latest.items():
+            gaps = [max(0, end - done.get(topic, {}).get(pid, end)) for pid, end in parts.items()]
+            behind[topic] = sum(gaps)
+            worst[topic] = max(gaps, default=0)
+        return {"offsetsBehindLatest": behind, "maxOffsetsBehindLatest": worst,
+                "partitionsWithoutLeader": sorted(f"{t}/{p}" for t, p in self._down_since)}
 
     def _limit(self, start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
         planner = self.planner
@@ -501,7 +536,7 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         return out
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
-        self._last_end = end
+        self._last_end = check_offsets(end, "end")
         return self.planner.partitions(check_offsets(start, "start"), check_offsets(end, "end"))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

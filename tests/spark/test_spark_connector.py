@@ -276,3 +276,31 @@ def test_offsets_inside_a_message_are_refused(spark: Any, nsq: Any) -> None:
     got = read_topic(spark, nsq, "spark_inside", startingOffsets=json.dumps(
         {"spark_inside": {"0": rows[2].queue_offset}}))
     assert [r.body for r in got] == [b"m2", b"m3", b"m4"]
+
+
+def test_stream_reads_chosen_partitions_and_reports_latest_offsets(spark: Any, nsq: Any,
+                                                                  tmp_path: Any) -> None:
+    nsq.create_topic("spark_some", partitions=3)
+    with make_producer(nsq) as producer:
+        for p in range(3):
+            producer.publish_many("spark_some", [f"{p}-{i}".encode() for i in range(10)],
+                                  partition=p)
+    stream = (spark.readStream.format("nsq").option("lookupd", nsq.lookupd)
+              .option("topic", "spark_some").option("partitions", "0,2")
+              .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "8")
+              .load())
+    query = (stream.writeStream.format("memory").queryName("spark_some")
+             .option("checkpointLocation", str(tmp_path / "some"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        query.processAllAvailable()
+        source = query.lastProgress["sources"][0]
+    finally:
+        query.stop()
+    rows = spark.sql("SELECT partition, body FROM spark_some").collect()
+    assert sorted(r.body for r in rows) == sorted(f"{p}-{i}".encode() for p in (0, 2)
+                                                  for i in range(10))
+    # the queue ends, for the lag: beside endOffset in the progress
+    latest = json.loads(source["latestOffset"])
+    assert set(latest["spark_some"]) == {"0", "2"}
+    assert latest == json.loads(source["endOffset"])  # all read: no lag

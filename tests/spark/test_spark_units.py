@@ -422,3 +422,21 @@ def test_connection_options_reach_the_connection_config() -> None:
     ack = AckSourceOptions.parse({**LOOKUPD, "topic": "t", "channel": "c", "tls": "true",
                                   "tlsVerify": "false"})
     assert ack.cluster.connection.kwargs()["tls_verify"] is False
+
+
+def test_stream_lag_metrics_and_partition_option() -> None:
+    from smartnsq.spark.source import NSQStreamReader
+
+    opts = SourceOptions.parse({**LOOKUPD, "topic": "t", "partitions": "2, 0"}, streaming=True)
+    assert opts.partitions == frozenset({0, 2})
+    with pytest.raises(InvalidArgument) as info:
+        SourceOptions.parse({**LOOKUPD, "topic": "t", "partitions": "0,x"}, streaming=True)
+    assert info.value.field == "partitions"
+    reader = NSQStreamReader(opts)
+    reader._latest_seen = {"t": {"0": 500, "2": 300}}
+    reader._last_end = {"t": {"0": 200, "2": 300}}
+    assert reader.reportLatestOffset() == {"t": {"0": 500, "2": 300}}
+    metrics = reader.metrics()
+    assert metrics["offsetsBehindLatest"] == {"t": 300}
+    assert metrics["maxOffsetsBehindLatest"] == {"t": 300}
+    assert reader.metrics({"t": {"0": 500, "2": 100}})["offsetsBehindLatest"] == {"t": 200}
