@@ -229,8 +229,7 @@ def check_offsets(value: Any, name: str = "offsets") -> Offsets:
 class ConnectionOptions:
     """TLS, AUTH and compression of every nsqd connection, as ``ConnectionConfig`` fields.
 
-    The secret is kept out of ``repr`` (Spark prints a source's options in plans and logs
-    only through Spark, which redacts names containing "secret"; smartnsq never prints it).
+    The secret is kept out of ``repr``, so it is in no log line or error smartnsq makes.
     """
 
     tls: bool = False
