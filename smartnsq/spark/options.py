@@ -45,7 +45,7 @@ CONNECTION_OPTIONS = frozenset({
 SINK_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqd", "topic", "topiccolumn", "bodycolumn", "shardingkeycolumn",
     "partitioncolumn", "traceidcolumn", "headerscolumn", "batchsize", "sharding", "timeout",
-    "idempotencykey", "idempotencyheader", "idempotencyid", "maxinflight",
+    "idempotencykey", "idempotencyheader", "idempotencyid", "maxinflight", "keyheader",
 })
 SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
@@ -309,6 +309,7 @@ class SinkOptions:
     idempotency: bool
     idempotency_header: str
     idempotency_id: str | None
+    key_header: str | None = None  # store the sharding key in this ext header
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -330,6 +331,10 @@ class SinkOptions:
         sharding = opts.get("sharding", "murmur3").lower()
         if sharding not in ("murmur3", "java"):
             raise InvalidArgument("sharding", "must be murmur3 or java", sharding)
+        key_header = opts.get("keyheader") or None
+        if key_header is not None and key is None:
+            raise InvalidArgument("keyHeader", "stores the sharding key: give "
+                                  "shardingKeyColumn too", key_header)
         header = opts.get("idempotencyheader", "spark_idempotency_key")
         if not header:
             raise InvalidArgument("idempotencyHeader", "must not be empty", header)
@@ -348,6 +353,7 @@ class SinkOptions:
             idempotency=_bool(opts, "idempotencyKey", False),
             idempotency_header=header,
             idempotency_id=opts.get("idempotencyid") or None,
+            key_header=key_header,
         )
 
     def producer_key(self) -> tuple[object, ...]:

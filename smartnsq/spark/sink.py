@@ -157,7 +157,9 @@ class _Publisher:
         self._part = index(options.partition_column, "partitionColumn")
         self._trace = index(options.trace_id_column, "traceIdColumn")
         self._headers_col = index(options.headers_column, "headersColumn")
-        self._with_headers = self._headers_col is not None or idempotency_prefix is not None
+        self._key_header = options.key_header
+        self._with_headers = (self._headers_col is not None or idempotency_prefix is not None
+                              or self._key_header is not None)
         self._routes: dict[str, TopicRoutes] = {}
         self._open: dict[tuple[str, int | None], _Batch] = {}
         # one future per (topic, partition) in flight, oldest first
@@ -184,6 +186,7 @@ class _Publisher:
         elif not isinstance(body, bytes):
             body = bytes(body)
         target: int | None = None
+        key: Any = None
         if self._key is not None:
             key = row[self._key]
             if key is None:
@@ -219,6 +222,8 @@ class _Publisher:
                 headers = {}
             if self._prefix is not None:
                 headers[self._options.idempotency_header] = f"{self._prefix}:{self.rows}"
+            if self._key_header is not None and key is not None:
+                headers[self._key_header] = key.hex() if isinstance(key, bytes) else str(key)
             size += 2 + len(commands.encode_headers(headers))
         slot = (topic, target)
         batch = self._open.get(slot)

@@ -304,3 +304,15 @@ def test_stream_reads_chosen_partitions_and_reports_latest_offsets(spark: Any, n
     latest = json.loads(source["latestOffset"])
     assert set(latest["spark_some"]) == {"0", "2"}
     assert latest == json.loads(source["endOffset"])  # all read: no lag
+
+
+def test_sink_stores_the_sharding_key_in_a_header(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_keyed", partitions=2, ext=True)
+    rows = [(f"user-{i % 3}", f"k{i}".encode()) for i in range(12)]
+    df = spark.createDataFrame(rows, "user STRING, body BINARY")
+    (df.write.format("nsq").option("lookupd", nsq.lookupd).option("topic", "spark_keyed")
+     .option("shardingKeyColumn", "user").option("keyHeader", "key").mode("append").save())
+    got = read_topic(spark, nsq, "spark_keyed")
+    assert sorted((r.headers["key"], r.body) for r in got) == sorted(rows)
+    for row in got:
+        assert row.partition == murmur3_partition(row.headers["key"], 2)

@@ -440,3 +440,12 @@ def test_stream_lag_metrics_and_partition_option() -> None:
     assert metrics["offsetsBehindLatest"] == {"t": 300}
     assert metrics["maxOffsetsBehindLatest"] == {"t": 300}
     assert reader.metrics({"t": {"0": 500, "2": 100}})["offsetsBehindLatest"] == {"t": 200}
+
+
+def test_key_header_needs_a_sharding_key() -> None:
+    opts = SinkOptions.parse({**LOOKUPD, "topic": "t", "shardingKeyColumn": "u",
+                              "keyHeader": "key"})
+    assert opts.key_header == "key"
+    with pytest.raises(InvalidArgument) as info:
+        SinkOptions.parse({**LOOKUPD, "topic": "t", "keyHeader": "key"})
+    assert info.value.field == "keyHeader"
