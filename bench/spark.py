@@ -14,6 +14,7 @@ figures understate a real cluster; the scaling across partitions and cores is th
 
     python bench/spark.py                      # 200k rows, cores 1 2, partitions 1 2 4
     python bench/spark.py --rows 50000 --cores 2 --partitions 1 4 --json
+    python bench/spark.py --cores 2 --partitions 4 --ordered   # plain and ordered topics
 """
 
 from __future__ import annotations
@@ -52,21 +53,25 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 cluster.create_topic(warm, partitions=max(args.partitions))
                 _write(spark, cluster, warm, 2000, args.size, args.keys, cores)
                 _read(spark, cluster, warm)
-                for partitions in args.partitions:
-                    topic = f"bench_c{cores}_p{partitions}"
-                    cluster.create_topic(topic, partitions=partitions)
+                cells = [(p, False) for p in args.partitions]
+                if args.ordered:
+                    cells += [(p, True) for p in args.partitions]
+                for partitions, ordered in cells:
+                    topic = f"bench_c{cores}_p{partitions}{'_ord' if ordered else ''}"
+                    cluster.create_topic(topic, partitions=partitions, ordered=ordered)
                     wrote = _write(spark, cluster, topic, args.rows, args.size, args.keys,
                                    cores)
                     read_s, count = _read(spark, cluster, topic)
                     assert count == args.rows, (count, args.rows)
-                    row = {"cores": cores, "partitions": partitions, "rows": args.rows,
-                           "body_bytes": args.size,
+                    row = {"cores": cores, "partitions": partitions, "ordered": ordered,
+                           "rows": args.rows, "body_bytes": args.size,
                            "write_rows_per_s": round(args.rows / wrote),
                            "read_rows_per_s": round(args.rows / read_s),
                            "write_s": round(wrote, 2), "read_s": round(read_s, 2)}
                     results.append(row)
                     if not args.json:
-                        print(f"local[{cores}] partitions={partitions}: write "
+                        kind = "ordered" if ordered else "plain  "
+                        print(f"local[{cores}] partitions={partitions} {kind}: write "
                               f"{row['write_rows_per_s']:>8} rows/s ({wrote:.2f} s), read "
                               f"{row['read_rows_per_s']:>8} rows/s ({read_s:.2f} s)",
                               flush=True)
@@ -107,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=1000, help="distinct sharding keys")
     parser.add_argument("--cores", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--ordered", action="store_true",
+                        help="also time ordered topics (SUB_ORDERED reads)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     try:

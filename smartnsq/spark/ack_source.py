@@ -20,6 +20,10 @@ before anyone else gets them. So the reader, once its consumer runs, handles SIG
 process: it runs ``stop()`` (REQ 0 for what was not committed) and then hands the signal on
 to the previous handler (by default, terminating the process as before).
 
+Spark confirms batch N only when it plans batch N+1; with the RDY budget full of N's
+messages nothing new arrives, so ``latestOffset`` then moves a ``tick`` in the offset and
+Spark runs an empty batch whose planning commits N (see ``latestOffset``).
+
 Limits (also in docs/spark.md): every message passes through the driver; the messages of
 one micro-batch must fit ``maxInFlight`` (the consumer's RDY budget: unacknowledged messages
 stay in flight until commit) and a batch must be committed before the server's
@@ -38,6 +42,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
@@ -49,6 +54,7 @@ from .. import _loop_thread
 from ..consumer import Consumer
 from ..message import Message
 from ..protocol import frames
+from .cluster import ClusterError
 from .options import AckSourceOptions
 from .schema import message_batch
 
@@ -100,6 +106,8 @@ class NSQAckStreamReader(DataSourceStreamReader):
         self._tasks: list[concurrent.futures.Future[None]] = []
         self._previous_sigterm: Any = None  # the handler ours replaced, while ours is set
         self._terminating = False
+        self._tick = 0  # empty batches asked for, to have Spark commit the last one
+        self._unconnected_since: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to call read() on executors: only the options travel
@@ -115,7 +123,7 @@ class NSQAckStreamReader(DataSourceStreamReader):
             return
         options = self._options
         kwargs: dict[str, Any] = {"max_in_flight": options.max_in_flight,
-                                  "auto_finish": False}
+                                  "auto_finish": False, **options.cluster.connection.kwargs()}
         if options.cluster.lookupd:
             kwargs["lookupd"] = list(options.cluster.lookupd)
         else:
@@ -197,7 +205,15 @@ class NSQAckStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict | None = None,  # type: ignore[type-arg]
                      limit: Any = None) -> dict:  # type: ignore[type-arg]
+        """Number what is buffered (up to the limit) as the next micro-batch.
+
+        When nothing new is buffered but messages of completed batches wait for their commit,
+        the offset still moves (``tick``): Spark confirms a batch only when it plans the next
+        one, and with the RDY budget full of uncommitted messages nothing new could arrive,
+        so without that empty batch the query would wait for ever.
+        """
         self._ensure_started()
+        self._check_connected()
         base = int(start["seq"]) if start else self._seq
         cap = self._options.max_messages_per_trigger
         if limit is not None and hasattr(limit, "max_rows"):
@@ -206,13 +222,48 @@ class NSQAckStreamReader(DataSourceStreamReader):
             cap = None  # ReadAllAvailable
         with self._lock:
             self._seq = max(self._seq, base)  # after a restart: continue from the checkpoint
+            self._tick = max(self._tick, int(start.get("tick", 0)) if start else 0)
             available = len(self._buffer)
             take = available if cap is None else min(cap, available)
             for message in self._buffer[:take]:
                 self._seq += 1
                 self._numbered[self._seq] = message
             del self._buffer[:take]
+            if take == 0 and self._numbered:
+                self._tick += 1
+            if self._tick:
+                return {"seq": self._seq, "tick": self._tick}
             return {"seq": self._seq}
+
+    def _check_connected(self) -> None:
+        """Fail, past ``connectTimeout``, a query whose consumer never reaches an nsqd (a
+        missing topic, a dead lookupd, wrong addresses) instead of waiting for ever."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        if consumer.error is not None:
+            raise consumer.error
+        if consumer.connection_count:
+            self._unconnected_since = None
+            return
+        now = time.monotonic()
+        if self._unconnected_since is None:
+            self._unconnected_since = now
+            return
+        waited = now - self._unconnected_since
+        if waited < self._options.connect_timeout:
+            return
+        errors = [sub["last_error"] for sub in consumer.stats()["subscriptions"].values()
+                  if sub["last_error"]]
+        where = ("lookupd " + ",".join(self._options.cluster.lookupd)
+                 if self._options.cluster.lookupd
+                 else "nsqd " + ",".join(self._options.cluster.nsqd))
+        raise ClusterError(
+            f"mode=ack: no nsqd connection for topic {self._options.topic!r} channel "
+            f"{self._options.channel!r} in {waited:.0f}s from {where}"
+            + (f" (last error: {errors[-1]})" if errors else " (no nsqd has the topic)")
+            + "; fix: create the topic, check the lookupd/nsqd addresses, or raise "
+            "connectTimeout")
 
     def getDefaultReadLimit(self) -> Any:
         limit = self._options.max_messages_per_trigger
@@ -226,6 +277,8 @@ class NSQAckStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
         self._ensure_started()
         first, last = int(start["seq"]) + 1, int(end["seq"])
+        if first > last:
+            return []  # a tick: an empty batch, so that Spark commits the previous one
         with self._lock:
             missing = [s for s in range(first, last + 1) if s not in self._numbered]
             if missing:

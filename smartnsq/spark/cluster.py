@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -37,10 +38,12 @@ from ..config import ConnectionConfig
 from ..connection import Connection
 from ..errors import (
     ConnectionClosed,
+    ConnectionError_,
     InvalidArgument,
     LookupFailed,
     NSQError,
     ProtocolError,
+    ServerError,
     Timeout,
     TopicNotFound,
 )
@@ -54,9 +57,14 @@ from .options import ClusterOptions
 
 __all__ = [
     "ClusterClient",
+    "ClusterError",
+    "DataLoss",
     "LeaderInfo",
+    "LeaderWait",
+    "PartitionUnavailable",
     "RangeReader",
     "TopicLayout",
+    "is_transient",
     "offset_at_time",
     "read_range",
     "temporary_channel",
@@ -88,27 +96,134 @@ class LeaderInfo:
 
 @dataclass(frozen=True)
 class TopicLayout:
-    """A topic as the source sees it: partitions, their leaders, ordering and ext flags."""
+    """A topic as the source sees it: partitions, their leaders, ordering and ext flags.
+
+    ``partitions`` is every partition the topic has, with a leader now or not: a partition
+    between two leaders (21-49 s after a real node's death) is absent from ``leaders`` but
+    still one of the topic's partitions, whose offsets the stream must keep.
+    """
 
     topic: str
     ordered: bool
     ext: bool
     leaders: dict[int, LeaderInfo] = field(default_factory=dict)
+    partitions: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.partitions:
+            object.__setattr__(self, "partitions", tuple(sorted(self.leaders)))
+
+    @property
+    def leaderless(self) -> tuple[int, ...]:
+        return tuple(p for p in self.partitions if p not in self.leaders)
 
     @classmethod
     def of(cls, view: TopicView) -> TopicLayout:
         """The layout a lookupd's view gives; refuses a topic without partitions."""
-        if view.empty:
+        if view.empty and not view.partition_num:
             raise TopicNotFound(view.topic)
         leaders = {pid: LeaderInfo.of(node) for pid, node in view.leaders().items()}
-        if not leaders:
+        if not leaders and not view.partition_num:
             raise InvalidArgument("topic", f"{view.topic!r} has no partitions in lookup: the "
                                   "replayable source needs a youzan cluster", view.topic)
-        return cls(view.topic, view.ordered, view.extend_support, leaders)
+        count = max([view.partition_num, *(p + 1 for p in view.partitions)])
+        return cls(view.topic, view.ordered, view.extend_support, leaders,
+                   tuple(range(count)))
 
 
 class ClusterError(NSQError):
-    """The cluster refused or failed an HTTP call the connector needed."""
+    """The cluster refused or failed an HTTP call the connector needed.
+
+    ``transient`` marks what a leader change or a node's restart explains (connection
+    refused or reset, an HTTP timeout, ``E_FAILED_ON_NOT_LEADER``, a node that no longer leads
+    the partition): the connector retries those until ``leaderTimeout``.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class DataLoss(ClusterError):
+    """Offsets a read needs are no longer in the partition's queue (retention, a reset)."""
+
+    def __init__(self, topic: str, partition: int, start: int, first: int) -> None:
+        super().__init__(
+            f"{topic}/{partition}: offsets {start}..{first} are no longer in the queue "
+            "(retention or a reset removed them); fix: set failOnDataLoss=false to skip "
+            "them (logged as a warning), or start from a retained offset")
+
+
+class PartitionUnavailable(ClusterError):
+    """A partition had no usable leader for longer than ``leaderTimeout``."""
+
+    def __init__(self, topic: str, partition: int | None, condition: str,
+                 waited: float) -> None:
+        where = topic if partition is None else f"{topic}/{partition}"
+        super().__init__(
+            f"{where} had no usable leader for {waited:.0f}s ({condition}); "
+            "fix: bring its nsqd back or let the cluster elect a leader, or raise the "
+            "leaderTimeout option")
+        self.topic = topic
+        self.partition = partition
+        self.condition = condition
+
+
+_TRANSIENT_CODES = ("E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cluster condition that waiting for a leader can clear."""
+    if isinstance(exc, ClusterError):
+        return exc.transient
+    if isinstance(exc, ServerError):
+        return exc.code in _TRANSIENT_CODES
+    if isinstance(exc, TopicNotFound):
+        return False
+    return isinstance(exc, (ConnectionError_, Timeout, LookupFailed, OSError,
+                            httpx.TransportError))
+
+
+def condition_of(exc: BaseException) -> str:
+    """A short, one-line description of a transient condition (for the final error)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:300]
+
+
+class LeaderWait:
+    """Retries a partition's transient conditions until ``timeout`` s have passed.
+
+    One per partition and operation: ``failed(exc)`` sleeps a growing back-off and returns
+    when the caller should try again, or raises :class:`PartitionUnavailable` (or ``exc``
+    itself, when it is not transient) once the time is up. ``progressed()`` restarts the
+    clock: a read that moved forward between two failures is not stuck.
+    """
+
+    def __init__(self, topic: str, partition: int | None, timeout: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.timeout = timeout
+        self._since: float | None = None
+        self._delay = 0.1
+
+    def progressed(self) -> None:
+        self._since = None
+        self._delay = 0.1
+
+    def failed(self, exc: BaseException) -> None:
+        if not is_transient(exc):
+            raise exc
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+            log.warning("%s/%s: %s; waiting for a leader (up to %gs)", self.topic,
+                        self.partition, condition_of(exc), self.timeout)
+        waited = now - self._since
+        if waited >= self.timeout:
+            raise PartitionUnavailable(self.topic, self.partition, condition_of(exc),
+                                       waited) from exc
+        time.sleep(min(self._delay, self.timeout - waited))
+        self._delay = min(self._delay * 2, 2.0)
 
 
 class ClusterClient:
@@ -117,6 +232,14 @@ class ClusterClient:
     def __init__(self, options: ClusterOptions) -> None:
         self._options = options
         self._http = httpx.Client(timeout=options.http_timeout, headers={"Accept": ACCEPT_V1})
+        self._connection: ConnectionConfig | None = None
+
+    @property
+    def connection_config(self) -> ConnectionConfig:
+        """TLS, AUTH and compression of the nsqd connections range reads open."""
+        if self._connection is None:
+            self._connection = self._options.connection.config()
+        return self._connection
 
     def close(self) -> None:
         self._http.close()
@@ -159,8 +282,15 @@ class ClusterClient:
     def _from_nsqd(self, topic: str) -> TopicLayout:
         leaders: dict[int, LeaderInfo] = {}
         ordered = ext = False
+        down: list[ClusterError] = []
         for address in self._options.nsqd_http:
-            info = self._get_json(http_url(address, "/info"))
+            try:
+                info = self._get_json(http_url(address, "/info"))
+            except ClusterError as exc:
+                if not exc.transient:
+                    raise
+                down.append(exc)  # a node that is down leads nothing now; ask the others
+                continue
             host = info.get("broadcast_address") or parse_address(address)[0]
             node = LeaderInfo(host, int(info["tcp_port"]), int(info["http_port"]))
             stats = self._get_json(http_url(address, "/stats"),
@@ -176,6 +306,9 @@ class ClusterClient:
                 ordered = ordered or bool(entry.get("is_multi_ordered"))
                 ext = ext or bool(entry.get("is_ext"))
         if not leaders:
+            if down:
+                raise ClusterError(f"no nsqd leads {topic!r} now: " + "; ".join(
+                    condition_of(e) for e in down), transient=True)
             raise TopicNotFound(topic)
         return TopicLayout(topic, ordered, ext, leaders)
 
@@ -183,7 +316,7 @@ class ClusterClient:
 
     def bounds(self, topic: str, partition: int, leader: LeaderInfo) -> tuple[int, int]:
         """``(start, end)`` of the partition's queue on its leader, in queue bytes."""
-        stats = self._get_json(f"http://{leader.http_address}/stats",
+        stats = self._get_json(http_url(leader.http_address, "/stats"),
                                {"format": "json", "topic": topic, "partition": str(partition),
                                 "leaderOnly": "true"})
         for entry in stats.get("topics") or ():
@@ -191,7 +324,7 @@ class ClusterClient:
                     str(entry.get("topic_partition")) == str(partition):
                 return int(entry.get("backend_start") or 0), int(entry["backend_depth"])
         raise ClusterError(f"{leader.http_address} does not lead {topic}/{partition} (its "
-                           "stats do not list it); the leader may have moved")
+                           "stats do not list it); the leader may have moved", transient=True)
 
     # -- channels ---------------------------------------------------------------------------
 
@@ -211,7 +344,7 @@ class ClusterClient:
     def channel_depth(self, topic: str, partition: int, leader: LeaderInfo,
                       channel: str) -> int:
         """Messages waiting on ``channel`` of the partition (from the leader's stats)."""
-        stats = self._get_json(f"http://{leader.http_address}/stats",
+        stats = self._get_json(http_url(leader.http_address, "/stats"),
                                {"format": "json", "topic": topic, "partition": str(partition),
                                 "channel": channel, "leaderOnly": "true"})
         for entry in stats.get("topics") or ():
@@ -229,29 +362,39 @@ class ClusterClient:
 
     def _post(self, leader: LeaderInfo, path: str, topic: str, partition: int, channel: str,
               body: bytes = b"") -> None:
-        url = f"http://{leader.http_address}{path}"
+        url = http_url(leader.http_address, path)
         try:
             answer = self._http.post(url, params={"topic": topic, "partition": str(partition),
                                                   "channel": channel}, content=body)
         except httpx.HTTPError as exc:
-            raise ClusterError(f"POST {url} failed: {exc}") from exc
+            raise ClusterError(f"POST {url} failed: {exc}",
+                               transient=isinstance(exc, httpx.TransportError)) from exc
         if answer.status_code != 200:
+            text = answer.text[:200]
             raise ClusterError(f"POST {path} {topic}/{partition} channel {channel} on "
-                               f"{leader.http_address}: HTTP {answer.status_code} "
-                               f"{answer.text[:200]}")
+                               f"{leader.http_address}: HTTP {answer.status_code} {text}",
+                               transient=_transient_answer(answer.status_code, text))
 
     def _get_json(self, url: str, params: dict[str, str] | None = None) -> Any:
         try:
             answer = self._http.get(url, params=params)
         except httpx.HTTPError as exc:
-            raise ClusterError(f"GET {url} failed: {exc}") from exc
+            raise ClusterError(f"GET {url} failed: {exc}",
+                               transient=isinstance(exc, httpx.TransportError)) from exc
         try:
             status, data, message = unwrap(answer.status_code, answer.content)
         except ProtocolError as exc:
             raise ClusterError(f"GET {url}: {exc}") from exc
         if status != 200:
-            raise ClusterError(f"GET {url}: HTTP {status} {message or answer.text[:200]}")
+            text = message or answer.text[:200]
+            raise ClusterError(f"GET {url}: HTTP {status} {text}",
+                               transient=_transient_answer(status, text))
         return data
+
+
+def _transient_answer(status: int, text: str) -> bool:
+    """An HTTP refusal a leader change explains (the node no longer leads, or is busy)."""
+    return status >= 500 or any(code in text for code in _TRANSIENT_CODES)
 
 
 def temporary_channel(prefix: str) -> str:
@@ -268,7 +411,8 @@ class RangeReader:
 
     def __init__(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
                  start: int, end: int, *, ordered: bool, ext: bool, rdy: int,
-                 limit: int | None = None, config: ConnectionConfig | None = None) -> None:
+                 limit: int | None = None, config: ConnectionConfig | None = None,
+                 exact_start: bool = True, fail_on_data_loss: bool = True) -> None:
         self.topic = topic
         self.partition = partition
         self.leader = leader
@@ -286,6 +430,9 @@ class RangeReader:
         self._ready: deque[Message] = deque()
         self._wake: asyncio.Event | None = None
         self._last = -1
+        self._exact_start = exact_start
+        self._fail_on_data_loss = fail_on_data_loss
+        self._error: BaseException | None = None
         self.done = start >= end
 
     async def open(self) -> None:
@@ -321,8 +468,16 @@ class RangeReader:
         raw_size = message.raw_size
         if offset is None or raw_size is None:
             return  # cannot happen after SUB_ADVANCED/SUB_ORDERED; never guess
+        if self._last < 0 and self._exact_start and not self._check_first(offset, raw_size):
+            return
         if offset < self.start or offset <= self._last:
-            return  # before the range (an unaligned start), or a redelivery
+            return  # before the range, or a redelivery
+        if offset < self.end < offset + raw_size:
+            self._refuse(InvalidArgument("endingOffsets", f"offset {self.end} of {self.topic}/"
+                                         f"{self.partition} is inside the message at {offset} "
+                                         f"({raw_size} bytes): give a message's queue_offset, "
+                                         f"e.g. {offset} or {offset + raw_size}", self.end))
+            return
         if offset >= self.end:
             self.done = True
         else:
@@ -333,6 +488,33 @@ class RangeReader:
             if self.next_end >= self.end or \
                     (self._limit is not None and self._count >= self._limit):
                 self.done = True
+        assert self._wake is not None
+        self._wake.set()
+
+    def _check_first(self, offset: int, raw_size: int) -> bool:
+        """The first message must start at ``start``: one before it means ``start`` lies
+        inside it (refused, never skipped); one after it means the messages between are gone
+        (retention): ``failOnDataLoss`` decides."""
+        where = f"{self.topic}/{self.partition}"
+        if offset < self.start < offset + raw_size:
+            self._refuse(InvalidArgument("startingOffsets", f"offset {self.start} of {where} is "
+                                         f"inside the message at {offset} ({raw_size} bytes): "
+                                         "give a message's queue_offset, e.g. "
+                                         f"{offset} or {offset + raw_size}", self.start))
+            return False
+        if offset > self.start:
+            if self._fail_on_data_loss:
+                self._refuse(DataLoss(self.topic, self.partition, self.start, offset))
+                return False
+            log.warning("%s: offsets %d..%d are no longer in the queue; skipped "
+                        "(failOnDataLoss=false)", where, self.start, offset)
+            self.start = offset
+        return True
+
+    def _refuse(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        self.done = True
         assert self._wake is not None
         self._wake.set()
 
@@ -357,6 +539,8 @@ class RangeReader:
                 raise Timeout(f"no message from {self.leader.tcp_address} for {timeout:g}s "
                               f"while reading {self.topic}/{self.partition} "
                               f"[{self.start}, {self.end}) at {self.next_end}") from None
+        if self._error is not None:
+            raise self._error
         batch = list(self._ready)
         self._ready.clear()
         return batch
@@ -371,7 +555,7 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
                leader: LeaderInfo, start: int, end: int, *, ordered: bool, ext: bool,
                rdy: int, read_timeout: float, channel: str | None, channel_prefix: str,
                limit: int | None = None, on_end: Callable[[int], None] | None = None,
-               ) -> Iterator[Message]:
+               fail_on_data_loss: bool = True) -> Iterator[Message]:
     """Yield the messages of ``[start, end)`` in queue order (blocking; see the module doc).
 
     ``channel`` names a fixed channel to read with (kept); ``None`` uses a temporary one,
@@ -388,7 +572,8 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
     try:
         client.set_offset(topic, partition, leader, name, start)
         reader = RangeReader(topic, partition, leader, name, start, end, ordered=ordered,
-                             ext=ext, rdy=rdy, limit=limit)
+                             ext=ext, rdy=rdy, limit=limit, config=client.connection_config,
+                             fail_on_data_loss=fail_on_data_loss)
         loop_thread.run(reader.open(), timeout=read_timeout + 5)
         while True:
             batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
@@ -426,7 +611,8 @@ def offset_at_time(loop_thread: LoopThread, client: ClusterClient, topic: str,
         if client.channel_depth(topic, partition, leader, name) == 0:
             return end
         reader = RangeReader(topic, partition, leader, name, 0, end, ordered=ordered, ext=ext,
-                             rdy=1, limit=1)
+                             rdy=1, limit=1, config=client.connection_config,
+                             exact_start=False)
         loop_thread.run(reader.open(), timeout=read_timeout + 5)
         batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
         offset = batch[0].queue_offset if batch else None

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import ConnectionConfig
 from ..errors import InvalidArgument
 from ..lookup import normalize_lookupd
 from ..pool import parse_address
@@ -22,6 +23,7 @@ __all__ = [
     "OFFSET_LATEST",
     "AckSourceOptions",
     "ClusterOptions",
+    "ConnectionOptions",
     "SinkOptions",
     "SourceOptions",
     "parse_offsets",
@@ -35,19 +37,24 @@ TIMESTAMP_PREFIX = "timestamp:"
 Offsets = dict[str, dict[str, int]]
 OffsetSpec = str | Offsets  # "earliest", "latest" or explicit offsets
 
-SINK_OPTIONS = frozenset({
+# how each connection to an nsqd is secured (every option set takes them)
+CONNECTION_OPTIONS = frozenset({
+    "tls", "tlscafile", "tlscertfile", "tlskeyfile", "tlsverify", "tlsserverhostname",
+    "authsecret", "compression",
+})
+SINK_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqd", "topic", "topiccolumn", "bodycolumn", "shardingkeycolumn",
     "partitioncolumn", "traceidcolumn", "headerscolumn", "batchsize", "sharding", "timeout",
-    "idempotencykey", "idempotencyheader", "idempotencyid", "maxinflight",
+    "idempotencykey", "idempotencyheader", "idempotencyid", "maxinflight", "keyheader",
 })
-SOURCE_OPTIONS = frozenset({
+SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
     "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
-    "rdy", "httptimeout", "mode",
+    "rdy", "httptimeout", "mode", "leadertimeout", "failondataloss", "partitions",
 })
-ACK_SOURCE_OPTIONS = frozenset({
+ACK_SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
-    "touchinterval",
+    "touchinterval", "connecttimeout",
 })
 # Spark passes some options of its own (the path of load()/save(), checkpoint settings...)
 _SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname"})
@@ -219,6 +226,62 @@ def check_offsets(value: Any, name: str = "offsets") -> Offsets:
 
 
 @dataclass(frozen=True)
+class ConnectionOptions:
+    """TLS, AUTH and compression of every nsqd connection, as ``ConnectionConfig`` fields.
+
+    The secret is kept out of ``repr``, so it is in no log line or error smartnsq makes.
+    """
+
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_verify: bool = True
+    tls_server_hostname: str | None = None
+    auth_secret: str | None = field(default=None, repr=False)
+    compression: str = "none"
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> ConnectionOptions:
+        compression = (opts.get("compression") or "none").lower()
+        if compression not in ("none", "snappy", "deflate"):
+            raise InvalidArgument("compression", "must be none, snappy or deflate", compression)
+        files = {name: opts.get(name.lower()) or None
+                 for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile")}
+        tls = _bool(opts, "tls", any(files.values()))
+        if not tls and any(files.values()):
+            raise InvalidArgument("tls", "is false but tlsCaFile/tlsCertFile/tlsKeyFile are "
+                                  "given: drop them or set tls=true", opts.get("tls"))
+        if files["tlsKeyFile"] and not files["tlsCertFile"]:
+            raise InvalidArgument("tlsKeyFile", "needs tlsCertFile (the client certificate)",
+                                  files["tlsKeyFile"])
+        secret = opts.get("authsecret")
+        if secret is not None and not secret:
+            raise InvalidArgument("authSecret", "must not be empty", "")
+        return cls(tls=tls, tls_ca_file=files["tlsCaFile"], tls_cert_file=files["tlsCertFile"],
+                   tls_key_file=files["tlsKeyFile"],
+                   tls_verify=_bool(opts, "tlsVerify", True),
+                   tls_server_hostname=opts.get("tlsserverhostname") or None,
+                   auth_secret=secret or None, compression=compression)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The ``ConnectionConfig`` fields these options set (defaults left out)."""
+        out: dict[str, Any] = {}
+        if self.tls:
+            out.update(tls=True, tls_verify=self.tls_verify, tls_ca_file=self.tls_ca_file,
+                       tls_cert_file=self.tls_cert_file, tls_key_file=self.tls_key_file,
+                       tls_server_hostname=self.tls_server_hostname)
+        if self.auth_secret is not None:
+            out["auth_secret"] = self.auth_secret
+        if self.compression != "none":
+            out["compression"] = self.compression
+        return out
+
+    def config(self) -> ConnectionConfig:
+        return ConnectionConfig(**self.kwargs())
+
+
+@dataclass(frozen=True)
 class ClusterOptions:
     """How to find the cluster: lookupd (normal) or nsqd nodes given directly."""
 
@@ -226,6 +289,7 @@ class ClusterOptions:
     nsqd: tuple[str, ...] = ()        # "host:tcp_port" of nsqd (sink only)
     nsqd_http: tuple[str, ...] = ()   # "host:http_port" of nsqd (source without lookupd)
     http_timeout: float = 5.0
+    connection: ConnectionOptions = field(default_factory=ConnectionOptions)
 
 
 @dataclass(frozen=True)
@@ -245,6 +309,7 @@ class SinkOptions:
     idempotency: bool
     idempotency_header: str
     idempotency_id: str | None
+    key_header: str | None = None  # store the sharding key in this ext header
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -266,11 +331,16 @@ class SinkOptions:
         sharding = opts.get("sharding", "murmur3").lower()
         if sharding not in ("murmur3", "java"):
             raise InvalidArgument("sharding", "must be murmur3 or java", sharding)
+        key_header = opts.get("keyheader") or None
+        if key_header is not None and key is None:
+            raise InvalidArgument("keyHeader", "stores the sharding key: give "
+                                  "shardingKeyColumn too", key_header)
         header = opts.get("idempotencyheader", "spark_idempotency_key")
         if not header:
             raise InvalidArgument("idempotencyHeader", "must not be empty", header)
         return cls(
-            cluster=ClusterOptions(lookupd=lookupd, nsqd=nsqd),
+            cluster=ClusterOptions(lookupd=lookupd, nsqd=nsqd,
+                                   connection=ConnectionOptions.parse(opts)),
             topic=topic, topic_column=topic_column,
             body_column=opts.get("bodycolumn") or "body",
             sharding_key_column=key, partition_column=part,
@@ -283,11 +353,13 @@ class SinkOptions:
             idempotency=_bool(opts, "idempotencyKey", False),
             idempotency_header=header,
             idempotency_id=opts.get("idempotencyid") or None,
+            key_header=key_header,
         )
 
     def producer_key(self) -> tuple[object, ...]:
         """What makes two writers able to share one cached producer."""
-        return (self.cluster.lookupd, self.cluster.nsqd, self.sharding, self.timeout)
+        return (self.cluster.lookupd, self.cluster.nsqd, self.sharding, self.timeout,
+                self.cluster.connection)
 
 
 @dataclass(frozen=True)
@@ -302,6 +374,9 @@ class SourceOptions:
     commit_channel: str | None
     read_timeout: float
     rdy: int
+    leader_timeout: float = 120.0
+    fail_on_data_loss: bool = True
+    partitions: frozenset[int] | None = None  # only these partitions of every topic
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -336,7 +411,8 @@ class SourceOptions:
         v.check_channel(prefix + "-" + "0" * 16)
         return cls(
             cluster=ClusterOptions(lookupd=lookupd, nsqd_http=nsqd_http,
-                                   http_timeout=_float(opts, "httpTimeout", 5.0)),
+                                   http_timeout=_float(opts, "httpTimeout", 5.0),
+                                   connection=ConnectionOptions.parse(opts)),
             topics=_topics(opts.get("topic")),
             starting=parse_offsets(opts.get("startingoffsets"), "startingOffsets",
                                    OFFSET_LATEST if streaming else OFFSET_EARLIEST),
@@ -349,7 +425,27 @@ class SourceOptions:
             commit_channel=commit_channel,
             read_timeout=_float(opts, "readTimeout", 30.0),
             rdy=_int(opts, "rdy", 500, 1, 2500),
+            leader_timeout=_float(opts, "leaderTimeout", 120.0),
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            partitions=_partition_list(opts.get("partitions")),
         )
+
+
+def _partition_list(raw: str | None) -> frozenset[int] | None:
+    """``partitions``: a comma list of partition ids (read only those, of every topic)."""
+    if raw is None or not raw.strip():
+        return None
+    out = set()
+    for item in raw.split(","):
+        try:
+            pid = int(item.strip())
+        except ValueError:
+            raise InvalidArgument("partitions", "must be a comma list of partition numbers, "
+                                  "e.g. 0,2", raw) from None
+        if pid < 0:
+            raise InvalidArgument("partitions", "partition numbers are >= 0", raw)
+        out.add(pid)
+    return frozenset(out)
 
 
 def source_mode(options: Mapping[str, str]) -> str:
@@ -370,6 +466,7 @@ class AckSourceOptions:
     max_in_flight: int
     max_messages_per_trigger: int | None
     touch_interval: float
+    connect_timeout: float = 120.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> AckSourceOptions:
@@ -386,9 +483,11 @@ class AckSourceOptions:
         limit = opts.get("maxmessagespertrigger")
         max_in_flight = _int(opts, "maxInFlight", 1000, 1, 1_000_000)
         return cls(
-            cluster=ClusterOptions(lookupd=lookupd, nsqd=nsqd),
+            cluster=ClusterOptions(lookupd=lookupd, nsqd=nsqd,
+                                   connection=ConnectionOptions.parse(opts)),
             topic=topics[0], channel=channel, max_in_flight=max_in_flight,
-            max_messages_per_trigger=(_int(opts, "maxMessagesPerTrigger", 0, 1, max_in_flight)
+            max_messages_per_trigger=(_int(opts, "maxMessagesPerTrigger", 0)
                                       if limit else None),
             touch_interval=_float(opts, "touchInterval", 20.0),
+            connect_timeout=_float(opts, "connectTimeout", 120.0),
         )

@@ -89,7 +89,8 @@ def cached_producer(options: SinkOptions) -> sync.Producer:
         if producer is not None and not producer.closed:
             return producer
         cluster = options.cluster
-        kwargs: dict[str, Any] = {"timeout": options.timeout, "sharding": options.sharding}
+        kwargs: dict[str, Any] = {"timeout": options.timeout, "sharding": options.sharding,
+                                  **cluster.connection.kwargs()}
         if cluster.nsqd:
             producer = sync.Producer(nsqd=list(cluster.nsqd), **kwargs)
         else:
@@ -156,7 +157,9 @@ class _Publisher:
         self._part = index(options.partition_column, "partitionColumn")
         self._trace = index(options.trace_id_column, "traceIdColumn")
         self._headers_col = index(options.headers_column, "headersColumn")
-        self._with_headers = self._headers_col is not None or idempotency_prefix is not None
+        self._key_header = options.key_header
+        self._with_headers = (self._headers_col is not None or idempotency_prefix is not None
+                              or self._key_header is not None)
         self._routes: dict[str, TopicRoutes] = {}
         self._open: dict[tuple[str, int | None], _Batch] = {}
         # one future per (topic, partition) in flight, oldest first
@@ -183,6 +186,7 @@ class _Publisher:
         elif not isinstance(body, bytes):
             body = bytes(body)
         target: int | None = None
+        key: Any = None
         if self._key is not None:
             key = row[self._key]
             if key is None:
@@ -218,6 +222,8 @@ class _Publisher:
                 headers = {}
             if self._prefix is not None:
                 headers[self._options.idempotency_header] = f"{self._prefix}:{self.rows}"
+            if self._key_header is not None and key is not None:
+                headers[self._key_header] = key.hex() if isinstance(key, bytes) else str(key)
             size += 2 + len(commands.encode_headers(headers))
         slot = (topic, target)
         batch = self._open.get(slot)
@@ -369,8 +375,50 @@ if DataSourceStreamArrowWriter is not None:
             return _write(self._options, self._schema, _arrow_rows(iterator), self._write_id)
 
 
+_INTEGRAL = ("ByteType", "ShortType", "IntegerType", "LongType")
+# what each column option accepts: Spark type names, and how to say it in an error
+_COLUMN_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
+    "bodyColumn": (("BinaryType", "StringType"), "binary or string (cast it, e.g. "
+                   "to_json(struct(...)) or cast(... AS STRING))"),
+    "topicColumn": (("StringType",), "string"),
+    "shardingKeyColumn": (("StringType", "BinaryType", *_INTEGRAL),
+                          "string, binary or an integer type"),
+    "partitionColumn": (_INTEGRAL, "an integer type"),
+    "traceIdColumn": (_INTEGRAL, "an integer type (bigint)"),
+    "headersColumn": (("MapType",), "map<string,string>"),
+}
+
+
+def check_columns(options: SinkOptions, schema: Any) -> None:
+    """Refuse, on the driver, a column option naming a missing column or one of a type the
+    sink cannot publish: an int body would otherwise become NUL bytes, a struct a TypeError
+    in every task."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    given = {"bodyColumn": options.body_column, "topicColumn": options.topic_column,
+             "shardingKeyColumn": options.sharding_key_column,
+             "partitionColumn": options.partition_column,
+             "traceIdColumn": options.trace_id_column,
+             "headersColumn": options.headers_column}
+    for option, column in given.items():
+        if column is None:
+            continue
+        if column not in fields:
+            raise InvalidArgument(option, f"no column {column!r} in the DataFrame (columns: "
+                                  f"{', '.join(fields)})", column)
+        kind = fields[column]
+        allowed, wording = _COLUMN_TYPES[option]
+        ok = type(kind).__name__ in allowed
+        if ok and option == "headersColumn":
+            ok = (type(kind.keyType).__name__ == "StringType"
+                  and type(kind.valueType).__name__ == "StringType")
+        if not ok:
+            raise InvalidArgument(option, f"column {column!r} is {kind.simpleString()}; it "
+                                  f"must be {wording}", column)
+
+
 def make_writer(options: SinkOptions, schema: Any) -> DataSourceWriter:
     """The fastest batch writer this pyspark offers."""
+    check_columns(options, schema)
     if DataSourceArrowWriter is not None:
         return NSQArrowWriter(options, schema)
     return NSQWriter(options, schema)  # pragma: no cover
@@ -378,6 +426,7 @@ def make_writer(options: SinkOptions, schema: Any) -> DataSourceWriter:
 
 def make_stream_writer(options: SinkOptions, schema: Any) -> DataSourceStreamWriter:
     """The fastest streaming writer this pyspark offers."""
+    check_columns(options, schema)
     if DataSourceStreamArrowWriter is not None:
         return NSQStreamArrowWriter(options, schema)
     return NSQStreamWriter(options, schema)  # pragma: no cover

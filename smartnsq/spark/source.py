@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,19 @@ from pyspark.sql.datasource import (
 
 from .. import _loop_thread
 from ..errors import InvalidArgument
-from .cluster import ClusterClient, LeaderInfo, TopicLayout, offset_at_time, read_range
+from .cluster import (
+    ClusterClient,
+    ClusterError,
+    DataLoss,
+    LeaderInfo,
+    LeaderWait,
+    PartitionUnavailable,
+    TopicLayout,
+    condition_of,
+    is_transient,
+    offset_at_time,
+    read_range,
+)
 from .options import (
     OFFSET_EARLIEST,
     OFFSET_LATEST,
@@ -70,12 +83,12 @@ class NSQRangePartition(InputPartition):
     partition: int
     start: int
     end: int
-    leader: LeaderInfo
+    leader: LeaderInfo | None  # at planning time (a hint: the reader looks it up again)
     ordered: bool
     ext: bool
 
-    def __init__(self, topic: str, partition: int, start: int, end: int, leader: LeaderInfo,
-                 ordered: bool, ext: bool) -> None:
+    def __init__(self, topic: str, partition: int, start: int, end: int,
+                 leader: LeaderInfo | None, ordered: bool, ext: bool) -> None:
         super().__init__((topic, partition, start, end))
         self.topic = topic
         self.partition = partition
@@ -86,6 +99,9 @@ class NSQRangePartition(InputPartition):
         self.ext = ext
 
 
+Bounds = dict[str, dict[int, tuple[int, int]]]
+
+
 class _Planner:
     """Driver-side view of the topics: layouts and queue bounds, refreshed on demand."""
 
@@ -93,19 +109,79 @@ class _Planner:
         self.options = options
         self.client = ClusterClient(options.cluster)
         self.layouts: dict[str, TopicLayout] = {}
+        # partitions without a usable leader at the last refresh -> the condition seen
+        self.down: dict[tuple[str, int], str] = {}
+        self.bounds: Bounds = {}  # of the last refresh
 
     def close(self) -> None:
         self.client.close()
 
-    def refresh(self) -> dict[str, dict[int, tuple[int, int]]]:
-        """``{topic: {partition: (start, end)}}`` now, from every partition's leader."""
-        out: dict[str, dict[int, tuple[int, int]]] = {}
+    def refresh(self) -> Bounds:
+        """``{topic: {partition: (start, end)}}`` now, for the partitions with a usable leader.
+
+        The others (no leader in lookup, a leader that refuses connections or no longer leads)
+        are in ``self.down`` with the condition seen: a leader change, which callers wait out.
+        """
+        out: Bounds = {}
+        self.down = {}
         for topic in self.options.topics:
-            layout = self.client.layout(topic)
+            try:
+                layout = self.client.layout(topic)
+            except Exception as exc:
+                known = self.layouts.get(topic)
+                if known is None or not is_transient(exc):
+                    raise
+                for p in self.selected(known):  # no lookupd answers: nothing can move
+                    self.down[(topic, p)] = condition_of(exc)
+                out[topic] = {}
+                continue
             self.layouts[topic] = layout
-            out[topic] = {p: self.client.bounds(topic, p, leader)
-                          for p, leader in sorted(layout.leaders.items())}
+            parts: dict[int, tuple[int, int]] = {}
+            for p in self.selected(layout):
+                leader = layout.leaders.get(p)
+                if leader is None:
+                    self.down[(topic, p)] = "no leader in lookup"
+                    continue
+                try:
+                    parts[p] = self.client.bounds(topic, p, leader)
+                except ClusterError as exc:
+                    if not exc.transient:
+                        raise
+                    self.down[(topic, p)] = condition_of(exc)
+            out[topic] = parts
+        self.bounds = out
         return out
+
+    def selected(self, layout: TopicLayout) -> list[int]:
+        """The topic's partitions this source reads (the ``partitions`` option)."""
+        chosen = self.options.partitions
+        if chosen is None:
+            return list(layout.partitions)
+        missing = chosen - set(layout.partitions)
+        if missing:
+            raise InvalidArgument("partitions", f"topic {layout.topic!r} has no partition(s) "
+                                  f"{sorted(missing)} (it has {len(layout.partitions)})",
+                                  sorted(missing))
+        return sorted(chosen)
+
+    def refresh_all(self) -> Bounds:
+        """``refresh()`` until every partition has a usable leader, up to ``leaderTimeout``:
+        initial offsets and bounded reads need every partition's bounds."""
+        waits: dict[tuple[str, int | None], LeaderWait] = {}
+        while True:
+            try:
+                bounds = self.refresh()
+            except Exception as exc:
+                topic = next(t for t in self.options.topics if t not in self.layouts)
+                wait = waits.setdefault((topic, None), LeaderWait(
+                    topic, None, self.options.leader_timeout))
+                wait.failed(exc)  # raises unless transient and within the timeout
+                continue
+            if not self.down:
+                return bounds
+            (topic, p), condition = next(iter(self.down.items()))
+            waits.setdefault((topic, p), LeaderWait(topic, p, self.options.leader_timeout)) \
+                .failed(ClusterError(condition, transient=True))
 
     def resolve(self, spec: Any, bounds: dict[str, dict[int, tuple[int, int]]],
                 name: str, missing: str = OFFSET_EARLIEST) -> Offsets:
@@ -155,22 +231,56 @@ class _Planner:
         finally:
             _loop_thread.release_shared(loop_thread)
 
+    def layout(self, topic: str) -> TopicLayout:
+        """The last layout seen (a fresh one, waited for, when there is none yet)."""
+        layout = self.layouts.get(topic)
+        if layout is None:
+            wait = LeaderWait(topic, None, self.options.leader_timeout)
+            while layout is None:
+                try:
+                    layout = self.client.layout(topic)
+                except Exception as exc:
+                    wait.failed(exc)
+            self.layouts[topic] = layout
+        return layout
+
+    def first_offset(self, topic: str, partition: int) -> int:
+        """The earliest offset of a partition, its leader waited for (``leaderTimeout``)."""
+        wait = LeaderWait(topic, partition, self.options.leader_timeout)
+        while True:
+            try:
+                leader = self.client.layout(topic).leaders.get(partition)
+                if leader is None:
+                    raise ClusterError("no leader in lookup", transient=True)
+                return self.client.bounds(topic, partition, leader)[0]
+            except Exception as exc:
+                wait.failed(exc)
+
     def partitions(self, start: Offsets, end: Offsets) -> list[NSQRangePartition]:
+        """One range per partition that has messages in ``[start, end)``.
+
+        A range's leader is only a hint (executors look it up again); a partition that has
+        no leader now still gets its range, and the executor waits for a leader.
+        """
         out = []
         for topic, ends in end.items():
-            layout = self.layouts.get(topic) or self.client.layout(topic)
-            self.layouts[topic] = layout
+            layout = self.layout(topic)
             starts = start.get(topic, {})
             for pid, stop in sorted(ends.items(), key=lambda kv: int(kv[0])):
-                leader = layout.leaders.get(int(pid))
-                if leader is None:
-                    raise InvalidArgument("topic", f"{topic}/{pid} has no leader now", pid)
                 begin = starts.get(pid)
                 if begin is None:  # a partition added since the start offsets were taken
-                    begin = self.client.bounds(topic, int(pid), leader)[0]
+                    begin = self.first_offset(topic, int(pid))
+                first = self.bounds.get(topic, {}).get(int(pid), (begin, stop))[0]
+                if begin < first:  # retention removed what the range starts with
+                    if self.options.fail_on_data_loss:
+                        raise DataLoss(topic, int(pid), begin, first)
+                    log.warning("%s/%s: offsets %d..%d are no longer in the queue; skipped "
+                                "(failOnDataLoss=false)", topic, pid, begin, first)
+                    begin = first
                 if begin >= stop:
                     continue
-                out.append(NSQRangePartition(topic, int(pid), begin, stop, leader,
+                out.append(NSQRangePartition(topic, int(pid), begin, stop,
+                                             layout.leaders.get(int(pid)),
                                              layout.ordered, layout.ext))
         return out
 
@@ -187,25 +297,54 @@ def _reading(options: SourceOptions) -> Iterator[tuple[_loop_thread.LoopThread, 
         _loop_thread.release_shared(loop_thread)
 
 
+def _current_leader(client: ClusterClient, part: NSQRangePartition) -> LeaderInfo:
+    """The partition's leader now (it may have moved since planning: one GET)."""
+    leader = client.layout(part.topic).leaders.get(part.partition)
+    if leader is None:
+        raise ClusterError("no leader in lookup", transient=True)
+    return leader
+
+
 def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[Any]:
-    """Executor side: the rows of one range, in queue order."""
+    """Executor side: the rows of one range, in queue order.
+
+    A leader that dies, moves or stalls mid-range is a condition to wait out, not a task
+    failure (a local session has no task retries): the read resumes at the offset after the
+    last message it got, from whichever node leads the partition then, for up to
+    ``leaderTimeout`` without progress.
+    """
+    position = failed_at = part.start
+    wait = LeaderWait(part.topic, part.partition, options.leader_timeout)
     with _reading(options) as (loop_thread, client):
-        leader = part.leader
-        if options.cluster.lookupd:
-            # the leader may have moved since planning; a fresh lookup costs one GET
-            with contextlib.suppress(Exception):
-                leader = client.layout(part.topic).leaders.get(part.partition, leader)
-        node = leader.tcp_address
         pending: list[Any] = []
-        for message in read_range(loop_thread, client, part.topic, part.partition, leader,
-                                  part.start, part.end, ordered=part.ordered, ext=part.ext,
-                                  rdy=options.rdy, read_timeout=options.read_timeout,
-                                  channel=options.channel,
-                                  channel_prefix=options.channel_prefix):
-            pending.append(message)
-            if len(pending) >= _ARROW_BATCH:
-                yield message_batch(part.topic, node, pending)
-                pending = []
+        node = ""
+        while position < part.end:
+            try:
+                leader = _current_leader(client, part)
+                if pending and leader.tcp_address != node:
+                    yield message_batch(part.topic, node, pending)
+                    pending = []
+                node = leader.tcp_address
+                for message in read_range(loop_thread, client, part.topic, part.partition,
+                                          leader, position, part.end, ordered=part.ordered,
+                                          ext=part.ext, rdy=options.rdy,
+                                          read_timeout=options.read_timeout,
+                                          channel=options.channel,
+                                          channel_prefix=options.channel_prefix,
+                                          fail_on_data_loss=options.fail_on_data_loss):
+                    pending.append(message)
+                    assert message.queue_offset is not None and message.raw_size is not None
+                    position = message.queue_offset + message.raw_size
+                    if len(pending) >= _ARROW_BATCH:
+                        yield message_batch(part.topic, node, pending)
+                        pending = []
+                        wait.progressed()
+                break
+            except Exception as exc:
+                if position > failed_at:
+                    wait.progressed()  # it moved since the last failure: not stuck
+                failed_at = position
+                wait.failed(exc)
         if pending:
             yield message_batch(part.topic, node, pending)
 
@@ -214,9 +353,12 @@ def _limited_end(options: SourceOptions, layout: TopicLayout, partition: int, st
                  end: int, count: int) -> int:
     """The queue offset after ``count`` messages from ``start`` (at most ``end``)."""
     found = [start]
+    leader = layout.leaders.get(partition)
+    if leader is None:
+        raise ClusterError("no leader in lookup", transient=True)
     with _reading(options) as (loop_thread, client):
         for _ in read_range(loop_thread, client, layout.topic, partition,
-                            layout.leaders[partition], start, end, ordered=layout.ordered,
+                            leader, start, end, ordered=layout.ordered,
                             ext=layout.ext, rdy=min(count, options.rdy),
                             read_timeout=options.read_timeout, channel=None,
                             channel_prefix=options.channel_prefix, limit=count,
@@ -251,6 +393,8 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         self._planner: _Planner | None = None
         self._last_end: Offsets | None = None  # for Spark < 4.2 (no start in latestOffset)
         self._available_now: Offsets | None = None
+        self._down_since: dict[tuple[str, int], float] = {}
+        self._latest_seen: Offsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to call read() on executors: only the options travel
@@ -267,7 +411,8 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
 
     def initialOffset(self) -> dict:  # type: ignore[type-arg]
         planner = self.planner
-        offsets = planner.resolve(self._options.starting, planner.refresh(), "startingOffsets")
+        offsets = planner.resolve(self._options.starting, planner.refresh_all(),
+                                  "startingOffsets")
         self._last_end = offsets
         return offsets
 
@@ -279,27 +424,87 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
 
     def prepareForTriggerAvailableNow(self) -> None:
         planner = self.planner
-        self._available_now = planner.resolve(OFFSET_LATEST, planner.refresh(), "latest")
+        self._available_now = planner.resolve(OFFSET_LATEST, planner.refresh_all(), "latest")
+
+    def _latest(self, start: Offsets) -> Offsets:
+        """Each partition's queue end now; a partition without a usable leader keeps its
+        offset in ``start`` (never dropped: dropped, it would restart at the earliest)."""
+        planner = self.planner
+        bounds = planner.refresh()
+        latest: Offsets = {t: {str(p): end for p, (_, end) in parts.items()}
+                           for t, parts in bounds.items()}
+        for topic, parts in start.items():
+            row = latest.setdefault(topic, {})
+            for pid, offset in parts.items():
+                end = row.get(pid)
+                if end is None:
+                    row[pid] = offset
+                elif end < offset:  # a leader behind what was read: wait, never go back
+                    planner.down[(topic, int(pid))] = (f"its leader's queue ends at {end}, "
+                                                       f"before the offset read, {offset}")
+                    row[pid] = offset
+        self._track_down(planner.down)
+        return latest
+
+    def _track_down(self, down: dict[tuple[str, int], str]) -> None:
+        """Remember since when each partition is without a usable leader; past
+        ``leaderTimeout`` the query fails with one error naming the partition."""
+        now = time.monotonic()
+        for key in list(self._down_since):
+            if key not in down:
+                log.info("%s/%d has a leader again", *key)
+                del self._down_since[key]
+        for (topic, pid), condition in down.items():
+            since = self._down_since.setdefault((topic, pid), now)
+            if since == now:
+                log.warning("%s/%d: %s; the stream goes on with the other partitions and "
+                            "waits for this one (up to %gs)", topic, pid, condition,
+                            self._options.leader_timeout)
+            elif now - since >= self._options.leader_timeout:
+                raise PartitionUnavailable(topic, pid, condition, now - since)
 
     def latestOffset(self, start: dict | None = None,  # type: ignore[type-arg]
                      limit: Any = None) -> dict:  # type: ignore[type-arg]
-        planner = self.planner
-        latest = planner.resolve(OFFSET_LATEST, planner.refresh(), "latest")
+        if start is None:
+            start = self._last_end or {}
+        start = check_offsets(start, "start")
+        latest = self._latest(start)
         if self._available_now is not None:
             latest = _min_offsets(latest, self._available_now)
-        if start is None:
-            start = self._last_end or latest
-        start = check_offsets(start, "start")
         max_rows: int | None = None
         if ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable):
             max_rows = None
         elif limit is not None and hasattr(limit, "max_rows"):
             max_rows = int(limit.max_rows)
-        elif limit is None and start is not None:
+        elif limit is None:
             max_rows = self._options.max_messages_per_trigger
+        self._latest_seen = latest
         if max_rows:
             latest = self._limit(start, latest, max_rows)
         return latest
+
+    def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
+        """The queue ends seen at the last planning (Spark 4.2+ shows them in the query
+        progress as ``latestOffset``, beside ``endOffset``: the gap is the lag)."""
+        return self._latest_seen
+
+    def metrics(self, consumed: dict | None = None) -> dict[str, Any]:  # type: ignore[type-arg]
+        """Lag behind the queue ends: ``{"offsetsBehindLatest": {topic: bytes}, ...}``.
+
+        ``consumed`` defaults to the end of the last planned batch. Spark's Python source API
+        does not call this itself (yet); the same figures are in the progress as
+        ``latestOffset`` minus ``endOffset``.
+        """
+        latest = self._latest_seen or {}
+        done = check_offsets(consumed, "consumed") if consumed else (self._last_end or {})
+        behind: dict[str, int] = {}
+        worst: dict[str, int] = {}
+        for topic, parts in latest.items():
+            gaps = [max(0, end - done.get(topic, {}).get(pid, end)) for pid, end in parts.items()]
+            behind[topic] = sum(gaps)
+            worst[topic] = max(gaps, default=0)
+        return {"offsetsBehindLatest": behind, "maxOffsetsBehindLatest": worst,
+                "partitionsWithoutLeader": sorted(f"{t}/{p}" for t, p in self._down_since)}
 
     def _limit(self, start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
         planner = self.planner
@@ -318,12 +523,20 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
                 share = shares.get((topic, pid))
                 if not share:
                     continue  # nothing waiting: the end is the start
-                out[topic][pid] = _limited_end(self._options, planner.layouts[topic],
-                                               int(pid), first, end, share)
+                try:
+                    out[topic][pid] = _limited_end(self._options, planner.layouts[topic],
+                                                   int(pid), first, end, share)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    # its leader went away since refresh(): nothing from it in this batch
+                    log.warning("%s/%s: %s; not read in this micro-batch", topic, pid,
+                                condition_of(exc))
+                    out[topic][pid] = first
         return out
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
-        self._last_end = end
+        self._last_end = check_offsets(end, "end")
         return self.planner.partitions(check_offsets(start, "start"), check_offsets(end, "end"))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -336,14 +549,21 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
             return
         planner = self.planner
         for topic, parts in check_offsets(end, "end").items():
-            layout = planner.layouts.get(topic) or planner.client.layout(topic)
+            layout = planner.layout(topic)
             for pid, offset in parts.items():
                 leader = layout.leaders.get(int(pid))
                 if leader is None:
                     log.warning("commit: %s/%s has no leader; %s not advanced", topic, pid,
                                 channel)
                     continue
-                planner.client.set_offset(topic, int(pid), leader, channel, offset)
+                try:
+                    planner.client.set_offset(topic, int(pid), leader, channel, offset)
+                except ClusterError as exc:
+                    if not exc.transient:
+                        raise
+                    # the next commit moves it further: the channel only trails a little more
+                    log.warning("commit: %s/%s: %s; %s not advanced this time", topic, pid,
+                                condition_of(exc), channel)
 
     def stop(self) -> None:
         if self._planner is not None:
@@ -365,7 +585,7 @@ class NSQBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planner = _Planner(self._options)
         try:
-            bounds = planner.refresh()
+            bounds = planner.refresh_all()
             start = planner.resolve(self._options.starting, bounds, "startingOffsets")
             end = planner.resolve(self._options.ending, bounds, "endingOffsets",
                                   OFFSET_LATEST)

@@ -27,7 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     if not HAVE_SPARK:
-        pytest.skip("pyspark/pyarrow not installed (pip install 'smartnsq[spark]')")
+        pytest.skip("pyspark/pyarrow not installed (pip install -e '.[dev]')")
     from smartnsq.spark.testing import python_for_workers
 
     python_for_workers()
@@ -42,6 +42,9 @@ def spark() -> Iterator[Any]:
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")
                .config("spark.sql.streaming.stopTimeout", "30s")
+               # a loaded 2-core box starts Python workers slowly: the default 15 s for a
+               # worker to connect back failed a streaming query's source runner
+               .config("spark.python.authenticate.socketTimeout", "60s")
                # the tests are short: JVM start-up and warm-up dominate, and C2 compiler
                # threads compete with the test for the machine's two cores
                .config("spark.driver.extraJavaOptions",
@@ -59,7 +62,7 @@ def spark() -> Iterator[Any]:
 def nsq() -> Iterator[Any]:
     """A 3-node youzan dev cluster with one lookupd, shared by the Spark tests."""
     if not HAVE_SPARK:
-        pytest.skip("pyspark/pyarrow not installed (pip install 'smartnsq[spark]')")
+        pytest.skip("pyspark/pyarrow not installed (pip install -e '.[dev]')")
     from smartnsq.spark.testing import SparkDevCluster
 
     with SparkDevCluster(nodes=3, lookupds=1) as cluster:

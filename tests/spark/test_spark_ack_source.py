@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pathlib
+import re
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -51,8 +54,11 @@ class _RowsSeen:
                 pass
 
             def onQueryTerminated(self, event: Any) -> None:
-                pass
+                if event.exception:
+                    outer.error = event.exception
+                    outer.reached.set()
 
+        self.error: str | None = None
         self.listener = Listener()
         spark.streams.addListener(self.listener)
 
@@ -60,6 +66,7 @@ class _RowsSeen:
         self.target = target
         if self.rows < target:
             assert self.reached.wait(WAIT), f"saw {self.rows} of {target} rows"
+        assert self.error is None, self.error
 
     def close(self) -> None:
         self.spark.streams.removeListener(self.listener)
@@ -119,3 +126,69 @@ def test_ack_source_fins_only_committed_batches(spark: Any, classic: Any,
     assert first | set(second) == {f"m{i}".encode() for i in range(100)} | \
         {f"n{i}".encode() for i in range(20)}
     assert len(second) >= left + 20
+
+
+def wait_for(condition: Any, what: str, timeout: float = WAIT) -> None:
+    """Poll a state nothing signals (a channel's counts on the server), bounded."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        assert time.monotonic() < deadline, f"not reached in {timeout:g}s: {what}"
+        pause.wait(0.1)
+
+
+def docs_example(marker: str) -> str:
+    """The first python block of docs/spark.md containing ``marker``."""
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        if marker in block:
+            return str(block)
+    raise AssertionError(f"no python block with {marker!r} in docs/spark.md")
+
+
+def test_ack_docs_example_drains_a_backlog_larger_than_the_budget(spark: Any, classic: Any,
+                                                                  tmp_path: Any) -> None:
+    """The docs' ack example as written (default budget, 1000) on a 2600-message backlog:
+    every message read and FINed, none left in flight once the query stopped cleanly.
+    Before the empty 'tick' batches it stalled after one budget: 1000 of 2600."""
+    code = docs_example('option("mode", "ack")').replace("10.0.0.1:4161", classic.lookupd)
+    classic.create_topic("clicks", channels=["spark-clicks"])
+    total = 2600
+    with sync.Producer(nsqd=classic.nsqd_tcp.split(",")) as producer:
+        for start in range(0, total, 520):
+            producer.publish_many("clicks", [f"b{i}".encode()
+                                             for i in range(start, start + 520)])
+    seen = _RowsSeen(spark)
+    try:
+        scope: dict[str, Any] = {"spark": spark}
+        exec(code, scope)
+        query = (scope["stream"].writeStream.format("memory").queryName("clicks")
+                 .option("checkpointLocation", str(tmp_path / "clicks"))
+                 .trigger(processingTime="0 seconds").start())
+        seen.wait(total)
+        # what Spark committed is FINed without more data arriving
+        wait_for(lambda: waiting_in_channel(classic, "clicks", "spark-clicks") == 0,
+                 "every message FINed")
+        query.stop()
+    finally:
+        seen.close()
+    bodies = [r.body for r in spark.sql("SELECT body FROM clicks").collect()]
+    assert sorted(bodies) == sorted(f"b{i}".encode() for i in range(total))
+    assert waiting_in_channel(classic, "clicks", "spark-clicks") == 0  # nothing redelivered
+
+
+def test_ack_missing_topic_fails_after_the_timeout(spark: Any, classic: Any,
+                                                   tmp_path: Any) -> None:
+    stream = (spark.readStream.format("nsq").option("mode", "ack")
+              .option("lookupd", classic.lookupd).option("topic", "ack_nowhere")
+              .option("channel", "spark").option("connectTimeout", "3").load())
+    query = (stream.writeStream.format("memory").queryName("ack_nowhere")
+             .option("checkpointLocation", str(tmp_path / "nowhere"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        expected = r"no nsqd connection for topic 'ack_nowhere'.* in 3s"
+        with pytest.raises(Exception, match=expected) as info:
+            query.awaitTermination(WAIT)
+        assert "connectTimeout" in str(info.value)
+    finally:
+        query.stop()

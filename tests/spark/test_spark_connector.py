@@ -244,3 +244,75 @@ def test_streaming_sink_with_idempotency_keys(spark: Any, nsq: Any, tmp_path: An
     batch_ids = {int(k.split(":")[1]) for k in keys}
     assert query_ids == {str(query.id)}
     assert len(batch_ids) >= 3  # 40 rows at 15 per trigger: one key space per micro-batch
+
+
+@pytest.mark.parametrize("ddl, value, kind", [
+    ("id INT, body INT", 3, "int"),
+    ("id INT, body STRUCT<a: INT>", (1,), "struct<a:int>"),
+])
+def test_sink_refuses_a_body_it_cannot_publish(spark: Any, nsq: Any, ddl: str, value: Any,
+                                               kind: str) -> None:
+    df = spark.createDataFrame([(1, value)], ddl)
+    with pytest.raises(Exception, match=rf"bodyColumn.*'body' is {kind}.*binary or string"):
+        (df.write.format("nsq").option("lookupd", nsq.lookupd).option("topic", "any")
+         .mode("append").save())
+
+
+def test_offsets_inside_a_message_are_refused(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_inside", partitions=1)
+    with make_producer(nsq) as producer:
+        producer.publish_many("spark_inside", [f"m{i}".encode() for i in range(5)],
+                              partition=0)
+    rows = sorted(read_topic(spark, nsq, "spark_inside"), key=lambda r: r.queue_offset)
+    inside = rows[2].queue_offset + 1
+    with pytest.raises(Exception, match=rf"startingOffsets.*offset {inside} of spark_inside/0 "
+                                        rf"is inside the message at {rows[2].queue_offset}"):
+        read_topic(spark, nsq, "spark_inside",
+                   startingOffsets=json.dumps({"spark_inside": {"0": inside}}))
+    with pytest.raises(Exception, match=rf"endingOffsets.*offset {inside} .* inside"):
+        read_topic(spark, nsq, "spark_inside",
+                   endingOffsets=json.dumps({"spark_inside": {"0": inside}}))
+    # on a message's start both are fine, and nothing is skipped
+    got = read_topic(spark, nsq, "spark_inside", startingOffsets=json.dumps(
+        {"spark_inside": {"0": rows[2].queue_offset}}))
+    assert [r.body for r in got] == [b"m2", b"m3", b"m4"]
+
+
+def test_stream_reads_chosen_partitions_and_reports_latest_offsets(spark: Any, nsq: Any,
+                                                                  tmp_path: Any) -> None:
+    nsq.create_topic("spark_some", partitions=3)
+    with make_producer(nsq) as producer:
+        for p in range(3):
+            producer.publish_many("spark_some", [f"{p}-{i}".encode() for i in range(10)],
+                                  partition=p)
+    stream = (spark.readStream.format("nsq").option("lookupd", nsq.lookupd)
+              .option("topic", "spark_some").option("partitions", "0,2")
+              .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "8")
+              .load())
+    query = (stream.writeStream.format("memory").queryName("spark_some")
+             .option("checkpointLocation", str(tmp_path / "some"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        query.processAllAvailable()
+        source = query.lastProgress["sources"][0]
+    finally:
+        query.stop()
+    rows = spark.sql("SELECT partition, body FROM spark_some").collect()
+    assert sorted(r.body for r in rows) == sorted(f"{p}-{i}".encode() for p in (0, 2)
+                                                  for i in range(10))
+    # the queue ends, for the lag: beside endOffset in the progress
+    latest = json.loads(source["latestOffset"])
+    assert set(latest["spark_some"]) == {"0", "2"}
+    assert latest == json.loads(source["endOffset"])  # all read: no lag
+
+
+def test_sink_stores_the_sharding_key_in_a_header(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_keyed", partitions=2, ext=True)
+    rows = [(f"user-{i % 3}", f"k{i}".encode()) for i in range(12)]
+    df = spark.createDataFrame(rows, "user STRING, body BINARY")
+    (df.write.format("nsq").option("lookupd", nsq.lookupd).option("topic", "spark_keyed")
+     .option("shardingKeyColumn", "user").option("keyHeader", "key").mode("append").save())
+    got = read_topic(spark, nsq, "spark_keyed")
+    assert sorted((r.headers["key"], r.body) for r in got) == sorted(rows)
+    for row in got:
+        assert row.partition == murmur3_partition(row.headers["key"], 2)

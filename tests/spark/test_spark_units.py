@@ -102,6 +102,66 @@ def test_ack_source_options() -> None:
         AckSourceOptions.parse({"nsqd": "127.0.0.1:4150", "topic": "a,b", "channel": "c"})
     with pytest.raises(InvalidArgument):
         source_mode({"mode": "fast"})
+    # the docs' example: a trigger limit above the budget is fine (a batch holds at most it)
+    big = AckSourceOptions.parse({"lookupd": "127.0.0.1:4161", "topic": "t", "channel": "c",
+                                  "maxMessagesPerTrigger": "5000", "connectTimeout": "7"})
+    assert big.max_messages_per_trigger == 5000 and big.connect_timeout == 7.0
+    assert AckSourceOptions.parse({"nsqd": "h:4150", "topic": "t", "channel": "c"}) \
+        .connect_timeout == 120.0
+
+
+def test_leader_timeout_option() -> None:
+    assert SourceOptions.parse({**LOOKUPD, "topic": "t"}, streaming=True).leader_timeout == 120
+    opts = SourceOptions.parse({**LOOKUPD, "topic": "t", "leaderTimeout": "2.5"},
+                               streaming=True)
+    assert opts.leader_timeout == 2.5
+    with pytest.raises(InvalidArgument) as info:
+        SourceOptions.parse({**LOOKUPD, "topic": "t", "leaderTimeout": "0"}, streaming=True)
+    assert info.value.field == "leaderTimeout"
+
+
+def test_transient_conditions_and_the_leader_wait() -> None:
+    import httpx
+
+    from smartnsq.errors import ConnectionClosed, ServerError, TopicNotFound
+    from smartnsq.spark.cluster import (
+        ClusterError,
+        LeaderWait,
+        PartitionUnavailable,
+        is_transient,
+    )
+
+    assert is_transient(ClusterError("refused", transient=True))
+    assert not is_transient(ClusterError("HTTP 400 bad channel"))
+    assert is_transient(ServerError("E_FAILED_ON_NOT_LEADER", "", "SUB"))
+    assert not is_transient(ServerError("E_BAD_TOPIC", "", "SUB"))
+    assert is_transient(ConnectionClosed("reset"))
+    assert is_transient(httpx.ConnectError("refused"))
+    assert not is_transient(TopicNotFound("t"))
+    assert not is_transient(ValueError("a bug"))
+
+    wait = LeaderWait("orders", 1, timeout=0.05)
+    with pytest.raises(ValueError):
+        wait.failed(ValueError("not transient: raised as it is"))
+    with pytest.raises(PartitionUnavailable) as info:
+        while True:
+            wait.failed(ClusterError("no leader in lookup", transient=True))
+    text = str(info.value)
+    assert text.startswith("orders/1 had no usable leader") and "no leader in lookup" in text
+    assert "leaderTimeout" in text and "\n" not in text
+
+
+def test_layout_keeps_leaderless_partitions() -> None:
+    from smartnsq.protocol.lookup import Node, Partition, TopicMeta, TopicView
+    from smartnsq.spark.cluster import TopicLayout
+
+    node = Node("127.0.0.1", 4150, 4151, "h", "v")
+    view = TopicView("t", "r", True, TopicMeta(3, 2, False, False),
+                     {0: Partition(0, node), 2: Partition(2, node)}, ())
+    layout = TopicLayout.of(view)
+    assert layout.partitions == (0, 1, 2) and layout.leaderless == (1,)
+    nobody = TopicView("t", "r", True, TopicMeta(2, 2, False, False), {}, ())
+    assert TopicLayout.of(nobody).leaderless == (0, 1)  # all leaders gone: still the topic
 
 
 def test_offsets_json() -> None:
@@ -339,3 +399,53 @@ def test_ack_reader_requeues_on_sigterm_then_hands_the_signal_on() -> None:
         reader.stop()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_connection_options_reach_the_connection_config() -> None:
+    from smartnsq.spark.options import ConnectionOptions
+
+    opts = SinkOptions.parse({**LOOKUPD, "topic": "t", "tlsCaFile": "/ca.pem",
+                              "authSecret": "hush", "compression": "SNAPPY"})
+    conn = opts.cluster.connection
+    assert conn.tls and conn.tls_ca_file == "/ca.pem" and conn.compression == "snappy"
+    config = conn.config()
+    assert config.tls is True and config.auth_secret == "hush" and config.tls_verify
+    assert "hush" not in repr(opts) and "hush" not in repr(conn)
+    assert ConnectionOptions().kwargs() == {}
+    for options, name in (({"compression": "lz4"}, "compression"),
+                          ({"tls": "false", "tlsCaFile": "/ca.pem"}, "tls"),
+                          ({"tlsKeyFile": "/k.pem"}, "tlsKeyFile"),
+                          ({"authSecret": ""}, "authSecret")):
+        with pytest.raises(InvalidArgument) as info:
+            SourceOptions.parse({**LOOKUPD, "topic": "t", **options}, streaming=False)
+        assert info.value.field == name
+    ack = AckSourceOptions.parse({**LOOKUPD, "topic": "t", "channel": "c", "tls": "true",
+                                  "tlsVerify": "false"})
+    assert ack.cluster.connection.kwargs()["tls_verify"] is False
+
+
+def test_stream_lag_metrics_and_partition_option() -> None:
+    from smartnsq.spark.source import NSQStreamReader
+
+    opts = SourceOptions.parse({**LOOKUPD, "topic": "t", "partitions": "2, 0"}, streaming=True)
+    assert opts.partitions == frozenset({0, 2})
+    with pytest.raises(InvalidArgument) as info:
+        SourceOptions.parse({**LOOKUPD, "topic": "t", "partitions": "0,x"}, streaming=True)
+    assert info.value.field == "partitions"
+    reader = NSQStreamReader(opts)
+    reader._latest_seen = {"t": {"0": 500, "2": 300}}
+    reader._last_end = {"t": {"0": 200, "2": 300}}
+    assert reader.reportLatestOffset() == {"t": {"0": 500, "2": 300}}
+    metrics = reader.metrics()
+    assert metrics["offsetsBehindLatest"] == {"t": 300}
+    assert metrics["maxOffsetsBehindLatest"] == {"t": 300}
+    assert reader.metrics({"t": {"0": 500, "2": 100}})["offsetsBehindLatest"] == {"t": 200}
+
+
+def test_key_header_needs_a_sharding_key() -> None:
+    opts = SinkOptions.parse({**LOOKUPD, "topic": "t", "shardingKeyColumn": "u",
+                              "keyHeader": "key"})
+    assert opts.key_header == "key"
+    with pytest.raises(InvalidArgument) as info:
+        SinkOptions.parse({**LOOKUPD, "topic": "t", "keyHeader": "key"})
+    assert info.value.field == "keyHeader"
