@@ -59,7 +59,7 @@ import logging
 import ssl
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from .config import ConnectionConfig
 from .errors import (
@@ -511,8 +511,9 @@ class Connection(asyncio.Protocol):
     # -- reading ----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport; not isinstance-checked: uvloop's TCPTransport does not subclass
+        # asyncio.Transport, and asserting it made every uvloop connection fail
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self._loop.time()

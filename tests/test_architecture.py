@@ -72,12 +72,6 @@ ALLOWED: set[tuple[str, str]] = {
     # import, floor 1 -> 3); fix: describe the routes the choosers need as a Protocol (or a
     # value type) on floor 1, which pool.TopicRoutes satisfies
     ("smartnsq.dialect", "smartnsq.pool"),
-    # issue 14: spark still imports the deprecated private name smartnsq._loop_thread; fix:
-    # import smartnsq.loop_thread (same module, public), then delete smartnsq/_loop_thread.py
-    ("smartnsq.spark.ack_source", "smartnsq._loop_thread"),
-    ("smartnsq.spark.cluster", "smartnsq._loop_thread"),
-    ("smartnsq.spark.source", "smartnsq._loop_thread"),
-    ("smartnsq.spark.testing", "smartnsq._loop_thread"),
 }
 
 

@@ -50,7 +50,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from .. import _loop_thread
+from .. import loop_thread as _loop_thread
 from ..consumer import Consumer
 from ..message import Message
 from ..protocol import frames

@@ -33,7 +33,6 @@ from typing import Any
 
 import httpx
 
-from .._loop_thread import LoopThread
 from ..config import ConnectionConfig
 from ..connection import Connection
 from ..errors import (
@@ -48,6 +47,7 @@ from ..errors import (
     TopicNotFound,
 )
 from ..lookup import http_url
+from ..loop_thread import LoopThread
 from ..pool import parse_address
 from ..protocol import commands
 from ..protocol.commands import StartPosition

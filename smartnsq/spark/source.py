@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from .. import _loop_thread
+from .. import loop_thread as _loop_thread
 from ..errors import InvalidArgument
 from .cluster import (
     ClusterClient,

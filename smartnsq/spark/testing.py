@@ -18,8 +18,8 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .._loop_thread import LoopThread
 from ..devcluster import DevCluster
+from ..loop_thread import LoopThread
 
 __all__ = ["SparkDevCluster", "python_for_workers"]
 
