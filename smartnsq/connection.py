@@ -345,7 +345,7 @@ class Connection(asyncio.Protocol):
     # -- calls ------------------------------------------------------------------------------
 
     def submit(self, data: bytes, command: str | None = None,
-               timeout: float | None = _USE_CONFIG) -> asyncio.Future[bytes]:
+               timeout: float | None = _USE_CONFIG, *, now: bool = False) -> asyncio.Future[bytes]:
         """Queue a command that gets an answer; the future settles with the answer's payload.
 
         ``command`` names it for error attribution (``"PUB"``, ``"SUB_ORDERED"``...; read from
@@ -354,6 +354,10 @@ class Connection(asyncio.Protocol):
         module docstring). A future that fails must be awaited or have its exception read,
         like any asyncio future. Raises ``ConnectionClosed`` at once when the connection is
         closed, and ``Timeout`` at once, sending nothing, when ``timeout <= 0``.
+
+        ``now=True`` writes at once instead of on the next loop turn: for a caller that knows
+        nothing else will join this write (a lone publish awaited before the next one), the
+        turn would only add latency and a callback.
         """
         if not self._accepting:
             raise self._not_accepting(command)
@@ -373,7 +377,7 @@ class Connection(asyncio.Protocol):
             self._pending.append((future, command, deadline, timeout))
             if self._deadline_timer is None or deadline < self._deadline_at:
                 self._arm_deadline(deadline)
-        self._queue(data)
+        self._queue(data, now)
         return future
 
     async def request(self, data: bytes, command: str | None = None,
@@ -388,15 +392,17 @@ class Connection(asyncio.Protocol):
             await self.drain()
         return await self.submit(data, command, timeout)
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, *, now: bool = False) -> None:
         """Queue a command without an answer (RDY, FIN, REQ, TOUCH, NOP).
 
         Raises ``ConnectionClosed`` when the connection is closed: the command cannot reach
         the server any more (a FIN lost this way means the message will be redelivered).
+        ``now=True`` writes at once, as for ``submit`` (an ordered FIN: nothing can join it,
+        the next message waits for it).
         """
         if not self._accepting:
             raise self._not_accepting(commands.command_name(data))
-        self._queue(data)
+        self._queue(data, now)
 
     def _not_accepting(self, command: str | None) -> Exception:
         if self._closing:
@@ -467,10 +473,13 @@ class Connection(asyncio.Protocol):
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _queue(self, data: bytes) -> None:
+    def _queue(self, data: bytes, now: bool = False) -> None:
+        if now and not self._wbuf:
+            self._write(data)
+            return
         self._wbuf.append(data)
         self._wsize += len(data)
-        if self._wsize >= self._flush_threshold:
+        if now or self._wsize >= self._flush_threshold:
             self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
@@ -487,6 +496,9 @@ class Connection(asyncio.Protocol):
         data = buf[0] if len(buf) == 1 else b"".join(buf)
         buf.clear()
         self._wsize = 0
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
         transport = self._transport
         if transport is None or transport.is_closing():
             return

@@ -165,6 +165,25 @@ async def test_pipelined_requests_resolve_in_order_in_one_write(nsq_cluster: Any
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_now_writes_in_the_same_turn_and_keeps_order(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("t_now")
+    conn = await connect(nsq_cluster)
+    try:
+        writes = conn.write_count
+        lone = conn.submit(commands.pub("t_now", b"lone"), "PUB", now=True)
+        assert conn.write_count - writes == 1  # written before the call returned
+        assert await lone == b"OK"
+        # queued commands are written first, in order, together with the urgent one
+        queued = [conn.submit(commands.pub("t_now", b"q%d" % i), "PUB") for i in range(3)]
+        writes = conn.write_count
+        last = conn.submit(commands.pub("t_now", b"last"), "PUB", now=True)
+        assert conn.write_count - writes == 1
+        assert await asyncio.gather(*queued, last) == [b"OK"] * 4
+    finally:
+        await conn.close()
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_fatal_error_fails_every_pending_call(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("t_fatal")
     conn = await connect(nsq_cluster)
