@@ -39,6 +39,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from functools import partial
 from typing import Any, TypeVar
 
+from . import event_loop
+
 __all__ = ["LoopThread", "LoopTimeout", "release_shared", "shared", "shared_users"]
 
 log = logging.getLogger("smartnsq.sync")
@@ -125,7 +127,7 @@ class LoopThread:
             if self._thread is not None:
                 return self
             started = threading.Event()
-            loop = asyncio.new_event_loop()
+            loop = event_loop.new_event_loop()
 
             def main() -> None:
                 asyncio.set_event_loop(loop)

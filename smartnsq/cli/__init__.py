@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from .. import __version__
+from .. import __version__, event_loop
 from . import demo, devcluster, lookup, pub, stats, tail
 from .util import CLIError, one_line
 
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
     try:
         result = handler(args)
         if asyncio.iscoroutine(result):
-            result = asyncio.run(result)
+            result = event_loop.run(result)
         return int(result or 0)
     except KeyboardInterrupt:
         if args.command == "tail":

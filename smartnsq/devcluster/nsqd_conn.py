@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Generator
 from struct import Struct
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ..protocol.frames import (
     CLASSIC_LAYOUT,
@@ -138,8 +138,9 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a stream transport, not isinstance-checked: uvloop's TCPTransport does not subclass
+        # asyncio.Transport, and the demo runs the dev cluster on the client's (uvloop) loop
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.remote = f"{peer[0]}:{peer[1]}"
