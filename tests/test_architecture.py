@@ -38,6 +38,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.rdy": 1,
     # 2: the asyncio shell: one connection; the loop thread the blocking facades run on
     "smartnsq.connection": 2,
+    "smartnsq.event_loop": 2,
     "smartnsq.loop_thread": 2,
     "smartnsq._loop_thread": 2,
     # 3: many connections and HTTP: partitions to connections, discovery, administration
