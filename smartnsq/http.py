@@ -30,7 +30,6 @@ message starts with the peer's ``host:port``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from collections.abc import Mapping
@@ -163,17 +162,14 @@ class HttpClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every kept connection (and abort those in use)."""
+        """Drop every connection, kept or in use (a request on one fails with
+        :class:`HttpClosed`). Nothing is waited for: HTTP needs no orderly close, and a peer
+        that never acknowledges one must not hold this up."""
         self._closed = True
-        conns = [c for idle in self._idle.values() for c in idle]
+        conns = [c for idle in self._idle.values() for c in idle] + list(self._busy)
         self._idle.clear()
         for conn in conns:
-            conn.writer.close()
-        for conn in list(self._busy):
             conn.abort()
-        for conn in conns:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.writer.wait_closed(), 1.0)
 
     async def request(self, method: str, url: str, *, timeout: float, max_body: int,
                       params: Mapping[str, str] | None = None,
