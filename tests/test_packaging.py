@@ -159,3 +159,14 @@ def test_the_lookup_client_imports_no_httpx_or_tenacity() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
     assert proc.stdout.split() == []
+
+
+def test_snappy_is_loaded_when_negotiated_and_its_absence_is_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from smartnsq.errors import ProtocolError
+    from smartnsq.protocol.compression import stream_for
+
+    monkeypatch.setitem(sys.modules, "snappy", None)  # as if python-snappy were not installed
+    with pytest.raises(ProtocolError, match="needs the python-snappy package"):
+        stream_for("snappy")
+    assert stream_for("deflate") is not None  # the other compression does not need it
