@@ -30,8 +30,6 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
-import httpx
-
 from . import loop_thread as _loops
 from .errors import (
     ConnectionError_,
@@ -42,6 +40,7 @@ from .errors import (
     Timeout,
     TopicNotFound,
 )
+from .http import HttpClient, HttpTimeout
 from .lookup import http_url, normalize_lookupd
 from .loop_thread import LoopThread
 from .protocol import admin as p
@@ -56,6 +55,7 @@ from .protocol.admin import (
     TopicView,
 )
 from .protocol.commands import StartPosition
+from .protocol.http import AnswerTooLarge, HttpError
 from .protocol.lookup import merge_views
 
 __all__ = [
@@ -106,13 +106,14 @@ class AsyncAdmin:
     ``lookupd``: the cluster's nsqlookupd HTTP addresses (needed by every cluster-wide call;
     node calls take the nsqd's HTTP address). ``timeout`` bounds each request (a workflow such
     as ``create_topic`` has its own). Nothing is dialled at construction. Use ``async with``
-    or call ``aclose()``; ``client`` lends an ``httpx.AsyncClient`` (not closed here).
+    or call ``aclose()``; ``client`` lends a :class:`smartnsq.http.HttpClient` (not closed
+    here).
     """
 
     def __init__(self, lookupd: Sequence[str] | str | None = None, *,
                  timeout: float = DEFAULT_TIMEOUT,
                  max_answer_bytes: int = DEFAULT_MAX_ANSWER,
-                 client: httpx.AsyncClient | None = None) -> None:
+                 client: HttpClient | None = None) -> None:
         self.lookupd = _addresses(lookupd, "lookupd")
         self.timeout = _positive("timeout", timeout)
         if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) \
@@ -136,10 +137,10 @@ class AsyncAdmin:
 
     # -- one request ----------------------------------------------------------------------------
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> HttpClient:
         if self._client is None:
-            # no proxy or credentials from the environment: these are internal addresses
-            self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False)
+            # no proxy from the environment: these are internal addresses
+            self._client = HttpClient()
             self._own_client = True
         return self._client
 
@@ -151,37 +152,24 @@ class AsyncAdmin:
         if limit <= 0:
             raise Timeout(f"{what}: no time left to ask {address}")
         url = http_url(address, path)  # https:// lookupds keep their scheme
-        client = self._http()
-
-        async def exchange() -> tuple[int, bytes]:
-            kwargs: dict[str, Any] = {"params": params, "headers": _HEADERS,
-                                      "timeout": httpx.Timeout(limit)}
-            if method != "GET":
-                kwargs["content"] = content
-            async with client.stream(method, url, **kwargs) as response:
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > self.max_answer_bytes:
-                    raise ProtocolError(f"{what}: {address} announced a {declared}-byte "
-                                          f"answer (limit {self.max_answer_bytes})")
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > self.max_answer_bytes:
-                        raise ProtocolError(f"{what}: {address} answered more than "
-                                              f"{self.max_answer_bytes} bytes")
-                    chunks.append(chunk)
-                return response.status_code, b"".join(chunks)
-
         try:
-            return await asyncio.wait_for(exchange(), limit)
-        except asyncio.TimeoutError:
+            answer = await self._http().request(
+                method, url, params=params, headers=_HEADERS, body=content, timeout=limit,
+                max_body=self.max_answer_bytes)
+        except HttpTimeout:
             raise Timeout(f"{what}: {address} did not answer within {limit:g}s") from None
-        except httpx.TimeoutException:
-            raise Timeout(f"{what}: {address} did not answer within {limit:g}s") from None
-        except httpx.HTTPError as exc:
-            reason = (str(exc) or type(exc).__name__).splitlines()[0]
+        except AnswerTooLarge as exc:
+            if exc.declared is not None:
+                raise ProtocolError(f"{what}: {address} announced a {exc.declared}-byte "
+                                    f"answer (limit {self.max_answer_bytes})") from None
+            raise ProtocolError(f"{what}: {address} answered more than "
+                                f"{self.max_answer_bytes} bytes") from None
+        except HttpError as exc:
+            raise ProtocolError(f"{what}: {address}: {exc}") from None
+        except ConnectionError_ as exc:
+            reason = getattr(exc, "reason", "") or str(exc)
             raise ConnectionError_(f"{what}: cannot reach {address} ({reason})") from exc
+        return answer.status, answer.body
 
     async def _write(self, address: str, path: str, params: dict[str, str], *, what: str,
                      content: bytes = b"", timeout: float | None = None) -> None:

@@ -12,7 +12,8 @@ A :class:`LookupManager` owns one keep-alive HTTP client and a set of lookupd ad
   waits for the slowest one: once a lookupd has answered, the others get ``answer_grace``
   more, and the round goes on with what has arrived; a request still running then finishes
   (or hits its deadline) in the background and only updates that lookupd's health. Only when
-  *no* lookupd answers is the round retried (tenacity, jittered exponential back-off).
+  *no* lookupd answers is the round retried (jittered exponential back-off,
+  :func:`smartnsq.backoff.exponential_delay`).
 * **Deadlines and bounds.** ``timeout`` bounds each *whole* request (connect, send, the
   complete answer), so a lookupd dripping one byte per second cannot hold anything up; an
   answer over ``max_answer_size`` bytes, listing more than ``max_partitions`` partitions or
@@ -45,24 +46,26 @@ import contextlib
 import logging
 import math
 import random
-import ssl
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType, TracebackType
-from typing import Any
-
-import httpx
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from typing import Any, TypeVar
 
 from .backoff import exponential_delay
 from .config import doc
-from .errors import InvalidArgument, LookupFailed, LookupTimeout, ProtocolError, TopicNotFound
+from .errors import (
+    ConnectionError_,
+    InvalidArgument,
+    LookupFailed,
+    LookupTimeout,
+    NSQError,
+    ProtocolError,
+    Timeout,
+    TopicNotFound,
+)
+from .http import HttpClient, HttpConnectError, HttpConnectTimeout, HttpTLSError
+from .protocol.http import AnswerTooLarge
 from .protocol.identify import USER_AGENT
 from .protocol.lookup import (
     ACCEPT_V1,
@@ -100,8 +103,9 @@ log = logging.getLogger("smartnsq.lookup")
 
 Key = tuple[str, str]  # (topic, access)
 ChangeCallback = Callable[["TopicChange"], None]
+T = TypeVar("T")
 _ACCESSES = ("r", "w")
-_V1_HEADERS = {"Accept": ACCEPT_V1, "Accept-Encoding": "identity"}
+_V1_HEADERS = {"Accept": ACCEPT_V1}
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,8 @@ class LookupConfig:
         "Consecutive failures after which a discovered (non-seed) lookupd is dropped until "
         "/listlookup names it again; seeds are never dropped.", range="1..1000"))
     trust_env: bool = field(default=False, metadata=doc(
-        "Let the HTTP client read proxy settings from the environment (HTTP_PROXY, ...)."))
+        "Send requests to http:// lookupds through the proxy the environment names "
+        "(HTTP_PROXY, NO_PROXY); https:// lookupds are always asked directly."))
     user_agent: str = field(default=USER_AGENT, metadata=doc(
         "User-Agent header of lookupd requests."))
 
@@ -355,13 +360,13 @@ class LookupManager:
     """Views of topics from a set of lookupds; see the module docstring for the policy.
 
     ``LookupManager(["127.0.0.1:4161"], poll_interval=30)``: keyword options override
-    :class:`LookupConfig` fields (or pass ``config=``). ``client=`` shares an
-    ``httpx.AsyncClient`` (not closed here). Use ``async with`` or ``start()``/``close()``;
-    :meth:`view` starts the manager if needed.
+    :class:`LookupConfig` fields (or pass ``config=``). ``client=`` shares a
+    :class:`smartnsq.http.HttpClient` (not closed here; its TLS settings then apply). Use
+    ``async with`` or ``start()``/``close()``; :meth:`view` starts the manager if needed.
     """
 
     def __init__(self, lookupd: Iterable[str] | str, *, config: LookupConfig | None = None,
-                 client: httpx.AsyncClient | None = None, **options: Any) -> None:
+                 client: HttpClient | None = None, **options: Any) -> None:
         config = config or LookupConfig()
         if options:
             unknown = set(options) - {f.name for f in fields(LookupConfig)}
@@ -414,15 +419,12 @@ class LookupManager:
     async def _start(self) -> None:
         if self._client is None:
             cfg = self._config
-            self._client = httpx.AsyncClient(
-                headers={"Accept": ACCEPT_V1, "User-Agent": cfg.user_agent},
-                verify=_tls_context(cfg) if any(a.startswith("https://") for a in self._seeds)
-                else True,
-                timeout=httpx.Timeout(cfg.timeout, connect=min(cfg.connect_timeout,
-                                                               cfg.timeout)),
-                limits=httpx.Limits(max_keepalive_connections=32, keepalive_expiry=min(
-                    max(cfg.poll_interval * 2, 30.0), 300.0)),
-                trust_env=cfg.trust_env, follow_redirects=False)
+            self._client = HttpClient(
+                user_agent=cfg.user_agent,
+                connect_timeout=min(cfg.connect_timeout, cfg.timeout),
+                tls_ca_file=cfg.tls_ca_file, tls_verify=cfg.tls_verify,
+                keepalive=min(max(cfg.poll_interval * 2, 30.0), 300.0), max_idle=4,
+                trust_env=cfg.trust_env)
         await self._discover()
         self._poller = asyncio.get_running_loop().create_task(self._poll())
         self._started = True
@@ -658,15 +660,19 @@ class LookupManager:
         return view
 
     async def _round(self, topic: str, access: str) -> TopicView:
+        """Rounds until one has an answer: at most ``attempts``, ``retry_delay`` apart
+        (doubling up to ``retry_delay_max``, jittered) while no lookupd answers at all."""
         cfg = self._config
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(cfg.attempts),
-            wait=wait_random_exponential(multiplier=cfg.retry_delay, max=cfg.retry_delay_max),
-            retry=retry_if_exception_type(_NoAnswer), reraise=True)
-        async for attempt in retrying:
-            with attempt:
+        attempt = 1
+        while True:
+            try:
                 return await self._ask_all(topic, access)
-        raise AssertionError("unreachable: tenacity reraises the last error")
+            except _NoAnswer:
+                if attempt >= cfg.attempts:
+                    raise
+            await asyncio.sleep(exponential_delay(cfg.retry_delay, cfg.retry_delay_max,
+                                                  attempt, 0.5))
+            attempt += 1
 
     def _targets(self) -> list[_Lookupd]:
         """Lookupds to ask now: healthy ones (fewest failures first), else the first due."""
@@ -683,37 +689,25 @@ class LookupManager:
         after the first usable answer (the rest finish in the background)."""
         loop = asyncio.get_running_loop()
         asked = {loop.create_task(self._ask(d, topic, access)): d for d in self._targets()}
-        pending: set[asyncio.Task[TopicView]] = set(asked)
         views: list[tuple[int, TopicView]] = []
         not_found: list[TopicNotFound] = []
         errors: list[BaseException] = []
         order = {task: i for i, task in enumerate(asked)}  # healthiest first, for the merge
-        grace_ends: float | None = None
-        try:
-            while pending:
-                wait = None if grace_ends is None else max(grace_ends - loop.time(), 0.0)
-                done, pending = await asyncio.wait(pending, timeout=wait,
-                                                   return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    break  # the grace is over: go on without the slow ones
-                for task in done:
-                    error = task.exception()
-                    if error is None:
-                        views.append((order[task], task.result()))
-                    elif isinstance(error, TopicNotFound):
-                        not_found.append(error)
-                    elif isinstance(error, (LookupFailed, ProtocolError)):
-                        errors.append(error)
-                    else:
-                        raise error
-                if grace_ends is None and (views or not_found):
-                    grace_ends = loop.time() + self._config.answer_grace
-        except BaseException:
-            for task in pending:
-                task.cancel()
-            raise
-        for task in pending:
-            self._late(task, asked[task])
+
+        def settle(task: asyncio.Task[TopicView]) -> bool:
+            error = task.exception()
+            if error is None:
+                views.append((order[task], task.result()))
+                return True
+            if isinstance(error, TopicNotFound):
+                not_found.append(error)
+                return True
+            if isinstance(error, (LookupFailed, ProtocolError)):
+                errors.append(error)
+                return False
+            raise error
+
+        await self._race(asked, settle)
         if views:
             return merge_views(view for _, view in sorted(views, key=lambda v: v[0]))
         if not_found:
@@ -726,6 +720,34 @@ class LookupManager:
         if final and len(final) == len(errors):
             raise LookupFailed(f"lookup of {topic!r} refused: {detail}")
         raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}")
+
+    async def _race(self, asked: dict[asyncio.Task[T], _Lookupd],
+                    settle: Callable[[asyncio.Task[T]], bool]) -> set[asyncio.Task[T]]:
+        """Wait on requests to several lookupds until all have ended, or ``answer_grace``
+        after the first one ``settle`` (called once per ended request) calls usable; those
+        still running are left to end in the background (:meth:`_late`) and returned."""
+        loop = asyncio.get_running_loop()
+        pending = set(asked)
+        grace_ends: float | None = None
+        try:
+            while pending:
+                wait = None if grace_ends is None else max(grace_ends - loop.time(), 0.0)
+                done, pending = await asyncio.wait(pending, timeout=wait,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break  # the grace is over: go on without the slow ones
+                usable = False
+                for task in done:
+                    usable = settle(task) or usable
+                if usable and grace_ends is None:
+                    grace_ends = loop.time() + self._config.answer_grace
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            raise
+        for task in pending:
+            self._late(task, asked[task])
+        return pending
 
     def _late(self, task: asyncio.Task[Any], lookupd: _Lookupd) -> None:
         """A request its round did not wait for: let it end (by its deadline) in the
@@ -782,44 +804,16 @@ class LookupManager:
         cfg = self._config
         lookupd.requests += 1
         self.counters["requests"] += 1
-        failure: _Failure
         try:
-            return await asyncio.wait_for(self._read(client, lookupd, path, params),
-                                          cfg.timeout)
-        except _Failure as exc:
-            failure = exc
-        except asyncio.TimeoutError:
-            failure = _Failure("timeout", f"{lookupd.address}: no whole answer within "
-                               f"{cfg.timeout:g}s (timeout)")
-        except httpx.HTTPError as exc:
-            failure = _http_failure(lookupd.address, exc)
-        except ssl.SSLError as exc:
-            failure = _Failure("tls", f"{lookupd.address}: TLS failed: {exc}")
+            # the v1 Accept header: bare JSON and the real status, also from youzan lookupds
+            answer = await client.request("GET", f"{lookupd.url}{path}", params=params,
+                                          headers=_V1_HEADERS, timeout=cfg.timeout,
+                                          max_body=cfg.max_answer_size)
+            return answer.status, answer.body
+        except (ProtocolError, ConnectionError_, Timeout) as exc:
+            failure = _http_failure(lookupd.address, exc, cfg)
         self._failed(lookupd, failure, failure.state)
         raise failure
-
-    async def _read(self, client: httpx.AsyncClient, lookupd: _Lookupd, path: str,
-                    params: Mapping[str, str] | None) -> tuple[int, bytes]:
-        limit = self._config.max_answer_size
-        # the v1 Accept header also on a client given by the caller: bare JSON, real status;
-        # identity encoding: a compressed answer would be a bomb to inflate
-        async with client.stream("GET", f"{lookupd.url}{path}", params=params,
-                                 headers=_V1_HEADERS) as response:
-            encoding = response.headers.get("content-encoding", "identity").lower()
-            if encoding != "identity":
-                raise _Failure("malformed", f"{lookupd.address}: answer encoded {encoding!r}, "
-                               "though identity was asked for")
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > limit:
-                raise _Failure("malformed", f"{lookupd.address}: answer of {declared} bytes "
-                               f"is over max_answer_size ({limit} bytes)")
-            body = bytearray()
-            async for chunk in response.aiter_raw():
-                body += chunk
-                if len(body) > limit:
-                    raise _Failure("malformed", f"{lookupd.address}: answer over "
-                                   f"max_answer_size ({limit} bytes)")
-            return response.status_code, bytes(body)
 
     def _succeeded(self, lookupd: _Lookupd) -> None:
         if lookupd.failures:
@@ -965,33 +959,23 @@ class LookupManager:
         """
         loop = asyncio.get_running_loop()
         asked = {loop.create_task(self._ask_list(d)): d for d in lookupds}
-        pending: set[asyncio.Task[list[str]]] = set(asked)
-        listed: dict[str, None] | None = None
-        grace_ends: float | None = None
-        try:
-            while pending:
-                wait = None if grace_ends is None else max(grace_ends - loop.time(), 0.0)
-                done, pending = await asyncio.wait(pending, timeout=wait,
-                                                   return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    break
-                for task in done:
-                    error = task.exception()
-                    if error is None:
-                        listed = {} if listed is None else listed
-                        listed.update(dict.fromkeys(task.result()))
-                    elif not isinstance(error, (LookupFailed, ProtocolError)):
-                        raise error
-                if listed is not None and grace_ends is None:
-                    grace_ends = loop.time() + self._config.answer_grace
-        except BaseException:
-            for task in pending:
-                task.cancel()
-            raise
-        for task in pending:
-            self._late(task, asked[task])
+        listed: dict[str, None] = {}
+        answered = False
+
+        def settle(task: asyncio.Task[list[str]]) -> bool:
+            nonlocal answered
+            error = task.exception()
+            if error is None:
+                answered = True
+                listed.update(dict.fromkeys(task.result()))
+                return True
+            if isinstance(error, (LookupFailed, ProtocolError)):
+                return False
+            raise error
+
+        for task in await self._race(asked, settle):
             task.add_done_callback(self._adopt_late)
-        return listed
+        return listed if answered else None
 
     def _adopt_late(self, task: asyncio.Task[list[str]]) -> None:
         if self._closed or task.cancelled() or task.exception() is not None:
@@ -1017,30 +1001,25 @@ class LookupManager:
                 f"watched={len(self._watched)}>")
 
 
-def _tls_context(cfg: LookupConfig) -> ssl.SSLContext:
-    """The context for https:// lookupds (plain http ones never use it)."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cfg.tls_ca_file)
-    if not cfg.tls_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-def _http_failure(address: str, exc: httpx.HTTPError) -> _Failure:
-    """What an httpx error says about the lookupd, as a one-line failure."""
-    cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, ssl.SSLError):
-        cause = cause.__cause__ or cause.__context__
-    if isinstance(cause, ssl.SSLCertVerificationError):
-        return _Failure("tls", f"{address}: certificate refused: {cause.verify_message} "
-                        f"({cause.reason})")
-    if isinstance(cause, ssl.SSLError):
-        return _Failure("tls", f"{address}: TLS failed: {cause.reason or cause}")
-    if isinstance(exc, httpx.TimeoutException):
-        return _Failure("timeout", f"{address}: {type(exc).__name__} (timeout)")
-    if isinstance(exc, httpx.ConnectError):
-        return _Failure("refused", f"{address}: cannot connect: {exc}")
-    return _Failure("error", f"{address}: {type(exc).__name__}: {exc}")
+def _http_failure(address: str, exc: NSQError, cfg: LookupConfig) -> _Failure:
+    """What a failed request says about the lookupd, as a one-line failure."""
+    reason = getattr(exc, "reason", None) or str(exc)
+    if isinstance(exc, HttpTLSError):
+        return _Failure("tls", f"{address}: {reason}")
+    if isinstance(exc, AnswerTooLarge):
+        size = f"of {exc.declared} bytes " if exc.declared is not None else ""
+        return _Failure("malformed", f"{address}: answer {size}over max_answer_size "
+                        f"({cfg.max_answer_size} bytes)")
+    if isinstance(exc, ProtocolError):
+        return _Failure("malformed", f"{address}: {reason}")
+    if isinstance(exc, Timeout):
+        if isinstance(exc, HttpConnectTimeout):
+            return _Failure("timeout", f"{address}: {reason}")
+        return _Failure("timeout", f"{address}: no whole answer within {cfg.timeout:g}s "
+                        "(timeout)")
+    if isinstance(exc, HttpConnectError):
+        return _Failure("refused", f"{address}: {reason}")
+    return _Failure("error", f"{address}: {reason}")
 
 
 def _settle(fut: asyncio.Future[None]) -> None:

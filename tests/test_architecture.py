@@ -41,6 +41,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.event_loop": 2,
     "smartnsq.loop_thread": 2,
     "smartnsq._loop_thread": 2,
+    "smartnsq.http": 2,
     # 3: many connections and HTTP: partitions to connections, discovery, administration
     "smartnsq.pool": 3,
     "smartnsq.lookup": 3,

@@ -128,3 +128,45 @@ def test_metadata(wheel: zipfile.ZipFile) -> None:
     assert "smartnsq.devcluster.pytest_plugin" in entry_points
     module = "smartnsq/devcluster/pytest_plugin.py"
     assert module in _names(wheel)
+
+
+# what a plain client must not load: the HTTP client and its parser (only a lookupd client or
+# the admin API needs them), and the optional dependencies (httpx, tenacity: the dev cluster's
+# tooling; snappy: only when the server negotiates it). Issue 16: importing them cost a plain
+# process 14.7 MiB and 138 modules.
+_NOT_FOR_A_PLAIN_CLIENT = ("httpx", "tenacity", "snappy", "cramjam", "tornado", "click", "h11",
+                           "smartnsq.lookup", "smartnsq.admin", "smartnsq.http",
+                           "smartnsq.protocol.http")
+_PLAIN_CLIENT = """
+import sys
+from smartnsq import Producer, Consumer
+Producer(nsqd=["127.0.0.1:4150"])
+Consumer("t", "c", handler=lambda message: None, nsqd=["127.0.0.1:4150"])
+print(" ".join(m for m in {names!r} if m in sys.modules))
+"""
+
+
+def test_a_plain_client_imports_no_http_and_no_optional_dependency() -> None:
+    code = _PLAIN_CLIENT.format(names=_NOT_FOR_A_PLAIN_CLIENT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert proc.stdout.split() == []
+
+
+def test_the_lookup_client_imports_no_httpx_or_tenacity() -> None:
+    code = ("import sys\nimport smartnsq.lookup, smartnsq.admin\n"
+            "print(' '.join(m for m in ('httpx', 'tenacity', 'snappy') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert proc.stdout.split() == []
+
+
+def test_snappy_is_loaded_when_negotiated_and_its_absence_is_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from smartnsq.errors import ProtocolError
+    from smartnsq.protocol.compression import stream_for
+
+    monkeypatch.setitem(sys.modules, "snappy", None)  # as if python-snappy were not installed
+    with pytest.raises(ProtocolError, match="needs the python-snappy package"):
+        stream_for("snappy")
+    assert stream_for("deflate") is not None  # the other compression does not need it

@@ -9,7 +9,6 @@ only the consumer's view of a refusal is decided here.
 
 from __future__ import annotations
 
-from ..admin import AdminError, AsyncAdmin
 from ..errors import ServerError
 from ..protocol.commands import StartPosition
 
@@ -24,6 +23,8 @@ async def set_offset(http: str, topic: str, channel: str, partition: int,
     refused ``SUB_ADVANCED`` would); an unreachable or silent node is retried like any
     failed subscription (``ConnectionError_``/``Timeout``, naming the node).
     """
+    from ..admin import AdminError, AsyncAdmin  # the HTTP client only when a position is set
+
     async with AsyncAdmin(timeout=timeout) as admin:
         try:
             await admin.set_offset(topic, channel, start, partition=partition, address=http)

@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import zlib
 from struct import Struct
-from typing import Final, Literal, Protocol
-
-import snappy
+from typing import Any, Final, Literal, Protocol
 
 from ..errors import InvalidArgument, ProtocolError
 
@@ -74,6 +72,17 @@ class StreamTransform(Protocol):
     def more(self) -> bool: ...
 
 
+def _snappy() -> Any:
+    """python-snappy, imported when snappy is first negotiated: with cramjam it is 1.75 MiB
+    a process that never compresses should not carry (docs/performance.md)."""
+    try:
+        import snappy
+    except ImportError as exc:  # a broken or partial install: say what is missing
+        raise ProtocolError("snappy compression needs the python-snappy package "
+                            f"(pip install python-snappy): {exc}") from exc
+    return snappy
+
+
 class SnappyStream:
     """Snappy framing format in both directions (python-snappy, backed by cramjam).
 
@@ -87,6 +96,7 @@ class SnappyStream:
     __slots__ = ("_buf", "_in", "_out")
 
     def __init__(self) -> None:
+        snappy = _snappy()
         self._out = snappy.StreamCompressor()
         self._in = snappy.StreamDecompressor()
         self._buf = bytearray()

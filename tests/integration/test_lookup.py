@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import pytest
 
 from smartnsq.errors import LookupFailed, TopicNotFound
+from smartnsq.http import HttpClient
 from smartnsq.lookup import LookupManager, TopicChange, TopicNotWritable
 from smartnsq.pool import LookupRouteSource, parse_address
 from smartnsq.producer import Producer
@@ -300,9 +300,9 @@ async def test_shared_manager_with_producers(nsq_cluster: Any) -> None:
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_shared_http_client(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("orders")
-    async with httpx.AsyncClient() as client:  # no Accept header of its own
+    async with HttpClient() as client:  # no Accept header of its own
         async with LookupManager(nsq_cluster.lookupd_http_addresses, client=client,
                                  **QUIET) as lm:
             view = await lm.view("orders")
             assert view.youzan and view.partition_num == 1
-        assert not client.is_closed  # the caller's client stays open
+        assert not client.closed  # the caller's client stays open
