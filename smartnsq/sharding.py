@@ -34,6 +34,7 @@ __all__ = [
     "Router",
     "ShardingKey",
     "ShardingScheme",
+    "check_key",
     "java_hash_code",
     "java_partition",
     "key_bytes",
@@ -67,6 +68,15 @@ def key_bytes(key: ShardingKey) -> bytes:
     if isinstance(key, int) and not isinstance(key, bool):
         return b"%d" % key
     raise InvalidArgument("sharding_key", "must be str, bytes or int", key)
+
+
+def check_key(key: ShardingKey) -> None:
+    """Refuse a key no scheme can hash (as :func:`key_bytes` would), without building its
+    bytes for the common keys: a publish checks its key once and hashes it once."""
+    kind = key.__class__
+    if kind is bytes or kind is int or (kind is str and key.isascii()):  # type: ignore[union-attr]
+        return
+    key_bytes(key)
 
 
 def murmur3_hash(key: ShardingKey) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import InvalidArgument
 from ..protocol import validate as v
-from ..sharding import ShardingKey, key_bytes
+from ..sharding import ShardingKey, check_key
 from .encoding import batch_exts, encode_headers
 
 __all__ = ["MAX_DELAY_MS", "Checks", "delay_ms", "timeout_seconds"]
@@ -75,7 +75,7 @@ class Checks:
                 raise InvalidArgument("partition", "give sharding_key or partition, not both",
                                       partition)
         elif sharding_key is not None and self.key_check:
-            key_bytes(sharding_key)
+            check_key(sharding_key)
 
     def one(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
             partition: int | None, trace_id: int | None,
