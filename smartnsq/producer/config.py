@@ -77,6 +77,12 @@ class ProducerConfig:
         "Send sharded and explicit-partition publishes to youzan nodes as PUB_TRACE / "
         "MPUB_TRACE (trace id 0 unless given) so their results carry the internal id and "
         "queue offset; False sends plain PUB / MPUB.", rule=flag()))
+    linger: float = field(default=0.0, metadata=spec(
+        "Batch concurrent plain publishes (no headers, trace id, delay or receipt) to one "
+        "partition: each waits up to this long for others, and those gathered go as one "
+        "MPUB, each call keeping its own result or error (Kafka's linger.ms). 0: off, every "
+        "publish is sent on its own at once.", unit="s",
+        rule=seconds(low_open=False)))
     trace: bool | None = field(default=None, metadata=spec(
         "Client-side trace log (logger smartnsq.trace): True traces every publish (sent "
         "traced, one line each), None only those given a trace id, False none; "

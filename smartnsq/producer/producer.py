@@ -25,9 +25,11 @@ from ..connection import Connection
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ConnectionError_, InvalidArgument, Timeout
 from ..pool import PartitionPool, RouteSource, TopicRoutes
+from ..protocol import commands
 from ..sharding import Router, ShardingKey, make_router
 from .config import ProducerConfig, with_options
-from .encoding import encode_batch, encode_one
+from .encoding import MPUB, encode_batch, encode_one
+from .linger import Batch
 from .request import BatchRequest, NowaitRequest, Request
 from .results import BatchResult, PublishResult, result_of
 from .retry import (
@@ -94,6 +96,8 @@ class Producer:
         self._drained: asyncio.Future[None] | None = None  # close() waits on it
         self._tasks: set[asyncio.Task[PublishResult]] = set()  # publish_nowait slow paths
         self._slow: dict[str, int] = {}  # topic -> its publish_nowait slow paths running
+        self._linger = config.linger
+        self._lingering: dict[tuple[str, int | None], Batch] = {}  # (topic, partition)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -135,6 +139,8 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        for key in list(self._lingering):  # accepted before the close: they go out now
+            self._flush_batch(key)
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
         if timeout is None:
@@ -242,6 +248,10 @@ class Producer:
         Raises ``InvalidArgument`` before anything is sent, ``NonRetriableServerError`` when
         the server refuses the message, ``TopicNotFound``, or ``Timeout``.
         """
+        if self._linger and headers is None and trace_id is None and delay is None:
+            # may join a lingering batch: publish_nowait's path gathers them
+            return await self.publish_nowait(topic, body, sharding_key=sharding_key,
+                                             partition=partition, timeout=timeout)
         body, ext, delay_ms = self._checks.one(topic, body, sharding_key, partition, trace_id,
                                                headers, delay)
         timeout = self._timeout if timeout is None else timeout_seconds(timeout, self._timeout)
@@ -297,9 +307,18 @@ class Producer:
             self._unroute(request)
             return None
         youzan = conn.is_youzan
+        receipt = youzan and self._receipt(request)
+        if self._lingering or self._linger:
+            if slot is not None and self._linger and not receipt and request.ext is None \
+                    and request.trace_id is None and request.delay_ms is None:
+                self._hold(slot, conn)
+                return slot  # type: ignore[return-value]  # (an answer slot: not awaited)
+            if (request.topic, request.target) in self._lingering:
+                # the batch held for this partition goes first: the wire keeps call order
+                self._flush_batch((request.topic, request.target))
         data, command, request.traced = encode_one(
             youzan, address, request.topic, request.target, request.body, request.trace_id,
-            request.ext, request.delay_ms, youzan and self._receipt(request), self._classic)
+            request.ext, request.delay_ms, receipt, self._classic)
         request.command = command
         remaining = request.timeout  # (the deadline was set this turn)
         request_timeout = self._request_timeout
@@ -363,6 +382,46 @@ class Producer:
         if sent is None:
             return self._later(loop, request, result)
         return result
+
+    def _hold(self, request: NowaitRequest, conn: Connection) -> None:
+        """Add a plain publish to its partition's lingering batch (``config.linger``)."""
+        key = (request.topic, request.target)
+        batch = self._lingering.get(key)
+        if batch is not None and (batch.conn is not conn
+                                  or not batch.fits(request.body, self._checks.max_body)):
+            self._flush_batch(key)
+            batch = None
+        if batch is None:
+            batch = self._lingering[key] = Batch(conn)
+            batch.timer = self._loop.call_later(self._linger, self._flush_batch, key)
+        batch.add(request)
+        request.command = MPUB
+        request.traced = False
+        request.attempt = 1
+        request.stage = SEND
+        self._on_wire += 1
+
+    def _flush_batch(self, key: tuple[str, int | None]) -> None:
+        """Send a lingering batch as one MPUB; a failure to send fails each of its messages,
+        which then retry on their own."""
+        batch = self._lingering.pop(key, None)
+        if batch is None:
+            return
+        if batch.timer is not None:
+            batch.timer.cancel()
+        conn = batch.conn
+        topic, target = key
+        try:
+            data = commands.mpub_unchecked(topic, [r.body for r in batch.requests],
+                                           target if conn.is_youzan else None,
+                                           self._checks.max_body)
+            remaining = batch.deadline - self._loop.time()
+            request_timeout = self._request_timeout
+            if request_timeout is not None and request_timeout < remaining:
+                remaining = request_timeout
+            conn.submit(data, MPUB, remaining, now=not conn.pending_count, slot=batch)
+        except Exception as exc:  # closed meanwhile, or no time left: each decides
+            batch.set_exception(exc)
 
     def _unroute(self, request: Request) -> None:
         """Take back the round-robin step of a first attempt that was routed but not sent:
