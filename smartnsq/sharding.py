@@ -86,6 +86,8 @@ def murmur3_hash(key: ShardingKey) -> int:
 
 def murmur3_partition(key: ShardingKey, partition_num: int) -> int:
     """The Go client's partition for ``key``: ``murmur3(key) % partition_num``."""
+    if key.__class__ is str and key.isascii():
+        return mmh3.hash(key, 0, signed=False) % partition_num  # (mmh3 hashes its UTF-8)
     return mmh3.hash(key_bytes(key), 0, signed=False) % partition_num
 
 

@@ -278,10 +278,20 @@ class Producer:
                     else:
                         failed = None
                     finally:
-                        self._written()
-                    if failed is None:
+                        self._on_wire -= 1  # (what _written() does, inline)
+                        if self._drained is not None and not self._on_wire \
+                                and not self._drained.done():
+                            self._drained.set_result(None)
+                    if failed is not None:
+                        return await self._send(request, failed)  # type: ignore[return-value]
+                    if request.traced or trace_id is not None or self._trace_default is True \
+                            or self._trace_topics:
                         return self._result(request, answer)  # type: ignore[return-value]
-                    return await self._send(request, failed)  # type: ignore[return-value]
+                    # plain OK, nothing to log: the common case, built here (no call)
+                    name = self._names.get(request.address)  # type: ignore[arg-type]
+                    if name is None:
+                        name = self._node_name(request)
+                    return PublishResult(topic, request.target, name, None, None, None, None, 1)
         return await self._send(request)  # type: ignore[return-value]
 
     def _submit_first(self, request: Request, routes: TopicRoutes,
@@ -307,7 +317,13 @@ class Producer:
             self._unroute(request)
             return None
         youzan = conn.is_youzan
-        receipt = youzan and self._receipt(request)
+        receipt = False
+        if youzan:  # (_receipt, inline for the common answers)
+            if self._receipts and (request.sharding_key is not None
+                                   or request.partition is not None):
+                receipt = True
+            elif self._trace_default or self._trace_topics:
+                receipt = self._receipt(request)
         if self._lingering or self._linger:
             if slot is not None and self._linger and not receipt and request.ext is None \
                     and request.trace_id is None and request.delay_ms is None:

@@ -91,8 +91,13 @@ class Checks:
             v.check_trace_id(trace_id)
         ext = None if headers is None else encode_headers(headers, trace_id)
         delay = None if delay is None else delay_ms(delay)
-        if partition is not None or sharding_key is not None:
+        if partition is not None:
             self.target(sharding_key, partition)
+        elif sharding_key is not None:
+            kind = sharding_key.__class__  # (check_key's common keys, inline: once a publish)
+            if not (kind is bytes or kind is int
+                    or (kind is str and sharding_key.isascii())):  # type: ignore[union-attr]
+                self.target(sharding_key, partition)
         return body, ext, delay
 
     def batch(self, topic: str, bodies: Iterable[bytes], sharding_key: ShardingKey | None,

@@ -322,7 +322,10 @@ def mpub_ext(topic: str, messages: Iterable[tuple[Mapping[str, str] | None, byte
 # against ``max_body_size``: the ext JSON adds to it.
 
 def pub_unchecked(topic: str, body: bytes, partition: int | None = None) -> bytes:
-    return _sized(_header_line(b"PUB", topic, partition), body)
+    # (one formatting, no helper calls: this runs once per publish)
+    if partition is None:
+        return b"PUB %s\n%s%s" % (topic.encode(), _U32.pack(len(body)), body)
+    return b"PUB %s %d\n%s%s" % (topic.encode(), partition, _U32.pack(len(body)), body)
 
 
 def dpub_unchecked(topic: str, delay_ms: int, body: bytes) -> bytes:
