@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import InvalidArgument
 from ..protocol import validate as v
@@ -126,7 +127,13 @@ class Checks:
         max_msg = self.max_msg
         total = 4
         for i, body in enumerate(items):
-            if body.__class__ is not bytes or not 0 < len(body) <= max_msg:
+            view: Any = body
+            kind: type = view.__class__
+            if kind is bytes or kind is bytearray:  # (a bytearray is kept: no copy)
+                if not 0 < len(body) <= max_msg:
+                    v.check_body(body, max_msg, f"bodies[{i}]")  # raises, naming it
+            elif kind is not memoryview or view.itemsize != 1 or view.ndim != 1 \
+                    or not view.c_contiguous or not 0 < len(view) <= max_msg:
                 items[i] = body = _batch_body(body, max_msg, i)
             total += 4 + len(body)
         traces: list[int] | None = None
