@@ -261,9 +261,10 @@ class Producer:
                           timeout, loop.time() + timeout)
         if not started or self._closed:
             await self._ensure_started(request)
-        elif topic not in self._slow:
+        elif topic not in self._slow and self._migration is None:
             # the fast path: the first attempt written in this turn and its answer awaited
             # here, without the retry loop's coroutine; any failure goes on in that loop
+            # (not with a migration chooser: a fallback would ask it a second time)
             routes = self._pool.routes(topic)
             if routes is not None:
                 try:
