@@ -30,7 +30,10 @@ Work items (100-byte bodies; 200 sharding keys ``key-0``..``key-199`` where ther
 * ``pub-conc64``: 64 coroutines each publishing one at a time (64 outstanding);
 * ``pub-nowait``: 1024 outstanding via ``publish_nowait`` (windows of 1024 futures, each
   window gathered);
-* ``pub-many``: ``publish_many`` per key, batches of 100 messages with one sharding key each.
+* ``pub-many``: ``publish_many`` per key, batches of 100 messages with one sharding key each;
+* ``pub-conc64-linger``, ``pub-nowait-linger``: ``pub-conc64`` and ``pub-nowait`` with
+  ``linger=0.002`` and ``sharded_receipts=False`` (opt-in batching: the concurrent publishes
+  to one partition go as one MPUB, each call keeping its own result).
 
 Every publishing worker first publishes once to each partition (not timed) so its
 connections are open. The workers use only the public API (``from smartnsq import Producer,
@@ -95,12 +98,19 @@ ITEMS: dict[str, dict[str, Any]] = {
                    "go": (9_815, 41.0), "real": (12_180, 46.0), "target": None},
     "pub-many": {"label": "publish_many per key, 100 per batch", "go": None, "real": None,
                  "target": None},
+    "pub-conc64-linger": {"label": "sharded publish, 64 concurrent, linger 2 ms",
+                          "go": (9_041, 44.0), "real": None, "target": None},
+    "pub-nowait-linger": {"label": "sharded publish, 1024 outstanding, linger 2 ms",
+                          "go": (9_815, 41.0), "real": None, "target": None},
 }
 # messages per item: default, --quick
 COUNTS = {"drain": (200_000, 20_000), "ordered": (20_000, 4_000), "pub-seq": (5_000, 1_500),
           "pub-seq-plain": (5_000, 1_500), "pub-seq-traced": (5_000, 1_500),
           "pub-conc64": (20_000, 4_000), "pub-nowait": (20_000, 4_000),
-          "pub-many": (50_000, 10_000)}
+          "pub-many": (50_000, 10_000), "pub-conc64-linger": (20_000, 4_000),
+          "pub-nowait-linger": (20_000, 4_000)}
+# opt-in items: run only when named in --items
+OPT_IN = ("pub-conc64-linger", "pub-nowait-linger")
 
 
 def key(i: int) -> str:
@@ -274,6 +284,9 @@ async def publish(lookupd: str, topic: str, item: str, count: int,
     options: dict[str, Any] = {}
     if item == "pub-seq-plain":
         options["sharded_receipts"] = False
+    if item.endswith("-linger"):
+        options.update(sharded_receipts=False, linger=0.002)
+        item = item.removesuffix("-linger")
     body = b"x" * BODY
     async with Producer(lookupd=[lookupd], **options) as producer:
         pub = producer.publish
@@ -518,7 +531,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages (about 30 s)")
-    parser.add_argument("--items", default=",".join(ITEMS),
+    parser.add_argument("--items", default=",".join(i for i in ITEMS if i not in OPT_IN),
                         help=f"comma-separated, of {','.join(ITEMS)}")
     parser.add_argument("--messages", type=int, default=None,
                         help="messages per item (default: per item, see --help of the items)")

@@ -77,9 +77,10 @@ def _bound(obj: Any, bound: float | str) -> float:
 
 
 def number(low: float | str = 0, *, low_open: bool = False, high: float | None = None,
-           optional: bool = False, what: str = "number") -> Rule:
+           optional: bool = False, what: str = "number", finite: bool = True) -> Rule:
     """A finite number (``what`` names it in errors) from ``low`` (``low_open``: above it) to
-    ``high``; ``low`` may name another field (``">= initial"``); ``optional`` allows None."""
+    ``high``; ``low`` may name another field (``">= initial"``); ``optional`` allows None;
+    ``finite=False`` allows infinity ("wait for ever")."""
     floor_text = low if isinstance(low, str) else f"{low:g}"
     if high is not None and not low_open:
         text = f"{floor_text}..{high:g}"
@@ -94,8 +95,8 @@ def number(low: float | str = 0, *, low_open: bool = False, high: float | None =
         if value is None and optional:
             return
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or math.isnan(value) or math.isinf(value):
-            raise InvalidArgument(name, f"must be a finite {what}", value)
+                or math.isnan(value) or (finite and math.isinf(value)):
+            raise InvalidArgument(name, f"must be a {'finite ' if finite else ''}{what}", value)
         floor = _bound(obj, low)
         if value < floor or (low_open and value == floor) or (high is not None
                                                                and value > high):
@@ -105,11 +106,12 @@ def number(low: float | str = 0, *, low_open: bool = False, high: float | None =
 
 
 def seconds(low: float | str = 0, *, low_open: bool = True, high: float | None = None,
-            optional: bool = False) -> Rule:
+            optional: bool = False, finite: bool = True) -> Rule:
     """A finite number of seconds above ``low`` (``low_open=False``: at least ``low``), at
-    most ``high``; ``low`` may name another field; ``optional`` allows None."""
+    most ``high``; ``low`` may name another field; ``optional`` allows None; ``finite=False``
+    allows infinity."""
     return number(low, low_open=low_open, high=high, optional=optional,
-                  what="number of seconds")
+                  what="number of seconds", finite=finite)
 
 
 def integer(low: int, high: int | None = None, *, optional: bool = False) -> Rule:

@@ -59,7 +59,7 @@ import logging
 import ssl
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, cast
+from typing import Any, Final, Protocol, cast
 
 from .config import ConnectionConfig
 from .errors import (
@@ -108,8 +108,18 @@ _NOP: Final = commands.NOP
 _INFLATE_STEP: Final = 256 * 1024  # most inflated bytes handed to the frame reader at once
 _USE_CONFIG: Final[Any] = object()
 
+
+class AnswerSlot(Protocol):
+    """What a pending call's answer is given to: an ``asyncio.Future[bytes]``, or a caller's
+    object that completes its own result there (``submit(slot=...)``: no second future)."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: bytes, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
 # (answer, command name, deadline on the loop clock or None, the timeout it came from)
-_Pending = tuple["asyncio.Future[bytes]", str, "float | None", "float | None"]
+_Pending = tuple[AnswerSlot, str, "float | None", "float | None"]
 
 
 class Connection(asyncio.Protocol):
@@ -143,7 +153,7 @@ class Connection(asyncio.Protocol):
         self._pending: deque[_Pending] = deque()
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._deadline_at = 0.0
-        self._expired: set[asyncio.Future[bytes]] = set()  # slots past their deadline
+        self._expired: set[AnswerSlot] = set()  # slots past their deadline
         # writing
         self._wbuf: list[bytes] = []
         self._wsize = 0
@@ -345,7 +355,8 @@ class Connection(asyncio.Protocol):
     # -- calls ------------------------------------------------------------------------------
 
     def submit(self, data: bytes, command: str | None = None,
-               timeout: float | None = _USE_CONFIG, *, now: bool = False) -> asyncio.Future[bytes]:
+               timeout: float | None = _USE_CONFIG, *, now: bool = False,
+               slot: AnswerSlot | None = None) -> asyncio.Future[bytes]:
         """Queue a command that gets an answer; the future settles with the answer's payload.
 
         ``command`` names it for error attribution (``"PUB"``, ``"SUB_ORDERED"``...; read from
@@ -357,7 +368,8 @@ class Connection(asyncio.Protocol):
 
         ``now=True`` writes at once instead of on the next loop turn: for a caller that knows
         nothing else will join this write (a lone publish awaited before the next one), the
-        turn would only add latency and a callback.
+        turn would only add latency and a callback. ``slot`` (an :class:`AnswerSlot`) takes
+        the answer instead of a new future, and is returned.
         """
         if not self._accepting:
             raise self._not_accepting(command)
@@ -369,7 +381,7 @@ class Connection(asyncio.Protocol):
             raise Timeout(f"{command} to {self.address_text} not sent: no time left "
                           f"(timeout {timeout:g}s)")
         loop = self._loop
-        future: asyncio.Future[bytes] = loop.create_future()
+        future = loop.create_future() if slot is None else cast("asyncio.Future[bytes]", slot)
         if timeout is None:
             self._pending.append((future, command, None, None))
         else:

@@ -34,6 +34,7 @@ __all__ = [
     "Router",
     "ShardingKey",
     "ShardingScheme",
+    "check_key",
     "java_hash_code",
     "java_partition",
     "key_bytes",
@@ -69,6 +70,15 @@ def key_bytes(key: ShardingKey) -> bytes:
     raise InvalidArgument("sharding_key", "must be str, bytes or int", key)
 
 
+def check_key(key: ShardingKey) -> None:
+    """Refuse a key no scheme can hash (as :func:`key_bytes` would), without building its
+    bytes for the common keys: a publish checks its key once and hashes it once."""
+    kind = key.__class__
+    if kind is bytes or kind is int or (kind is str and key.isascii()):  # type: ignore[union-attr]
+        return
+    key_bytes(key)
+
+
 def murmur3_hash(key: ShardingKey) -> int:
     """MurmurHash3 x86_32, seed 0, unsigned: ``b"hello"`` -> ``0x248bfa47``."""
     return mmh3.hash(key_bytes(key), 0, signed=False)
@@ -76,6 +86,8 @@ def murmur3_hash(key: ShardingKey) -> int:
 
 def murmur3_partition(key: ShardingKey, partition_num: int) -> int:
     """The Go client's partition for ``key``: ``murmur3(key) % partition_num``."""
+    if key.__class__ is str and key.isascii():
+        return mmh3.hash(key, 0, signed=False) % partition_num  # (mmh3 hashes its UTF-8)
     return mmh3.hash(key_bytes(key), 0, signed=False) % partition_num
 
 

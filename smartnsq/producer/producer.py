@@ -16,21 +16,21 @@ stored twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from functools import partial
 from types import TracebackType
 from typing import Any
 
 from ..connection import Connection
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
-from ..errors import ConnectionClosed, ConnectionError_, InvalidArgument, Timeout
+from ..errors import ConnectionError_, InvalidArgument, Timeout
 from ..pool import PartitionPool, RouteSource, TopicRoutes
+from ..protocol import commands
 from ..sharding import Router, ShardingKey, make_router
 from .config import ProducerConfig, with_options
-from .encoding import encode_batch, encode_one
-from .request import BatchRequest, Request
+from .encoding import MPUB, encode_batch, encode_one
+from .linger import Batch
+from .request import BatchRequest, NowaitRequest, Request
 from .results import BatchResult, PublishResult, result_of
 from .retry import (
     CONNECT,
@@ -96,6 +96,8 @@ class Producer:
         self._drained: asyncio.Future[None] | None = None  # close() waits on it
         self._tasks: set[asyncio.Task[PublishResult]] = set()  # publish_nowait slow paths
         self._slow: dict[str, int] = {}  # topic -> its publish_nowait slow paths running
+        self._linger = config.linger
+        self._lingering: dict[tuple[str, int | None], Batch] = {}  # (topic, partition)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -137,6 +139,8 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        for key in list(self._lingering):  # accepted before the close: they go out now
+            self._flush_batch(key)
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
         if timeout is None:
@@ -244,14 +248,110 @@ class Producer:
         Raises ``InvalidArgument`` before anything is sent, ``NonRetriableServerError`` when
         the server refuses the message, ``TopicNotFound``, or ``Timeout``.
         """
+        if self._linger and headers is None and trace_id is None and delay is None:
+            # may join a lingering batch: publish_nowait's path gathers them
+            return await self.publish_nowait(topic, body, sharding_key=sharding_key,
+                                             partition=partition, timeout=timeout)
         body, ext, delay_ms = self._checks.one(topic, body, sharding_key, partition, trace_id,
                                                headers, delay)
-        timeout = timeout_seconds(timeout, self._timeout)
+        timeout = self._timeout if timeout is None else timeout_seconds(timeout, self._timeout)
+        started = self._started
+        loop = self._loop if started else asyncio.get_running_loop()
         request = Request(topic, body, sharding_key, partition, trace_id, ext, delay_ms,
-                          timeout, asyncio.get_running_loop().time() + timeout)
-        if not self._started or self._closed:
+                          timeout, loop.time() + timeout)
+        if not started or self._closed:
             await self._ensure_started(request)
+        elif topic not in self._slow and self._migration is None:
+            # the fast path: the first attempt written in this turn and its answer awaited
+            # here, without the retry loop's coroutine; any failure goes on in that loop
+            # (not with a migration chooser: a fallback would ask it a second time)
+            routes = self._pool.routes(topic)
+            if routes is not None:
+                try:
+                    answer_future = self._submit_first(request, routes)
+                except Exception:  # what routing or encoding refuses: the loop raises it
+                    answer_future = None
+                if answer_future is not None:
+                    try:
+                        answer = await answer_future
+                    except Exception as exc:
+                        failed: Exception | None = exc
+                    else:
+                        failed = None
+                    finally:
+                        self._on_wire -= 1  # (what _written() does, inline)
+                        if self._drained is not None and not self._on_wire \
+                                and not self._drained.done():
+                            self._drained.set_result(None)
+                    if failed is not None:
+                        return await self._send(request, failed)  # type: ignore[return-value]
+                    if request.traced or trace_id is not None or self._trace_default is True \
+                            or self._trace_topics:
+                        return self._result(request, answer)  # type: ignore[return-value]
+                    # plain OK, nothing to log: the common case, built here (no call)
+                    name = self._names.get(request.address)  # type: ignore[arg-type]
+                    if name is None:
+                        name = self._node_name(request)
+                    return PublishResult(topic, request.target, name, None, None, None, None, 1)
         return await self._send(request)  # type: ignore[return-value]
+
+    def _submit_first(self, request: Request, routes: TopicRoutes,
+                      slot: NowaitRequest | None = None) -> asyncio.Future[bytes] | None:
+        """The first attempt of a publish whose topic's routes are known, written without
+        awaiting anything: the answer's future (``slot`` itself when given: the connection
+        settles it), or None when the target has no open connection taking writes now (the
+        retry loop waits for one). Raises what routing or encoding refuses, and
+        ``ConnectionError_`` when the connection closed since the pool handed it out."""
+        # (the plain case calls routing directly: no wrapper per message)
+        if self._migration is not None or request.ext is not None \
+                or request.trace_id is not None or request.delay_ms is not None:
+            routes, address = self._route(routes, request)
+        else:
+            request.target, address = choose_target(
+                routes, request.sharding_key, request.partition, self._router,
+                self._classic, self._rr)
+            request.address = address
+        if address is None:
+            return None
+        conn = self._pool.connection(address)
+        if conn is None or conn.writing_paused:
+            self._unroute(request)
+            return None
+        youzan = conn.is_youzan
+        receipt = False
+        if youzan:  # (_receipt, inline for the common answers)
+            if self._receipts and (request.sharding_key is not None
+                                   or request.partition is not None):
+                receipt = True
+            elif self._trace_default or self._trace_topics:
+                receipt = self._receipt(request)
+        if self._lingering or self._linger:
+            if slot is not None and self._linger and not receipt and request.ext is None \
+                    and request.trace_id is None and request.delay_ms is None:
+                self._hold(slot, conn)
+                return slot  # type: ignore[return-value]  # (an answer slot: not awaited)
+            if (request.topic, request.target) in self._lingering:
+                # the batch held for this partition goes first: the wire keeps call order
+                self._flush_batch((request.topic, request.target))
+        data, command, request.traced = encode_one(
+            youzan, address, request.topic, request.target, request.body, request.trace_id,
+            request.ext, request.delay_ms, receipt, self._classic)
+        request.command = command
+        remaining = request.timeout  # (the deadline was set this turn)
+        request_timeout = self._request_timeout
+        if request_timeout is not None and request_timeout < remaining:
+            remaining = request_timeout
+        # a lone request is written at once: nothing else would join this turn's write
+        try:
+            answer = conn.submit(data, command, remaining, now=not conn.pending_count,
+                                 slot=slot)
+        except ConnectionError_:
+            self._unroute(request)
+            raise
+        request.attempt = 1
+        request.stage = SEND
+        self._on_wire += 1
+        return answer
 
     def publish_nowait(self, topic: str, body: bytes, *,
                        sharding_key: ShardingKey | None = None, partition: int | None = None,
@@ -279,87 +379,106 @@ class Producer:
                                                headers, delay)
         timeout = self._timeout if timeout is None else timeout_seconds(timeout, self._timeout)
         loop = self._loop if self._started else asyncio.get_running_loop()
-        request = Request(topic, body, sharding_key, partition, trace_id, ext, delay_ms,
-                          timeout, loop.time() + timeout)
+        result: asyncio.Future[PublishResult] = loop.create_future()
+        request = NowaitRequest(topic, body, sharding_key, partition, trace_id, ext,
+                                delay_ms, timeout, loop.time() + timeout, self, result)
         if not self._started or self._closed:
-            return self._later(loop, request)
-        pool = self._pool
-        routes = pool.routes(topic)
+            return self._later(loop, request, result)
+        routes = self._pool.routes(topic)
         if routes is None or topic in self._slow:
             # (while earlier calls for the topic are on the slow path, later ones queue
             # behind them rather than overtake them on the wire)
-            return self._later(loop, request)
-        result: asyncio.Future[PublishResult] = loop.create_future()
+            return self._later(loop, request, result)
         try:
-            # (the plain case calls routing and encoding directly: no wrapper per message)
-            if self._migration is not None or ext is not None or trace_id is not None \
-                    or delay_ms is not None:
-                routes, address = self._route(routes, request)
-            else:
-                request.target, address = choose_target(routes, sharding_key, partition,
-                                                        self._router, self._classic, self._rr)
-                request.address = address
-            conn = None if address is None else pool.connection(address)
-            if conn is None or conn.writing_paused:
-                return self._later(loop, request, result)
-            youzan = conn.is_youzan
-            data, command, request.traced = encode_one(
-                youzan, address, topic, request.target, body, trace_id, ext,  # type: ignore[arg-type]
-                delay_ms, youzan and self._receipt(request), self._classic)
+            sent = self._submit_first(request, routes, request)
+        except ConnectionError_:  # closed since the pool handed it out: the slow path
+            sent = None
         except Exception as exc:  # what publish() would raise once it has the routes
             result.set_exception(exc)
             return result
-        request.command = command
-        request.attempt = 1
-        request.stage = SEND
-        remaining = timeout
-        request_timeout = self._request_timeout
-        if request_timeout is not None and request_timeout < remaining:
-            remaining = request_timeout
-        try:
-            answer_future = conn.submit(data, command, remaining)
-        except ConnectionError_:  # closed since the pool handed it out: the slow path
-            request.attempt = 0
-            request.stage = ROUTE
+        if sent is None:
             return self._later(loop, request, result)
-        self._on_wire += 1
-        # a partial of a method, not a closure: no cell per local on this hot path
-        answer_future.add_done_callback(partial(self._answered, result, request))
         return result
 
-    def _answered(self, result: asyncio.Future[PublishResult], request: Request,
-                  answer_future: asyncio.Future[bytes]) -> None:
-        """A publish_nowait's fast-path answer: settle its future, or go on retrying."""
+    def _hold(self, request: NowaitRequest, conn: Connection) -> None:
+        """Add a plain publish to its partition's lingering batch (``config.linger``)."""
+        key = (request.topic, request.target)
+        batch = self._lingering.get(key)
+        if batch is not None and (batch.conn is not conn
+                                  or not batch.fits(request.body, self._checks.max_body)):
+            self._flush_batch(key)
+            batch = None
+        if batch is None:
+            batch = self._lingering[key] = Batch(conn)
+            batch.timer = self._loop.call_later(self._linger, self._flush_batch, key)
+        batch.add(request)
+        request.command = MPUB
+        request.traced = False
+        request.attempt = 1
+        request.stage = SEND
+        self._on_wire += 1
+
+    def _flush_batch(self, key: tuple[str, int | None]) -> None:
+        """Send a lingering batch as one MPUB; a failure to send fails each of its messages,
+        which then retry on their own."""
+        batch = self._lingering.pop(key, None)
+        if batch is None:
+            return
+        if batch.timer is not None:
+            batch.timer.cancel()
+        conn = batch.conn
+        topic, target = key
+        try:
+            data = commands.mpub_unchecked(topic, [r.body for r in batch.requests],
+                                           target if conn.is_youzan else None,
+                                           self._checks.max_body)
+            remaining = batch.deadline - self._loop.time()
+            request_timeout = self._request_timeout
+            if request_timeout is not None and request_timeout < remaining:
+                remaining = request_timeout
+            conn.submit(data, MPUB, remaining, now=not conn.pending_count, slot=batch)
+        except Exception as exc:  # closed meanwhile, or no time left: each decides
+            batch.set_exception(exc)
+
+    def _unroute(self, request: Request) -> None:
+        """Take back the round-robin step of a first attempt that was routed but not sent:
+        the retry loop routes it again, and unpinned publishes must stay evenly spread."""
+        if request.partition is None and request.sharding_key is None:
+            self._rr[request.topic] -= 1  # (an address was found: the step was taken)
+
+    def _answered(self, request: NowaitRequest, answer: bytes,
+                  error: BaseException | None) -> None:
+        """A publish_nowait's first answer (from inside the connection's read, deadline
+        check or close): settle its future, or go on retrying in a task. Never raises into
+        the connection."""
         self._on_wire -= 1  # (what _written() does, inline: this runs once per publish)
         if self._drained is not None and not self._on_wire and not self._drained.done():
             self._drained.set_result(None)
-        # read even when the caller gave up (no "exception never retrieved")
-        error: BaseException | None = (
-            ConnectionClosed(f"{request.command} to {request.node} abandoned")
-            if answer_future.cancelled() else answer_future.exception())
+        result = request.result
         if result.done():  # cancelled by the caller: the answer is discarded
             return
-        if error is None:
-            if not request.traced and request.trace_id is None \
-                    and self._trace_default is not True and not self._trace_topics:
-                # plain OK, nothing to log: the common case, built here (no call)
-                name = self._names.get(request.address)  # type: ignore[arg-type]
-                if name is None:
-                    name = self._node_name(request)
-                result.set_result(PublishResult(request.topic, request.target, name, None,
-                                                None, None, None, 1))
+        try:
+            if error is None:
+                if not request.traced and request.trace_id is None \
+                        and self._trace_default is not True and not self._trace_topics:
+                    # plain OK, nothing to log: the common case, built here (no call)
+                    name = self._names.get(request.address)  # type: ignore[arg-type]
+                    if name is None:
+                        name = self._node_name(request)
+                    result.set_result(PublishResult(request.topic, request.target, name, None,
+                                                    None, None, None, 1))
+                else:
+                    result.set_result(self._result(request, answer))  # type: ignore[arg-type]
                 return
-            try:
-                result.set_result(self._result(request, answer_future.result()))  # type: ignore[arg-type]
-            except Exception as exc:  # an unreadable receipt
+            decision = self._decide(request, error)
+            if decision.next is Next.GIVE_UP:
+                assert decision.error is not None
+                result.set_exception(decision.error)
+                return
+            self._later(self._loop, request, result, decision)
+        except Exception as exc:  # an unreadable receipt, or a fault of ours
+            if not result.done():
                 result.set_exception(exc)
-            return
-        decision = self._decide(request, error)
-        if decision.next is Next.GIVE_UP:
-            assert decision.error is not None
-            result.set_exception(decision.error)
-            return
-        self._later(self._loop, request, result, decision)
 
     def _later(self, loop: asyncio.AbstractEventLoop, request: Request,
                result: asyncio.Future[PublishResult] | None = None,
@@ -435,19 +554,24 @@ class Producer:
 
     # -- the retry loop ---------------------------------------------------------------------
 
-    async def _send(self, request: Request) -> PublishResult | BatchResult:
-        """Attempts until one is acknowledged or ``retry.decide`` gives up."""
+    async def _send(self, request: Request,
+                    failed: Exception | None = None) -> PublishResult | BatchResult:
+        """Attempts until one is acknowledged or ``retry.decide`` gives up; ``failed``: how
+        the attempt made before (the fast path's) failed."""
         while True:
-            try:
-                return await self._attempt(request)
-            except Exception as exc:
-                decision = self._decide(request, exc)
-                if decision.next is Next.GIVE_UP:
-                    assert decision.error is not None
-                    if decision.error is exc:
-                        raise
-                    raise decision.error from decision.error.__cause__
-                await self._wait(request, decision)
+            if failed is None:
+                try:
+                    return await self._attempt(request)
+                except Exception as exc:
+                    failed = exc
+            decision = self._decide(request, failed)
+            if decision.next is Next.GIVE_UP:
+                assert decision.error is not None
+                if decision.error is failed:
+                    raise failed
+                raise decision.error from decision.error.__cause__
+            failed = None
+            await self._wait(request, decision)
 
     def _decide(self, request: Request, error: BaseException) -> Decision:
         request.error = error
@@ -527,15 +651,12 @@ class Producer:
             raise Timeout(f"no time left for attempt {request.attempt}{after}")
         if self._request_timeout is not None and self._request_timeout < remaining:
             remaining = self._request_timeout
-        answer_future = conn.submit(data, request.command, remaining)
+        # nothing else in flight: write now rather than at the end of this loop iteration
+        # (in a burst only the first publish does this, the rest still coalesce)
+        answer_future = conn.submit(data, request.command, remaining,
+                                    now=not conn.pending_count)
         self._on_wire += 1
         try:
-            if conn.pending_count == 1:
-                # nothing else in flight: write now rather than at the end of this loop
-                # iteration (saves a round of the loop per one-at-a-time publish; in a burst
-                # only the first publish does this, the rest still coalesce)
-                with contextlib.suppress(ConnectionError_):
-                    await conn.drain()  # a failure is also in answer_future
             answer = await answer_future
         finally:
             self._written()

@@ -8,11 +8,19 @@ answer callback and its slow-path task all read the same object.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..pool import Address
 from ..sharding import ShardingKey
 from .retry import ROUTE
 
-__all__ = ["BatchRequest", "Request"]
+if TYPE_CHECKING:
+    import asyncio
+
+    from .producer import Producer
+    from .results import PublishResult
+
+__all__ = ["BatchRequest", "NowaitRequest", "Request"]
 
 
 class Request:
@@ -78,3 +86,32 @@ class BatchRequest(Request):
         self.bodies = bodies
         self.traces = traces
         self.exts = exts
+
+
+class NowaitRequest(Request):
+    """A ``publish_nowait`` call: its own answer slot on the connection (``done``,
+    ``set_result``, ``set_exception``), so the first attempt's answer completes the caller's
+    future directly, with no second future and no done-callback per message."""
+
+    __slots__ = ("answered", "owner", "result")
+
+    def __init__(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
+                 partition: int | None, trace_id: int | None, ext: bytes | None,
+                 delay_ms: int | None, timeout: float, deadline: float, owner: Producer,
+                 result: asyncio.Future[PublishResult]) -> None:
+        super().__init__(topic, body, sharding_key, partition, trace_id, ext, delay_ms,
+                         timeout, deadline)
+        self.owner = owner
+        self.result = result
+        self.answered = False
+
+    def done(self) -> bool:
+        return self.answered
+
+    def set_result(self, answer: bytes, /) -> None:
+        self.answered = True
+        self.owner._answered(self, answer, None)
+
+    def set_exception(self, error: BaseException, /) -> None:
+        self.answered = True
+        self.owner._answered(self, b"", error)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import trace as tracing
-from ..protocol.responses import PublishReceipt, parse_publish_response
+from ..protocol.frames import partition_of
+from ..protocol.responses import PublishReceipt, publish_response_fields
 
 if TYPE_CHECKING:
     from .request import Request
@@ -112,35 +113,35 @@ def result_of(request: Request, node: str, answer: bytes,
     if not request.traced and request.bodies is None and trace_id is None and mode is not True:
         # plain OK, nothing to log: the common case
         return PublishResult(topic, partition, node, None, None, None, None, request.attempt)
-    receipt = parse_publish_response(answer) if request.traced or answer != b"OK" else None
-    if receipt is not None and partition is None:
-        partition = receipt.partition
+    fields = publish_response_fields(answer) if request.traced or answer != b"OK" else None
+    if fields is None:
+        internal_id = queue_offset = raw_size = None
+    else:
+        internal_id, trace_id, queue_offset, raw_size = fields
+        if partition is None:
+            partition = partition_of(internal_id)
     if request.bodies is not None:
         count = len(request.bodies)
         if mode or (mode is None and request.traces is not None):
-            _trace_line("MPUB", topic, partition, node, receipt, None, count)
-        if receipt is None:
-            return BatchResult(topic, partition, node, count, attempts=request.attempt)
-        return BatchResult(topic, partition, node, count, receipt.internal_id,
-                           receipt.queue_offset, receipt.raw_size, request.attempt)
-    if mode or (mode is None and trace_id is not None):
-        _trace_line("PUB", topic, partition, node, receipt, trace_id, 1)
-    if receipt is None:
-        return PublishResult(topic, partition, node, None, trace_id, None, None,
-                             request.attempt)
-    return PublishResult(topic, partition, node, receipt.internal_id, receipt.trace_id,
-                         receipt.queue_offset, receipt.raw_size, request.attempt)
+            _trace_line("MPUB", topic, partition, node, fields, None, count)
+        return BatchResult(topic, partition, node, count, internal_id, queue_offset,
+                           raw_size, request.attempt)
+    if mode or (mode is None and request.trace_id is not None):
+        _trace_line("PUB", topic, partition, node, fields, request.trace_id, 1)
+    return PublishResult(topic, partition, node, internal_id, trace_id, queue_offset,
+                         raw_size, request.attempt)
 
 
 def _trace_line(kind: str, topic: str, partition: int | None, node: str,
-                receipt: PublishReceipt | None, trace_id: int | None, count: int) -> None:
+                fields: tuple[int, int, int, int] | None, trace_id: int | None,
+                count: int) -> None:
     if not tracing.enabled():
         return
-    if receipt is None:
+    if fields is None:
         tracing.line(kind, "no receipt", topic=topic, partition=partition, node=node,
                      trace_id=trace_id, count=count)
         return
-    tracing.line(kind, topic=topic, partition=partition, node=node,
-                 internal_id=receipt.internal_id,
-                 trace_id=receipt.trace_id if trace_id is None else trace_id,
-                 queue_offset=receipt.queue_offset, raw_size=receipt.raw_size, count=count)
+    internal_id, traced_id, queue_offset, raw_size = fields
+    tracing.line(kind, topic=topic, partition=partition, node=node, internal_id=internal_id,
+                 trace_id=traced_id if trace_id is None else trace_id,
+                 queue_offset=queue_offset, raw_size=raw_size, count=count)

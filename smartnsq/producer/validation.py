@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import InvalidArgument
 from ..protocol import validate as v
-from ..sharding import ShardingKey, key_bytes
+from ..sharding import ShardingKey, check_key
 from .encoding import batch_exts, encode_headers
 
 __all__ = ["MAX_DELAY_MS", "Checks", "delay_ms", "timeout_seconds"]
@@ -50,6 +51,20 @@ def delay_ms(delay: object) -> int:
     return ms
 
 
+def _batch_body(body: object, max_msg: int, i: int) -> bytes:
+    """A batch's body as sent: a ``bytearray`` or ``memoryview`` is kept as a flat byte view,
+    not copied (the batch's one command copies it once, when it is encoded), so it must not
+    change until the call returns; anything else as ``check_body`` makes it."""
+    if isinstance(body, bytearray | memoryview):
+        view = memoryview(body)
+        if view.c_contiguous:
+            if view.format != "B" or view.ndim != 1:
+                view = view.cast("B")  # (lengths on the wire are in bytes)
+            if 0 < len(view) <= max_msg:
+                return view  # type: ignore[return-value]  # (a bytes-like the encoder joins)
+    return v.check_body(body, max_msg, f"bodies[{i}]")  # type: ignore[arg-type]
+
+
 class Checks:
     """A producer's argument checks, with its limits (and the topic names already seen)."""
 
@@ -75,7 +90,7 @@ class Checks:
                 raise InvalidArgument("partition", "give sharding_key or partition, not both",
                                       partition)
         elif sharding_key is not None and self.key_check:
-            key_bytes(sharding_key)
+            check_key(sharding_key)
 
     def one(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
             partition: int | None, trace_id: int | None,
@@ -91,8 +106,13 @@ class Checks:
             v.check_trace_id(trace_id)
         ext = None if headers is None else encode_headers(headers, trace_id)
         delay = None if delay is None else delay_ms(delay)
-        if partition is not None or sharding_key is not None:
+        if partition is not None:
             self.target(sharding_key, partition)
+        elif sharding_key is not None:
+            kind = sharding_key.__class__  # (check_key's common keys, inline: once a publish)
+            if not (kind is bytes or kind is int
+                    or (kind is str and sharding_key.isascii())):  # type: ignore[union-attr]
+                self.target(sharding_key, partition)
         return body, ext, delay
 
     def batch(self, topic: str, bodies: Iterable[bytes], sharding_key: ShardingKey | None,
@@ -107,8 +127,14 @@ class Checks:
         max_msg = self.max_msg
         total = 4
         for i, body in enumerate(items):
-            if body.__class__ is not bytes or not 0 < len(body) <= max_msg:
-                items[i] = body = v.check_body(body, max_msg, f"bodies[{i}]")
+            view: Any = body
+            kind: type = view.__class__
+            if kind is bytes or kind is bytearray:  # (a bytearray is kept: no copy)
+                if not 0 < len(body) <= max_msg:
+                    v.check_body(body, max_msg, f"bodies[{i}]")  # raises, naming it
+            elif kind is not memoryview or view.itemsize != 1 or view.ndim != 1 \
+                    or not view.c_contiguous or not 0 < len(view) <= max_msg:
+                items[i] = body = _batch_body(body, max_msg, i)
             total += 4 + len(body)
         traces: list[int] | None = None
         if trace_id is not None:

@@ -322,7 +322,10 @@ def mpub_ext(topic: str, messages: Iterable[tuple[Mapping[str, str] | None, byte
 # against ``max_body_size``: the ext JSON adds to it.
 
 def pub_unchecked(topic: str, body: bytes, partition: int | None = None) -> bytes:
-    return _sized(_header_line(b"PUB", topic, partition), body)
+    # (one formatting, no helper calls: this runs once per publish)
+    if partition is None:
+        return b"PUB %s\n%s%s" % (topic.encode(), _U32.pack(len(body)), body)
+    return b"PUB %s %d\n%s%s" % (topic.encode(), partition, _U32.pack(len(body)), body)
 
 
 def dpub_unchecked(topic: str, delay_ms: int, body: bytes) -> bytes:
@@ -364,8 +367,13 @@ def mpub_trace_unchecked(topic: str, messages: Iterable[tuple[int, bytes]],
                          partition: int | None = None,
                          max_body_size: int = v.DEFAULT_MAX_BODY_SIZE) -> bytes:
     pack = _U32U64.pack
-    parts = [pack(8 + len(body), trace_id) + body for trace_id, body in messages]
-    return _batch_unchecked(b"MPUB_TRACE", topic, partition, parts, len(parts), max_body_size)
+    parts: list[bytes] = []
+    append = parts.append
+    for trace_id, body in messages:  # (no per-message concatenation: one copy, in the join)
+        append(pack(8 + len(body), trace_id))
+        append(body)
+    return _batch_unchecked(b"MPUB_TRACE", topic, partition, parts, len(parts) // 2,
+                            max_body_size)
 
 
 def mpub_ext_unchecked(topic: str, messages: Iterable[tuple[bytes, bytes]],

@@ -34,12 +34,19 @@ class PublishReceipt:
 
 def parse_publish_response(data: bytes) -> PublishReceipt | None:
     """``None`` for a plain ``OK``; a receipt for the 30-byte traced answer."""
+    fields = publish_response_fields(data)
+    return None if fields is None else PublishReceipt(*fields)
+
+
+def publish_response_fields(data: bytes) -> tuple[int, int, int, int] | None:
+    """``None`` for a plain ``OK``; (internal id, trace id, queue offset, raw size) of the
+    30-byte traced answer: what a publish result copies, without building a receipt."""
     if data == b"OK":
         return None
     if len(data) != TRACED_RESPONSE_SIZE or data[:2] != b"OK":
         raise ProtocolError(f"unexpected publish response {bytes(data[:40])!r}")
     _, internal_id, trace_id, offset, raw_size = _TRACED.unpack(data)
-    return PublishReceipt(internal_id, trace_id, offset, raw_size)
+    return internal_id, trace_id, offset, raw_size
 
 
 def encode_publish_receipt(receipt: PublishReceipt) -> bytes:

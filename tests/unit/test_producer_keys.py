@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from smartnsq import sharding
 from smartnsq.errors import InvalidArgument
 from smartnsq.producer.validation import Checks
 from smartnsq.sharding import java_hash_code, key_bytes, murmur3_partition
@@ -31,3 +32,25 @@ def test_valid_keys_still_hash() -> None:
     assert key_bytes("héllo") == "héllo".encode()
     assert key_bytes(42) == b"42"
     Checks(100, 100, False).target("\ud800", None)  # a user scheme judges its own keys
+
+
+def test_common_keys_are_checked_without_building_their_bytes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publish checks its key once and hashes it once: ASCII text, bytes and ints need no
+    bytes built to be known hashable; other text is encoded to find lone surrogates."""
+    built: list[object] = []
+    real = sharding.key_bytes
+
+    def counting(key: sharding.ShardingKey) -> bytes:
+        built.append(key)
+        return real(key)
+
+    monkeypatch.setattr(sharding, "key_bytes", counting)
+    checks = Checks(100, 100, True)
+    for key in ("order-1", b"raw", 42):
+        checks.target(key, None)
+    assert built == []
+    checks.target("caf\u00e9", None)
+    assert built == ["caf\u00e9"]
+    with pytest.raises(InvalidArgument, match="sharding_key"):
+        checks.target(1.5, None)  # type: ignore[arg-type]
