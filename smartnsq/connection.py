@@ -157,7 +157,9 @@ class Connection(asyncio.Protocol):
         self._split = True  # handshake: one frame at a time
         self._split_buf = bytearray()
         self._held: bytearray | None = None
-        self._last_recv = self._loop.time()
+        #: loop time of the last read: the stall watchdog's clock, and the arrival time of the
+        #: messages delivered in that read (one clock read per read, not per message)
+        self.last_receive = self._loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
         self._warned_no_consumer = False
         # state
@@ -528,7 +530,7 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self._last_recv = self._loop.time()
+        self.last_receive = self._loop.time()
         if self._held is not None:
             self._held += data
         else:
@@ -695,7 +697,7 @@ class Connection(asyncio.Protocol):
         interval = self._config.heartbeat_interval
         if interval is None or self._closing:
             return
-        self._watchdog = self._loop.call_at(self._last_recv + 2 * interval, self._check_stall)
+        self._watchdog = self._loop.call_at(self.last_receive + 2 * interval, self._check_stall)
 
     def _check_stall(self) -> None:
         self._watchdog = None
@@ -703,7 +705,7 @@ class Connection(asyncio.Protocol):
             return
         interval = self._config.heartbeat_interval
         assert interval is not None
-        idle = self._loop.time() - self._last_recv
+        idle = self._loop.time() - self.last_receive
         if idle >= 2 * interval - 0.005:
             log.warning("%s: nothing received for %.1fs (heartbeats every %gs); closing as "
                         "stalled", self.address_text, idle, interval)

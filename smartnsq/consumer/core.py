@@ -31,7 +31,7 @@ from ..pool import Address, parse_address
 from ..protocol import validate as v
 from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
-from .dispatch import Dispatch, is_async, iterate, worker
+from .dispatch import Dispatch, inline_runner, is_async, iterate, worker
 from .flow import Flow
 from .link import Runtime, link_of
 from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
@@ -136,6 +136,9 @@ class Consumer:
         rt.flow = Flow(loop, self._max_in_flight, cfg.backoff_policy, cfg.rdy_tick_interval,
                        cfg.low_rdy_idle_timeout)
         handler = self._handler
+        rt.concurrency = self._concurrency
+        if handler is not None and not is_async(handler):
+            rt.run_now = inline_runner(rt, handler)
         if handler is not None:
             for i in range(self._concurrency):
                 self._workers.append(loop.create_task(
@@ -207,7 +210,7 @@ class Consumer:
         close proceeds when the handler returns."""
         timeout = close_timeout(timeout, self.config.drain_timeout)
         current = asyncio.current_task()
-        if current is not None and current in self._workers:
+        if current is not None and (current in self._workers or current in self._rt.spawned):
             # from a handler: the drain waits for this very handler, so it cannot be awaited
             # here; it goes on once the handler returns
             if not self._closing:
@@ -254,9 +257,11 @@ class Consumer:
         if subs is not None:
             await subs.close(self._deadline)
         rt.queue.stop()
-        for task in self._workers:
+        rt.run_now = None
+        handlers = [*self._workers, *rt.spawned]
+        for task in handlers:
             task.cancel()
-        ending = [t for t in self._workers if not t.done()]
+        ending = [t for t in handlers if not t.done()]
         if self._discovery is not None:
             ending.append(loop.create_task(self._discovery.close()))
         if ending:
@@ -303,7 +308,8 @@ class Consumer:
             waiter.set_result(None)
         if rt.queue is not None:
             rt.queue.stop()
-        for task in self._workers:
+        rt.run_now = None
+        for task in [*self._workers, *rt.spawned]:
             task.cancel()
 
     def _finished(self) -> None:

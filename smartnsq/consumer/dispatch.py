@@ -1,11 +1,17 @@
-"""From the connections to the handlers: the burst-friendly queue and the worker tasks.
+"""From the connections to the handlers: the burst-friendly queue, the worker tasks and the
+inline path.
 
 A fixed set of workers (``concurrency``) reads one :class:`Dispatch` queue, or the user's
-``async for`` does: no task per message. A handler's return finishes the message (FIN), a
-raise requeues it (REQ with the requeue policy's delay, counted as a failure for back-off).
-Nothing is FINed before its handler succeeded. ``max_attempts`` gives up on messages delivered
-too often (``on_give_up``; default: log and FIN), except on ordered subscriptions, where a
-blocked message is never skipped unless the hook answers it explicitly.
+``async for`` does: no task per message. A plain-function handler skips the queue when it
+can (:func:`inline_runner`): with nothing queued ahead and a slot free, the link runs it on
+the message inside ``data_received``, where a worker would have run it one loop turn later
+(a plain function blocks the loop wherever it runs, so nothing else changes).
+
+A handler's return finishes the message (FIN), a raise requeues it (REQ with the requeue
+policy's delay, counted as a failure for back-off). Nothing is FINed before its handler
+succeeded. ``max_attempts`` gives up on messages delivered too often (``on_give_up``;
+default: log and FIN), except on ordered subscriptions, where a blocked message is never
+skipped unless the hook answers it explicitly.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from ..message import FINISHED, PENDING, REQUEUED, Message
 from .config import Handler
 from .link import Link, Runtime, link_of
 
-__all__ = ["Dispatch", "is_async", "iterate", "worker"]
+__all__ = ["Dispatch", "inline_runner", "is_async", "iterate", "worker"]
 
 log = logging.getLogger("smartnsq.consumer")
 
@@ -127,28 +133,96 @@ async def worker(rt: Runtime, handler: Handler) -> None:
         if link.dead:
             rt.stale += 1
             continue
-        if max_attempts and msg.attempts > max_attempts and await give_up(rt, msg, link):
-            continue
+        if max_attempts and msg.attempts > max_attempts:
+            rt.suspended += 1  # the hook may wait: the slot stays taken meanwhile
+            try:
+                if await give_up(rt, msg, link):
+                    continue
+            finally:
+                rt.suspended -= 1
         try:
             if async_handler:
                 await handler(msg)
             else:
                 result = handler(msg)
                 if result is not None and inspect.isawaitable(result):
-                    await result
+                    rt.suspended += 1
+                    try:
+                        await result
+                    finally:
+                        rt.suspended -= 1
         except asyncio.CancelledError:
             link.give_back(msg)
             raise
         except Exception:
-            rt.handler_errors += 1
-            log.exception("%s/%s: handler failed on %r (attempt %d); requeueing",
-                          rt.topic, rt.channel, msg, msg.attempts)
-            if msg._state == PENDING and msg._auto:
-                link.settle(msg, REQUEUED, None, True)
+            failed(rt, msg, link)
             continue
         rt.handled += 1
         if msg._state == PENDING and msg._auto:
             link.settle(msg, FINISHED, None, False)
+
+
+def failed(rt: Runtime, msg: Message, link: Link) -> None:
+    """The handler raised: REQ with the requeue policy's delay, counted for back-off (unless
+    the handler answered the message itself or took the answer over)."""
+    rt.handler_errors += 1
+    log.exception("%s/%s: handler failed on %r (attempt %d); requeueing",
+                  rt.topic, rt.channel, msg, msg.attempts)
+    if msg._state == PENDING and msg._auto:
+        link.settle(msg, REQUEUED, None, True)
+
+
+def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], None]:
+    """``Runtime.run_now`` for a plain-function handler: run it on a message inside
+    ``data_received`` and answer at once, as a worker would (return: FIN; raise: REQ, counted
+    for back-off). The link calls it only with nothing queued ahead and fewer than
+    ``concurrency`` handlers suspended, so the concurrency and (with the lane) per-partition
+    order hold. A message over ``max_attempts`` goes to the workers (its give-up hook may
+    wait). A handler that returns an awaitable is awaited in a task, and from then on its
+    messages go through the workers."""
+    max_attempts = rt.config.max_attempts
+
+    def run(msg: Message, link: Link) -> None:
+        if max_attempts and msg.attempts > max_attempts:
+            rt.queue.push(msg)
+            return
+        try:
+            result = handler(msg)
+        except Exception:
+            failed(rt, msg, link)
+            return
+        except BaseException:
+            link.give_back(msg)
+            raise
+        if result is not None and inspect.isawaitable(result):
+            rt.run_now = None
+            rt.suspended += 1
+            task = rt.loop.create_task(_finish(rt, msg, link, result))
+            rt.spawned.add(task)
+            task.add_done_callback(rt.spawned.discard)
+            return
+        rt.handled += 1
+        if msg._state == PENDING and msg._auto:
+            link.settle(msg, FINISHED, None, False)
+
+    return run
+
+
+async def _finish(rt: Runtime, msg: Message, link: Link, result: Awaitable[Any]) -> None:
+    """The rest of an inline handler that returned an awaitable, as the worker does it."""
+    try:
+        await result
+    except asyncio.CancelledError:
+        link.give_back(msg)
+        raise
+    except Exception:
+        failed(rt, msg, link)
+        return
+    finally:
+        rt.suspended -= 1
+    rt.handled += 1
+    if msg._state == PENDING and msg._auto:
+        link.settle(msg, FINISHED, None, False)
 
 
 async def give_up(rt: Runtime, msg: Message, link: Link) -> bool:
