@@ -210,7 +210,7 @@ class Consumer:
         close proceeds when the handler returns."""
         timeout = close_timeout(timeout, self.config.drain_timeout)
         current = asyncio.current_task()
-        if current is not None and (current in self._workers or current in self._rt.spawned):
+        if current is not None and current in self._workers:
             # from a handler: the drain waits for this very handler, so it cannot be awaited
             # here; it goes on once the handler returns
             if not self._closing:
@@ -257,11 +257,9 @@ class Consumer:
         if subs is not None:
             await subs.close(self._deadline)
         rt.queue.stop()
-        rt.run_now = None
-        handlers = [*self._workers, *rt.spawned]
-        for task in handlers:
+        for task in self._workers:
             task.cancel()
-        ending = [t for t in handlers if not t.done()]
+        ending = [t for t in self._workers if not t.done()]
         if self._discovery is not None:
             ending.append(loop.create_task(self._discovery.close()))
         if ending:
@@ -308,8 +306,7 @@ class Consumer:
             waiter.set_result(None)
         if rt.queue is not None:
             rt.queue.stop()
-        rt.run_now = None
-        for task in [*self._workers, *rt.spawned]:
+        for task in self._workers:
             task.cancel()
 
     def _finished(self) -> None:

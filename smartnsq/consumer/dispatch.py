@@ -43,17 +43,27 @@ class Dispatch:
     start.
     """
 
-    __slots__ = ("_idle", "_loop", "_waking", "pending", "stopped")
+    __slots__ = ("_idle", "_loop", "_waking", "pending", "started", "stopped")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.pending: deque[Message] = deque()
+        # queued messages whose plain handler already ran inline and returned an awaitable:
+        # a worker awaits it (the handler holds a worker's slot, as if it had started there)
+        self.started: dict[Message, Awaitable[Any]] = {}
         self._idle: deque[asyncio.Future[None]] = deque()
         self._waking = 0
         self.stopped = False
 
     def push(self, msg: Message) -> None:
         self.pending.append(msg)
+        if not self._waking and self._idle:
+            self.wake()
+
+    def hand_over(self, msg: Message, rest: Awaitable[Any]) -> None:
+        """The inline handler of ``msg`` returned ``rest``: the next free worker awaits it."""
+        self.started[msg] = rest
+        self.pending.appendleft(msg)
         if not self._waking and self._idle:
             self.wake()
 
@@ -98,8 +108,11 @@ class Dispatch:
         self._idle.clear()
 
     def take_all(self) -> list[Message]:
-        items = list(self.pending)
+        """The messages no handler has started on (those that did stay, for the workers)."""
+        started = self.started
+        items = [m for m in self.pending if m not in started]
         self.pending.clear()
+        self.pending.extend(started)
         return items
 
     def __len__(self) -> int:
@@ -117,6 +130,7 @@ async def worker(rt: Runtime, handler: Handler) -> None:
     """One of the ``concurrency`` tasks running the handler on queued messages."""
     dispatch = rt.queue
     pending = dispatch.pending
+    started = dispatch.started
     max_attempts = rt.config.max_attempts
     async_handler = is_async(handler)
     while True:
@@ -130,21 +144,25 @@ async def worker(rt: Runtime, handler: Handler) -> None:
                 return
             msg = got
         link: Link = msg._responder  # type: ignore[assignment]
-        if link.dead:
-            rt.stale += 1
-            continue
-        if max_attempts and msg.attempts > max_attempts:
-            rt.suspended += 1  # the hook may wait: the slot stays taken meanwhile
-            try:
-                if await give_up(rt, msg, link):
-                    continue
-            finally:
-                rt.suspended -= 1
+        # a plain handler that began inline (Dispatch.hand_over): only its awaitable is left
+        result = started.pop(msg, None) if started else None
+        if result is None:
+            if link.dead:
+                rt.stale += 1
+                continue
+            if max_attempts and msg.attempts > max_attempts:
+                rt.suspended += 1  # the hook may wait: the slot stays taken meanwhile
+                try:
+                    if await give_up(rt, msg, link):
+                        continue
+                finally:
+                    rt.suspended -= 1
         try:
             if async_handler:
                 await handler(msg)
             else:
-                result = handler(msg)
+                if result is None:
+                    result = handler(msg)
                 if result is not None and inspect.isawaitable(result):
                     rt.suspended += 1
                     try:
@@ -178,8 +196,8 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], No
     for back-off). The link calls it only with nothing queued ahead and fewer than
     ``concurrency`` handlers suspended, so the concurrency and (with the lane) per-partition
     order hold. A message over ``max_attempts`` goes to the workers (its give-up hook may
-    wait). A handler that returns an awaitable is awaited in a task, and from then on its
-    messages go through the workers."""
+    wait). When the handler returns an awaitable, a worker awaits it (it takes that worker's
+    slot, as if the handler had started there)."""
     max_attempts = rt.config.max_attempts
 
     def run(msg: Message, link: Link) -> None:
@@ -195,34 +213,13 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], No
             link.give_back(msg)
             raise
         if result is not None and inspect.isawaitable(result):
-            rt.run_now = None
-            rt.suspended += 1
-            task = rt.loop.create_task(_finish(rt, msg, link, result))
-            rt.spawned.add(task)
-            task.add_done_callback(rt.spawned.discard)
+            rt.queue.hand_over(msg, result)
             return
         rt.handled += 1
         if msg._state == PENDING and msg._auto:
             link.settle(msg, FINISHED, None, False)
 
     return run
-
-
-async def _finish(rt: Runtime, msg: Message, link: Link, result: Awaitable[Any]) -> None:
-    """The rest of an inline handler that returned an awaitable, as the worker does it."""
-    try:
-        await result
-    except asyncio.CancelledError:
-        link.give_back(msg)
-        raise
-    except Exception:
-        failed(rt, msg, link)
-        return
-    finally:
-        rt.suspended -= 1
-    rt.handled += 1
-    if msg._state == PENDING and msg._auto:
-        link.settle(msg, FINISHED, None, False)
 
 
 async def give_up(rt: Runtime, msg: Message, link: Link) -> bool:

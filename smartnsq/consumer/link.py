@@ -79,7 +79,6 @@ class Runtime:
         "requeued",
         "run_now",
         "server_errors",
-        "spawned",
         "stale",
         "sub_failures",
         "suspended",
@@ -102,10 +101,9 @@ class Runtime:
         # queued ahead (dispatch.inline_runner); None: every message goes through the queue
         self.run_now: Callable[[Message, Link], None] | None = None
         self.concurrency = 0
-        # plain-function handlers suspended on the awaitable they returned (or a give-up hook):
-        # the slots in use while the loop runs other things
+        # workers of a plain-function handler suspended on the awaitable it returned (or on
+        # a give-up hook): the slots in use while the loop runs other things
         self.suspended = 0
-        self.spawned: set[asyncio.Task[None]] = set()  # such awaitables of inline handlers
         self.idle_waiter: asyncio.Future[None] | None = None  # close(): in_flight reached 0
         self.in_flight = 0
         self.received = 0
