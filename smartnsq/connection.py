@@ -404,7 +404,10 @@ class Connection(asyncio.Protocol):
         """
         if not self._accepting:
             raise self._not_accepting(commands.command_name(data))
-        self._queue(data, now)
+        if now and not self._wbuf:
+            self._write(data)  # (_queue's first case, without the call: an ordered FIN)
+        else:
+            self._queue(data, now)
 
     def _not_accepting(self, command: str | None) -> Exception:
         if self._closing:
@@ -533,6 +536,8 @@ class Connection(asyncio.Protocol):
         self.last_receive = self._loop.time()
         if self._held is not None:
             self._held += data
+        elif self._decoder is None:
+            self._consume(data)  # the plain stream: no inflating step
         else:
             self._receive(data)
 
