@@ -1,9 +1,11 @@
 """One asyncio connection to an nsqd: handshake, upgrades, calls in flight, heartbeats.
 
-``Connection`` is an ``asyncio.Protocol`` over the sans-I/O codec: ``data_received`` runs the
-bytes through the negotiated decompressor and hands whole chunks to ``FrameReader``; nothing
-on that path is per byte, and a delivered message costs one ``Message`` object and one call of
-the consumer's ``on_message``, with no task per message.
+``Connection`` is an ``asyncio.BufferedProtocol`` over the sans-I/O codec: the loop reads into
+one buffer per thread and ``buffer_updated`` copies out what arrived (a plain ``Protocol`` read
+allocates asyncio's 256 KiB block per read); ``data_received`` runs the bytes through the
+negotiated decompressor and hands whole chunks to ``FrameReader``; nothing on that path is per
+byte, and a delivered message costs one ``Message`` object and one call of the consumer's
+``on_message``, with no task per message.
 
 Calls. nsqd answers the commands that have an answer (IDENTIFY, AUTH, SUB*, PUB*, MPUB*, CLS)
 strictly in the order it received them, so ``request()`` needs no ids: each call appends a
@@ -57,6 +59,7 @@ import asyncio
 import json
 import logging
 import ssl
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, cast
@@ -112,7 +115,14 @@ _USE_CONFIG: Final[Any] = object()
 _Pending = tuple["asyncio.Future[bytes]", str, "float | None", "float | None"]
 
 
-class Connection(asyncio.Protocol):
+#: the read buffer's size: asyncio's own read size for a plain Protocol
+_READ_SIZE: Final = 256 * 1024
+# one read buffer per thread (per event loop): the loop fills it and calls buffer_updated in
+# the same step, which copies out what arrived, so connections can share it
+_reads = threading.local()
+
+
+class Connection(asyncio.BufferedProtocol):
     """A connection to one nsqd. Open it with ``await Connection.connect(host, port, config)``.
 
     ``on_message(msg)`` receives every delivered message, synchronously inside
@@ -531,6 +541,16 @@ class Connection(asyncio.Protocol):
         # a stream transport; not isinstance-checked: uvloop's TCPTransport does not subclass
         # asyncio.Transport, and asserting it made every uvloop connection fail
         self._transport = cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        try:
+            return _reads.view  # type: ignore[no-any-return]
+        except AttributeError:
+            view = _reads.view = memoryview(bytearray(_READ_SIZE))
+            return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(_reads.view[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         self.last_receive = self._loop.time()
