@@ -1,9 +1,11 @@
 """One asyncio connection to an nsqd: handshake, upgrades, calls in flight, heartbeats.
 
-``Connection`` is an ``asyncio.Protocol`` over the sans-I/O codec: ``data_received`` runs the
-bytes through the negotiated decompressor and hands whole chunks to ``FrameReader``; nothing
-on that path is per byte, and a delivered message costs one ``Message`` object and one call of
-the consumer's ``on_message``, with no task per message.
+``Connection`` is an ``asyncio.BufferedProtocol`` over the sans-I/O codec: the loop reads into
+one buffer per thread and ``buffer_updated`` copies out what arrived (a plain ``Protocol`` read
+allocates asyncio's 256 KiB block per read); ``data_received`` runs the bytes through the
+negotiated decompressor and hands whole chunks to ``FrameReader``; nothing on that path is per
+byte, and a delivered message costs one ``Message`` object and one call of the consumer's
+``on_message``, with no task per message.
 
 Calls. nsqd answers the commands that have an answer (IDENTIFY, AUTH, SUB*, PUB*, MPUB*, CLS)
 strictly in the order it received them, so ``request()`` needs no ids: each call appends a
@@ -57,6 +59,7 @@ import asyncio
 import json
 import logging
 import ssl
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, Protocol, cast
@@ -122,7 +125,14 @@ class AnswerSlot(Protocol):
 _Pending = tuple[AnswerSlot, str, "float | None", "float | None"]
 
 
-class Connection(asyncio.Protocol):
+#: the read buffer's size: asyncio's own read size for a plain Protocol
+_READ_SIZE: Final = 256 * 1024
+# one read buffer per thread (per event loop): the loop fills it and calls buffer_updated in
+# the same step, which copies out what arrived, so connections can share it
+_reads = threading.local()
+
+
+class Connection(asyncio.BufferedProtocol):
     """A connection to one nsqd. Open it with ``await Connection.connect(host, port, config)``.
 
     ``on_message(msg)`` receives every delivered message, synchronously inside
@@ -167,7 +177,9 @@ class Connection(asyncio.Protocol):
         self._split = True  # handshake: one frame at a time
         self._split_buf = bytearray()
         self._held: bytearray | None = None
-        self._last_recv = self._loop.time()
+        #: loop time of the last read: the stall watchdog's clock, and the arrival time of the
+        #: messages delivered in that read (one clock read per read, not per message)
+        self.last_receive = self._loop.time()
         self._watchdog: asyncio.TimerHandle | None = None
         self._warned_no_consumer = False
         # state
@@ -414,7 +426,10 @@ class Connection(asyncio.Protocol):
         """
         if not self._accepting:
             raise self._not_accepting(commands.command_name(data))
-        self._queue(data, now)
+        if now and not self._wbuf:
+            self._write(data)  # (_queue's first case, without the call: an ordered FIN)
+        else:
+            self._queue(data, now)
 
     def _not_accepting(self, command: str | None) -> Exception:
         if self._closing:
@@ -539,10 +554,22 @@ class Connection(asyncio.Protocol):
         # asyncio.Transport, and asserting it made every uvloop connection fail
         self._transport = cast(asyncio.Transport, transport)
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        try:
+            return _reads.view  # type: ignore[no-any-return]
+        except AttributeError:
+            view = _reads.view = memoryview(bytearray(_READ_SIZE))
+            return view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(_reads.view[:nbytes]))
+
     def data_received(self, data: bytes) -> None:
-        self._last_recv = self._loop.time()
+        self.last_receive = self._loop.time()
         if self._held is not None:
             self._held += data
+        elif self._decoder is None:
+            self._consume(data)  # the plain stream: no inflating step
         else:
             self._receive(data)
 
@@ -707,7 +734,7 @@ class Connection(asyncio.Protocol):
         interval = self._config.heartbeat_interval
         if interval is None or self._closing:
             return
-        self._watchdog = self._loop.call_at(self._last_recv + 2 * interval, self._check_stall)
+        self._watchdog = self._loop.call_at(self.last_receive + 2 * interval, self._check_stall)
 
     def _check_stall(self) -> None:
         self._watchdog = None
@@ -715,7 +742,7 @@ class Connection(asyncio.Protocol):
             return
         interval = self._config.heartbeat_interval
         assert interval is not None
-        idle = self._loop.time() - self._last_recv
+        idle = self._loop.time() - self.last_receive
         if idle >= 2 * interval - 0.005:
             log.warning("%s: nothing received for %.1fs (heartbeats every %gs); closing as "
                         "stalled", self.address_text, idle, interval)

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from .backoff import BACKING_OFF, NORMAL, PROBING, Backoff, BackoffPolicy
 from .errors import InvalidArgument
 
-__all__ = ["MIN_HOLD", "STARVED_RATIO", "ConnKey", "RdyController"]
+__all__ = ["MIN_HOLD", "NOTHING", "STARVED_RATIO", "ConnKey", "RdyController"]
 
 log = logging.getLogger("smartnsq.rdy")
 
@@ -72,6 +72,11 @@ STARVED_RATIO = 0.85
 #: shortest hold after a requeue on an own-backoff (ordered) connection: the floor that keeps a
 #: failing handler with a 0 s requeue delay from spinning redeliveries.
 MIN_HOLD = 0.1
+
+#: what the per-message fast paths return (shared: never modify it): no RDY to send and no
+#: deadline moved, so a caller that re-arms timers after a result can skip that when
+#: ``commands is NOTHING``.
+NOTHING: RdyCommands = []
 
 
 @dataclass
@@ -277,8 +282,8 @@ class RdyController:
             return []
         c.in_flight += 1
         c.last_message = now
-        if c.primed and c.rdy == c.share and self._mif and self.backoff.state == NORMAL:
-            return []  # the per-message fast path: steady flow, nothing to change
+        if c.primed and c.rdy == c.share and self._mif and self.backoff._state == NORMAL:
+            return NOTHING  # the per-message fast path: steady flow, nothing to change
         out = _Changes()
         if self.backoff.update(now):
             self._rebalance_into(out, now)
@@ -299,15 +304,25 @@ class RdyController:
         """
         self._now = now
         c = self._conns.get(conn)
-        if c is not None and c.backoff is not None:
-            return self._finished_own(c, now, success, backoff, hold)
-        if success and c is not None and c.primed and c.in_flight > 0 and c.rdy == c.share \
-                and self._mif and self.backoff.state == NORMAL \
-                and not (self._blocked and c.in_flight > c.rdy):
-            # the per-message fast path: a success in steady flow changes nothing
-            c.in_flight -= 1
-            c.last_finished = now
-            return []
+        if c is not None:
+            own = c.backoff
+            if own is not None:
+                if success and own._state == NORMAL and c.primed and c.in_flight > 0 \
+                        and c.rdy == c.share and self._mif and now >= c.hold_until:
+                    # the ordered per-message fast path: a success with the partition's own
+                    # back-off at rest changes nothing (Backoff.success ignores it; RDY is
+                    # already what _want says)
+                    c.in_flight -= 1
+                    c.last_finished = now
+                    return NOTHING
+                return self._finished_own(c, now, success, backoff, hold)
+            if success and c.primed and c.in_flight > 0 and c.rdy == c.share and self._mif \
+                    and self.backoff._state == NORMAL \
+                    and not (self._blocked and c.in_flight > c.rdy):
+                # the per-message fast path: a success in steady flow changes nothing
+                c.in_flight -= 1
+                c.last_finished = now
+                return NOTHING
         out = _Changes()
         before = (self.backoff.state, self.backoff.level)
         if success:

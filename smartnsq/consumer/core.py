@@ -31,7 +31,7 @@ from ..pool import Address, parse_address
 from ..protocol import validate as v
 from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
-from .dispatch import Dispatch, is_async, iterate, worker
+from .dispatch import Dispatch, inline_runner, is_async, iterate, worker
 from .flow import Flow
 from .link import Runtime, link_of
 from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
@@ -136,6 +136,9 @@ class Consumer:
         rt.flow = Flow(loop, self._max_in_flight, cfg.backoff_policy, cfg.rdy_tick_interval,
                        cfg.low_rdy_idle_timeout)
         handler = self._handler
+        rt.concurrency = self._concurrency
+        if handler is not None and not is_async(handler):
+            rt.run_now = inline_runner(rt, handler)
         if handler is not None:
             for i in range(self._concurrency):
                 self._workers.append(loop.create_task(

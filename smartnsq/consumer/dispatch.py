@@ -1,11 +1,17 @@
-"""From the connections to the handlers: the burst-friendly queue and the worker tasks.
+"""From the connections to the handlers: the burst-friendly queue, the worker tasks and the
+inline path.
 
 A fixed set of workers (``concurrency``) reads one :class:`Dispatch` queue, or the user's
-``async for`` does: no task per message. A handler's return finishes the message (FIN), a
-raise requeues it (REQ with the requeue policy's delay, counted as a failure for back-off).
-Nothing is FINed before its handler succeeded. ``max_attempts`` gives up on messages delivered
-too often (``on_give_up``; default: log and FIN), except on ordered subscriptions, where a
-blocked message is never skipped unless the hook answers it explicitly.
+``async for`` does: no task per message. A plain-function handler skips the queue when it
+can (:func:`inline_runner`): with nothing queued ahead and a slot free, the link runs it on
+the message inside ``data_received``, where a worker would have run it one loop turn later
+(a plain function blocks the loop wherever it runs, so nothing else changes).
+
+A handler's return finishes the message (FIN), a raise requeues it (REQ with the requeue
+policy's delay, counted as a failure for back-off). Nothing is FINed before its handler
+succeeded. ``max_attempts`` gives up on messages delivered too often (``on_give_up``;
+default: log and FIN), except on ordered subscriptions, where a blocked message is never
+skipped unless the hook answers it explicitly.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from ..message import FINISHED, PENDING, REQUEUED, Message
 from .config import Handler
 from .link import Link, Runtime, link_of
 
-__all__ = ["Dispatch", "is_async", "iterate", "worker"]
+__all__ = ["Dispatch", "inline_runner", "is_async", "iterate", "worker"]
 
 log = logging.getLogger("smartnsq.consumer")
 
@@ -37,17 +43,27 @@ class Dispatch:
     start.
     """
 
-    __slots__ = ("_idle", "_loop", "_waking", "pending", "stopped")
+    __slots__ = ("_idle", "_loop", "_waking", "pending", "started", "stopped")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.pending: deque[Message] = deque()
+        # queued messages whose plain handler already ran inline and returned an awaitable:
+        # a worker awaits it (the handler holds a worker's slot, as if it had started there)
+        self.started: dict[Message, Awaitable[Any]] = {}
         self._idle: deque[asyncio.Future[None]] = deque()
         self._waking = 0
         self.stopped = False
 
     def push(self, msg: Message) -> None:
         self.pending.append(msg)
+        if not self._waking and self._idle:
+            self.wake()
+
+    def hand_over(self, msg: Message, rest: Awaitable[Any]) -> None:
+        """The inline handler of ``msg`` returned ``rest``: the next free worker awaits it."""
+        self.started[msg] = rest
+        self.pending.appendleft(msg)
         if not self._waking and self._idle:
             self.wake()
 
@@ -92,8 +108,11 @@ class Dispatch:
         self._idle.clear()
 
     def take_all(self) -> list[Message]:
-        items = list(self.pending)
+        """The messages no handler has started on (those that did stay, for the workers)."""
+        started = self.started
+        items = [m for m in self.pending if m not in started]
         self.pending.clear()
+        self.pending.extend(started)
         return items
 
     def __len__(self) -> int:
@@ -111,6 +130,7 @@ async def worker(rt: Runtime, handler: Handler) -> None:
     """One of the ``concurrency`` tasks running the handler on queued messages."""
     dispatch = rt.queue
     pending = dispatch.pending
+    started = dispatch.started
     max_attempts = rt.config.max_attempts
     async_handler = is_async(handler)
     while True:
@@ -124,31 +144,82 @@ async def worker(rt: Runtime, handler: Handler) -> None:
                 return
             msg = got
         link: Link = msg._responder  # type: ignore[assignment]
-        if link.dead:
-            rt.stale += 1
-            continue
-        if max_attempts and msg.attempts > max_attempts and await give_up(rt, msg, link):
-            continue
+        # a plain handler that began inline (Dispatch.hand_over): only its awaitable is left
+        result = started.pop(msg, None) if started else None
+        if result is None:
+            if link.dead:
+                rt.stale += 1
+                continue
+            if max_attempts and msg.attempts > max_attempts:
+                rt.suspended += 1  # the hook may wait: the slot stays taken meanwhile
+                try:
+                    if await give_up(rt, msg, link):
+                        continue
+                finally:
+                    rt.suspended -= 1
         try:
             if async_handler:
                 await handler(msg)
             else:
-                result = handler(msg)
+                if result is None:
+                    result = handler(msg)
                 if result is not None and inspect.isawaitable(result):
-                    await result
+                    rt.suspended += 1
+                    try:
+                        await result
+                    finally:
+                        rt.suspended -= 1
         except asyncio.CancelledError:
             link.give_back(msg)
             raise
         except Exception:
-            rt.handler_errors += 1
-            log.exception("%s/%s: handler failed on %r (attempt %d); requeueing",
-                          rt.topic, rt.channel, msg, msg.attempts)
-            if msg._state == PENDING and msg._auto:
-                link.settle(msg, REQUEUED, None, True)
+            failed(rt, msg, link)
             continue
         rt.handled += 1
         if msg._state == PENDING and msg._auto:
             link.settle(msg, FINISHED, None, False)
+
+
+def failed(rt: Runtime, msg: Message, link: Link) -> None:
+    """The handler raised: REQ with the requeue policy's delay, counted for back-off (unless
+    the handler answered the message itself or took the answer over)."""
+    rt.handler_errors += 1
+    log.exception("%s/%s: handler failed on %r (attempt %d); requeueing",
+                  rt.topic, rt.channel, msg, msg.attempts)
+    if msg._state == PENDING and msg._auto:
+        link.settle(msg, REQUEUED, None, True)
+
+
+def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], None]:
+    """``Runtime.run_now`` for a plain-function handler: run it on a message inside
+    ``data_received`` and answer at once, as a worker would (return: FIN; raise: REQ, counted
+    for back-off). The link calls it only with nothing queued ahead and fewer than
+    ``concurrency`` handlers suspended, so the concurrency and (with the lane) per-partition
+    order hold. A message over ``max_attempts`` goes to the workers (its give-up hook may
+    wait). When the handler returns an awaitable, a worker awaits it (it takes that worker's
+    slot, as if the handler had started there)."""
+    max_attempts = rt.config.max_attempts
+
+    def run(msg: Message, link: Link) -> None:
+        if max_attempts and msg.attempts > max_attempts:
+            rt.queue.push(msg)
+            return
+        try:
+            result = handler(msg)
+        except Exception:
+            failed(rt, msg, link)
+            return
+        except BaseException:
+            link.give_back(msg)
+            raise
+        if result is not None and inspect.isawaitable(result):
+            rt.queue.hand_over(msg, result)
+            return
+        rt.handled += 1
+        if msg._state == PENDING and msg._auto:
+            link.settle(msg, FINISHED, None, False)
+
+    return run
 
 
 async def give_up(rt: Runtime, msg: Message, link: Link) -> bool:

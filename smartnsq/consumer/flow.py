@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 from ..backoff import BackoffPolicy
-from ..rdy import RdyController
+from ..rdy import NOTHING, RdyController
 from .link import Link
 
 __all__ = ["Flow"]
@@ -47,8 +47,9 @@ class Flow:
     def remove(self, link: Link) -> None:
         self._apply(self.ctl.remove(link, self._loop.time()))
 
-    def on_message(self, link: Link) -> None:
-        cmds = self.ctl.on_message(link, self._loop.time())
+    def on_message(self, link: Link, now: float) -> None:
+        """A message arrived on ``link`` at ``now`` (loop time: the read that brought it)."""
+        cmds = self.ctl.on_message(link, now)
         if cmds:
             self._apply(cmds)
 
@@ -56,11 +57,11 @@ class Flow:
         """FIN (True), REQ counted for back-off (False) or a deliberate REQ (None)."""
         cmds = self.ctl.on_finished(link, self._loop.time(), success=bool(success),
                                     backoff=success is not None)
+        if cmds is NOTHING:
+            return  # the per-message case: no RDY, nothing time-driven changed
         if cmds:
             self._apply(cmds)
-        if success and not self.ctl.backoff.active and not link.ordered:
-            return  # the common case: nothing time-driven changed
-        self._arm_deadline()  # (an ordered partition's own window may have started)
+        self._arm_deadline()  # (a back-off window, an ordered partition's own, may have started)
 
     def on_ordered_requeue(self, link: Link, hold: float, backoff: bool) -> None:
         """A REQ on an ordered link, about to be sent: the server ignores its delay, so the

@@ -1,15 +1,18 @@
 """One subscribed connection as the messages it delivered see it: delivery and answers.
 
 The connection decodes frames straight into :class:`smartnsq.message.Message` and calls
-:meth:`Link.on_message` inside ``data_received``; that puts the message on the dispatch queue
-(no task per message). Ordered subscriptions have a *lane*: while one of the partition's
+:meth:`Link.on_message` inside ``data_received``. A plain-function handler with a free slot
+and nothing queued ahead runs right there (``Runtime.run_now``: no queue, no task wake-up,
+no extra loop turn); otherwise the message goes on the dispatch queue for the workers (no
+task per message). Ordered subscriptions have a *lane*: while one of the partition's
 messages is being handled the next ones wait behind it, so a sharding key's messages are
 handled in publish order whatever the concurrency.
 
 Answers (``Message.fin()/req()`` and the consumer's own) settle the message's state machine
 (``smartnsq.message``: PENDING, then FINISHED or REQUEUED, with a claim in between when the
 answer comes from another thread) and queue FIN/REQ on the connection, which leaves in one
-write per event-loop iteration. Everything the links of one consumer share (counters, the
+write per event-loop iteration; an ordered FIN is written at once (nothing can join it: the
+partition's next message waits for it). Everything the links of one consumer share (counters, the
 flow control, the dispatch queue, switches) is in one :class:`Runtime` passed to each.
 """
 
@@ -19,6 +22,8 @@ import asyncio
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from .. import trace as tracing
@@ -54,6 +59,7 @@ class Runtime:
     __slots__ = (
         "auto_finish",
         "channel",
+        "concurrency",
         "config",
         "draining",
         "duplicates",
@@ -71,9 +77,11 @@ class Runtime:
         "queue",
         "received",
         "requeued",
+        "run_now",
         "server_errors",
         "stale",
         "sub_failures",
+        "suspended",
         "topic",
         "trace",
     )
@@ -89,6 +97,13 @@ class Runtime:
         self.queue: Dispatch = None  # type: ignore[assignment]
         self.flow: Flow = None  # type: ignore[assignment]
         self.draining = False  # RDY 0 went out: what still arrives is given straight back
+        # a plain-function handler, run from data_received when a slot is free and nothing is
+        # queued ahead (dispatch.inline_runner); None: every message goes through the queue
+        self.run_now: Callable[[Message, Link], None] | None = None
+        self.concurrency = 0
+        # workers of a plain-function handler suspended on the awaitable it returned (or on
+        # a give-up hook): the slots in use while the loop runs other things
+        self.suspended = 0
         self.idle_waiter: asyncio.Future[None] | None = None  # close(): in_flight reached 0
         self.in_flight = 0
         self.received = 0
@@ -129,8 +144,8 @@ class Link:
     """One subscribed connection: the responder of the messages it delivered."""
 
     __slots__ = (
-        "_fin", "_req", "_send", "channel", "conn", "dead", "detail", "in_flight", "lane",
-        "lane_busy", "last_attempts", "last_id", "last_offset", "local", "node", "ordered",
+        "_fin", "_req", "_send", "_send_now", "channel", "conn", "dead", "detail", "in_flight",
+        "lane", "lane_busy", "last_attempts", "last_id", "last_offset", "local", "node", "ordered",
         "partition", "rdy", "rdy_cap", "rt", "topic", "youzan",
     )
 
@@ -151,11 +166,14 @@ class Link:
         self.rdy = 0  # last RDY sent
         self.lane: deque[Message] = deque()  # ordered: messages waiting behind the busy one
         self.lane_busy = False
-        self.last_id = -1
+        self.last_id = b""  # internal id as 8 big-endian bytes: they compare as the integers
         self.last_offset = -1
         self.last_attempts = 0
         self.local = conn.local_address
         self._send = conn.send
+        # an ordered FIN cannot be joined by anything (one in flight; the next message waits
+        # for it): written in the same turn; a plain FIN waits for the turn's batch
+        self._send_now = partial(conn.send, now=True) if ordered else conn.send
         self._fin = commands.fin
         self._req = commands.req
 
@@ -173,18 +191,27 @@ class Link:
 
     def on_message(self, msg: Message) -> None:
         rt = self.rt
-        if self.detail and self._check_order(msg):
-            return
+        if self.detail:
+            iid = msg.id[:8]
+            offset = msg.queue_offset
+            if iid > self.last_id and offset is not None and offset >= self.last_offset \
+                    and (self.ordered or msg.attempts <= 1):
+                # in order (the per-message case): note it, nothing to check further
+                self.last_id = iid
+                self.last_offset = offset
+                self.last_attempts = msg.attempts
+            elif self._check_order(msg, iid):
+                return
         msg._responder = self
         msg._state = PENDING
         msg._auto = rt.auto_finish
         self.in_flight += 1
         rt.in_flight += 1
         rt.received += 1
-        rt.flow.on_message(self)
+        rt.flow.on_message(self, self.conn.last_receive)
         trace = rt.trace
-        if trace is not False and trace_log.isEnabledFor(_INFO) and (
-                trace or (msg.youzan and msg.id[8:] != _NO_TRACE)):
+        if trace is not False and (trace or (msg.youzan and msg.id[8:] != _NO_TRACE)) \
+                and trace_log.isEnabledFor(_INFO):
             self._trace_line(msg)
         if rt.draining:
             # RDY 0 already went out; this one was on the wire: give it straight back
@@ -195,15 +222,19 @@ class Link:
                 self.lane.append(msg)
                 return
             self.lane_busy = True
-        rt.queue.push(msg)
+        run = rt.run_now
+        if run is not None and rt.suspended < rt.concurrency and not rt.queue.pending:
+            run(msg, self)
+        else:
+            rt.queue.push(msg)
 
-    def _check_order(self, msg: Message) -> bool:
-        """Order checks of SUB_ORDERED/SUB_ADVANCED subscriptions; True for a copy to drop."""
+    def _check_order(self, msg: Message, iid: bytes) -> bool:
+        """Order checks of SUB_ORDERED/SUB_ADVANCED subscriptions (``iid``: the internal id's
+        8 bytes); True for a copy to drop."""
         if msg.attempts > 1 and not self.ordered:
             return False  # a requeued or timed-out message comes back after newer ones: normal
-        internal_id = msg.internal_id or 0
         offset = msg.queue_offset if msg.queue_offset is not None else -1
-        if internal_id == self.last_id:
+        if iid == self.last_id:
             if self.ordered and msg.attempts <= self.last_attempts:
                 # the same delivery again: the real server sends the first message of a fresh
                 # ordered channel twice (real-cluster.md) and does not count the copy in
@@ -213,12 +244,13 @@ class Link:
                 return True
             self.last_attempts = msg.attempts
             return False  # a redelivery of the same message
-        if internal_id < self.last_id or offset < self.last_offset:
+        if iid < self.last_id or offset < self.last_offset:
+            last = int.from_bytes(self.last_id, "big") if self.last_id else -1
             what = (f"order regression on {self.topic}/{self.partition} at {self.node}: "
-                    f"internal_id {internal_id} after {self.last_id}, queue_offset {offset} "
-                    f"after {self.last_offset}")
+                    f"internal_id {int.from_bytes(iid, 'big')} after {last}, queue_offset "
+                    f"{offset} after {self.last_offset}")
             self.rt.order_error(msg, what)
-        self.last_id = internal_id
+        self.last_id = iid
         self.last_offset = offset
         self.last_attempts = msg.attempts
         return False
@@ -285,7 +317,7 @@ class Link:
             log.debug("%s: %s of a message after its connection closed; the server "
                       "redelivers it", self.node, "FIN" if finish else "REQ")
         elif finish:
-            self._send(self._fin(message.id))
+            self._send_now(self._fin(message.id))
         else:
             wait = rt.requeue_delay(message) if delay is None else delay
             if self.ordered:
@@ -297,7 +329,14 @@ class Link:
                 return
             self._send(self._req(message.id, _ms(wait)))
         rt.flow.on_answer(self, True if finish else (False if backoff else None))
-        self._next_in_lane()
+        if self.ordered:  # _next_in_lane, inline: this is every message's path
+            lane = self.lane
+            if lane:
+                rt.queue.push(lane.popleft())
+            else:
+                self.lane_busy = False
+        if rt.in_flight == 0 and rt.idle_waiter is not None:
+            rt.check_idle()
 
     def _next_in_lane(self) -> None:
         rt = self.rt
