@@ -439,7 +439,10 @@ class Producer:
         """Attempts until one is acknowledged or ``retry.decide`` gives up."""
         while True:
             try:
-                return await self._attempt(request)
+                result = await self._attempt(request)
+                if request.attempt > 1:  # back after a refusal: wake the others waiting
+                    self._pool.writable(request.topic, request.target)
+                return result
             except Exception as exc:
                 decision = self._decide(request, exc)
                 if decision.next is Next.GIVE_UP:
@@ -466,15 +469,22 @@ class Producer:
         if decision.next is Next.REFRESH_AND_RETRY:
             address = request.address
             if address is not None and request.stage is SEND:
-                self._pool.leader_failed(request.topic, request.target, address)
+                self._pool.leader_failed(request.topic, request.target, address,
+                                         getattr(error, "code", None))
             else:
                 self._pool.refresh(request.topic)
         delay = decision.delay
+        partition = request.target if decision.probe else None
+        if partition is not None:  # the partition's next probe turn, if one comes sooner
+            turn = self._pool.probe_delay(request.topic, partition, self._config.retry_delay,
+                                          delay)
+            if turn is not None:
+                delay = turn
         if delay > 0:
             log.debug("publish to %r: attempt %d failed (%s); next in %.3fs", request.topic,
                       request.attempt, error, delay)
             if decision.early:
-                await self._pool.changed(request.topic, delay)
+                await self._pool.changed(request.topic, delay, partition)
             else:
                 await asyncio.sleep(delay)  # a node in back-off: a route change does not help
         if self._loop.time() >= request.deadline:
