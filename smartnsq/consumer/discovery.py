@@ -4,7 +4,13 @@ The first view is loaded in the background, retrying (never spinning) until the 
 then every change the lookup manager reports (a leader moved, a partition added or removed)
 re-applies the targets. A partition without a leader (a failover: tens of seconds on a real
 cluster) is looked up again on a doubling delay rather than at the next regular poll. A lost
-connection or a refused SUB asks for a fresh view (:meth:`Discovery.refresh`, coalesced).
+connection or a refused SUB asks for a fresh view (:meth:`Discovery.refresh`, coalesced), and
+keeps asking every ``CHASE_PERIOD`` for up to ``CHASE_FOR`` seconds until the view changes: a
+graceful leave drops the consumers' connections at once but hands each partition over a
+little later (0.07-4 s on the real cluster), so the first lookup after the loss usually still
+names the old leader, and the new one should be learned as soon as lookup knows it, not at a
+reconnect back-off (the lookup manager spaces rounds that find nothing new by its own
+``refresh_min_interval``..``refresh_max_interval``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from ..errors import InvalidArgument, TopicNotFound
 from .targets import Target, missing_leaders, view_targets
 
 __all__ = ["Discovery"]
+
+CHASE_PERIOD = 0.1  # s between the refreshes asked for after a loss
+CHASE_FOR = 10.0  # s after the last loss those refreshes go on (or until the view changes)
 
 log = logging.getLogger("smartnsq.consumer")
 
@@ -47,6 +56,7 @@ class Discovery:
         self._leaderless_handle: asyncio.TimerHandle | None = None
         self._leaderless_rounds = 0
         self._last_view: Any = None
+        self._chase_until = 0.0  # loop time until which a lost link keeps refreshing
 
     def start(self) -> None:
         """Begin in the background and return at once: a slow or silent lookupd delays the
@@ -108,6 +118,7 @@ class Discovery:
             self._on_view(change.new)
 
     def _on_view(self, view: Any) -> None:
+        self._chase_until = 0.0  # news: the chase after a loss is over
         self._last_view = view
         self._apply(view_targets(view, self._partitions))
         self._watch_leaderless(view)
@@ -142,10 +153,14 @@ class Discovery:
         refreshed.add_done_callback(again)
 
     def refresh(self) -> None:
-        """Ask lookup for a fresh view soon (coalesced)."""
-        if self._closing or self._refresh_handle is not None:
+        """Ask lookup for a fresh view soon (coalesced), and again every ``CHASE_PERIOD``
+        until the view changes (at most ``CHASE_FOR`` s)."""
+        if self._closing:
             return
-        self._refresh_handle = asyncio.get_running_loop().call_later(0.05, self._do_refresh)
+        loop = asyncio.get_running_loop()
+        self._chase_until = loop.time() + CHASE_FOR
+        if self._refresh_handle is None:
+            self._refresh_handle = loop.call_later(0.05, self._do_refresh)
 
     def _do_refresh(self) -> None:
         self._refresh_handle = None
@@ -155,6 +170,9 @@ class Discovery:
             self.lookup.refresh(self.topic, "r")
         except Exception as exc:
             log.debug("lookup refresh failed: %s", exc)
+        loop = asyncio.get_running_loop()
+        if loop.time() + CHASE_PERIOD < self._chase_until:
+            self._refresh_handle = loop.call_later(CHASE_PERIOD, self._do_refresh)
 
     def stop(self) -> None:
         """Stop reacting (the consumer is closing); :meth:`close` releases the lookup."""
