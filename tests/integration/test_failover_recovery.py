@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 from support import Watch, bounded, poke_on_log, wait_until
 
+from smartnsq import Consumer
+from smartnsq.devcluster import DevCluster
+from smartnsq.devcluster.profile import FaultProfile
 from smartnsq.lookup import LookupManager
 from smartnsq.producer import Producer
 
@@ -114,3 +117,37 @@ def _none() -> Any:
         leaders: dict[int, Any] = {}
         held: frozenset[int] = frozenset()
     return Empty()
+
+
+LEAVE = FaultProfile(name="slow-handoff", leave_handoff=(1.0, 1.0),
+                     leave_slow_handoff=(1.0, 1.0))
+
+
+async def test_consumer_follows_a_graceful_handoff_before_its_reconnect_backoff() -> None:
+    """A leave drops the consumer's connection at once but hands the partition over a second
+    later: the consumer learns the new leader from lookup as soon as lookup knows it, not at
+    its next reconnect attempt (a back-off of 30 s here, the lookup's regular poll a minute)."""
+    async with DevCluster(nodes=2, lookupds=1, profile=LEAVE) as cluster:
+        await cluster.create_topic("moving", partitions=1, replicas=2, channels=["c"])
+        seen: list[bytes] = []
+        got = Watch()
+
+        def handle(message: Any) -> None:
+            seen.append(message.body)
+            got.poke()
+
+        async with Producer(lookupd=cluster.lookupd_http_addresses) as producer, \
+                Consumer("moving", "c", lookupd=cluster.lookupd_http_addresses,
+                         handler=handle, reconnect_delay=30.0, reconnect_delay_max=30.0):
+            await producer.publish("moving", b"before", partition=0)
+            await got.until(lambda: b"before" in seen)
+            old = cluster.leader_of("moving", 0)
+            with _records("smartnsq.consumer") as records, \
+                    poke_on_log(Watch(), "smartnsq.consumer") as logged:
+                await cluster.leave_node(old)
+                await logged.until(lambda: any("connection lost" in r for r in records))
+            async with bounded(TIMEOUT):
+                await producer.publish("moving", b"after", partition=0, timeout=TIMEOUT)
+                await got.until(lambda: b"after" in seen, timeout=TIMEOUT)
+            assert cluster.leader_of("moving", 0) is not old
+        assert seen == [b"before", b"after"]
