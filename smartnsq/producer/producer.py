@@ -41,6 +41,7 @@ from .retry import (
     NoLeader,
     ProducerClosed,
     decide,
+    least_time,
     timed_out,
 )
 from .routing import check_features, choose_side, choose_target, route_source
@@ -487,8 +488,8 @@ class Producer:
                 await self._pool.changed(request.topic, delay, partition)
             else:
                 await asyncio.sleep(delay)  # a node in back-off: a route change does not help
-        if self._loop.time() >= request.deadline:
-            assert error is not None
+        if request.deadline - self._loop.time() < least_time(request.timeout):
+            assert error is not None  # (too little left for an answer to come back in)
             raise timed_out(request.topic, request.timeout, error)
         if self._closed:
             raise ProducerClosed("the producer is closed") from error

@@ -32,7 +32,8 @@ producer closing                       give up: nothing new goes on the wire
 =====================================  ===================================================
 
 Whatever the rule, no attempt is decided with no time left: past the deadline the decision is
-to give up with ``Timeout``, caused by the failure; a back-off longer than the time left is cut
+to give up with ``Timeout``, caused by the failure (and no retry is sent with less than
+``least_time`` left); a back-off longer than the time left is cut
 to it (a route change may still end it early enough). Back-offs start at ``retry_delay``,
 double per attempt up to ``retry_delay_max`` and are jittered (``exponential_delay``).
 A pinned message (sharding key or explicit partition) keeps its partition on every retry.
@@ -70,6 +71,7 @@ __all__ = [
     "Stage",
     "decide",
     "incurable",
+    "least_time",
 ]
 
 
@@ -140,6 +142,17 @@ def timed_out(topic: str, timeout: float, error: BaseException) -> Timeout:
                   f"last error: {error}")
     exc.__cause__ = error
     return exc
+
+
+def least_time(timeout: float) -> float:
+    """The least time left worth a retry: a tenth of the call's timeout, at most 0.1 s.
+
+    A retry sent with a few milliseconds left times out before any answer can come back, and a
+    request unanswered for twice its own (tiny) timeout makes the connection deem itself dead,
+    closing a healthy connection every other partition shares. Probe turns and back-offs
+    often end just before a deadline, so the call gives up with ``Timeout`` there instead.
+    """
+    return min(0.1, timeout / 10)
 
 
 def incurable(error: BaseException) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from smartnsq.errors import RefreshLookupError, Timeout
 from smartnsq.pool import TopicRoutes, probe_turn
-from smartnsq.producer.retry import NoLeader, Stage, decide
+from smartnsq.producer.retry import NoLeader, Stage, decide, least_time
 
 A, B = ("127.0.0.1", 4150), ("127.0.0.2", 4150)
 
@@ -64,3 +64,9 @@ def test_held_partitions_are_leaders_but_not_round_robin_targets() -> None:
     assert not routes.same_routes(plain), "a hold is a route change (waiters wake on it)"
     assert routes.same_routes(TopicRoutes("t", partition_num=3, youzan=True,
                                           leaders={0: A, 1: B, 2: A}, held=frozenset({1})))
+
+
+def test_no_retry_with_less_than_least_time_left() -> None:
+    assert least_time(10.0) == pytest.approx(0.1)
+    assert least_time(0.5) == pytest.approx(0.05)
+    assert least_time(0.0) == 0.0
