@@ -20,7 +20,9 @@ lookup says so. Pinned publishes keep going there (they get ``E_FAILED_ON_NOT_WR
 probe again, one at a time per partition: :meth:`PartitionPool.probe_delay`); unpinned ones
 skip held partitions. A hold ends when lookup names a leader again, the connection closes, or
 the node answers that it does not lead the partition or leaves a publish unanswered (a stalled
-node: a probe would only queue behind the stalled request, and be written when it ends).
+node: a probe would only queue behind the stalled request, and be written when it ends); a
+partition dropped or released while its leader was stalled is held again
+(:meth:`PartitionPool.rehold`) by the next publish waiting for it once that leader answers.
 
 While anyone waits for a route change of a topic (:meth:`PartitionPool.changed`), the pool
 asks the source for fresh routes every ``wait_refresh`` seconds (the lookup manager spaces
@@ -240,6 +242,9 @@ class PartitionPool:
         self._waiters: dict[str, list[tuple[asyncio.Future[None], int | None]]] = {}
         self._polling: dict[str, asyncio.TimerHandle] = {}  # refresh timers while waited on
         self._probes: dict[tuple[str, int], float] = {}  # next free probe time per partition
+        # partitions dropped by lookup while their leader was stalled: that leader, to hold
+        # them on once it answers again (``rehold``)
+        self._lost: dict[tuple[str, int], Address] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
         source.subscribe(self._on_routes)
@@ -403,22 +408,48 @@ class PartitionPool:
         leaders (see the module docstring)."""
         if old is None or not old.leaders or not routes.youzan:
             return routes
-        held = {p: a for p, a in old.leaders.items()
-                if p not in routes.leaders and self._answering(a)
-                and (not routes.partition_num or p < routes.partition_num)}
+        topic = routes.topic
+        lost = self._lost
+        for p in routes.leaders:
+            lost.pop((topic, p), None)
+        held = {}
+        for p, a in old.leaders.items():
+            if p in routes.leaders or (routes.partition_num and p >= routes.partition_num):
+                continue
+            if self._answering(a):
+                held[p] = a
+            elif self.connection_open(a):  # stalled for now: maybe later (rehold)
+                lost[(topic, p)] = a
         if not held:
             return routes
         return replace(routes, leaders={**routes.leaders, **held}, held=frozenset(held))
 
-    def _release(self, topic: str, picked: Callable[[int, Address], bool]) -> None:
-        """End the holds of ``topic`` that ``picked(partition, address)`` chooses."""
+    def _release(self, topic: str, picked: Callable[[int, Address], bool], *,
+                 remember: bool = False) -> None:
+        """End the holds of ``topic`` that ``picked(partition, address)`` chooses
+        (``remember``: the leader may be held again once it answers, see :meth:`rehold`)."""
         routes = self._routes.get(topic)
         if routes is None or not routes.held:
             return
         gone = {p for p in routes.held if picked(p, routes.leaders[p])}
         if gone:
+            if remember:
+                self._lost.update(((topic, p), routes.leaders[p]) for p in gone)
             leaders = {p: a for p, a in routes.leaders.items() if p not in gone}
             self._store(replace(routes, leaders=leaders, held=routes.held - gone), routes)
+
+    def rehold(self, topic: str, partition: int) -> bool:
+        """Hold ``partition`` again on the leader it was dropped from while that leader was
+        stalled, now that its connection answers again; True if it did (a route change)."""
+        address = self._lost.get((topic, partition))
+        routes = self._routes.get(topic)
+        if address is None or routes is None or partition in routes.leaders \
+                or not self._answering(address):
+            return False
+        del self._lost[(topic, partition)]
+        self._store(replace(routes, leaders={**routes.leaders, partition: address},
+                            held=routes.held | {partition}), routes)
+        return True
 
     def leader_failed(self, topic: str, partition: int | None, address: Address,
                       code: str | None = None) -> None:
@@ -428,10 +459,12 @@ class PartitionPool:
         if code is None:
             # no answer in time (a stalled node): what is sent there now only queues behind
             # the stalled request and is written when it ends, so hold nothing on it
-            self._release(topic, lambda p, a: a == address)
+            self._release(topic, lambda p, a: a == address, remember=True)
         elif code != "E_FAILED_ON_NOT_WRITABLE":
             # not the leader (or no such partition there): no place to hold the partition on
             self._release(topic, lambda p, a: p == partition and a == address)
+            if partition is not None and self._lost.get((topic, partition)) == address:
+                del self._lost[(topic, partition)]
         self.refresh(topic)
 
     # -- connections --------------------------------------------------------------------------
@@ -446,6 +479,11 @@ class PartitionPool:
             return None
         node.uses += 1
         return conn
+
+    def connection_open(self, address: Address) -> bool:
+        """Whether the connection to ``address`` is open (no I/O, not counted as a use)."""
+        node = self._nodes.get(address)
+        return node is not None and node.conn is not None and not node.conn.is_closed
 
     def _answering(self, address: Address) -> bool:
         """Whether the connection to ``address`` is open and owes no timed-out answers (a

@@ -475,6 +475,10 @@ class Producer:
             else:
                 self._pool.refresh(request.topic)
         delay = decision.delay
+        if decision.keep_partition and isinstance(error, NoLeader) \
+                and request.target is not None \
+                and self._pool.rehold(request.topic, request.target):
+            delay = 0.0  # its stalled leader answers again: ask it (see PartitionPool.rehold)
         partition = request.target if decision.probe else None
         if partition is not None:  # the partition's next probe turn, if one comes sooner
             turn = self._pool.probe_delay(request.topic, partition, self._config.retry_delay,
