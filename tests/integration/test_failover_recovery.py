@@ -54,6 +54,43 @@ async def test_refused_partition_is_probed_on_its_live_leader(nsq_cluster: Any) 
         assert [p for p, _ in routes.targets] == [1], "round-robin skips a held partition"
 
 
+@pytest.mark.nsq_cluster(nodes=2, lookupds=1, proxied=True)
+async def test_partition_dropped_while_its_leader_stalled_is_held_again(
+        nsq_cluster: Any) -> None:
+    """A partition lookup drops while its leader is stalled is not held there (a retry would
+    queue behind the stalled request); once the leader answers again, the waiting publish
+    asks it directly, although the (then stopped) lookupd never lists the partition again."""
+    cluster = nsq_cluster
+    await cluster.create_topic("stalled", partitions=2, replicas=1)
+    node = cluster.leader_of("stalled", 0)
+    lookup = LookupManager(cluster.lookupd_http_addresses)
+    async with lookup, Producer(lookup=lookup, retry_delay_max=0.2,
+                                request_timeout=0.5) as producer:
+        await producer.publish("stalled", b"before", partition=0)
+        (conn,) = producer.pool.connections.values()
+        cluster.set_writable("stalled", 0, False)
+        cluster.stall(node)
+        with _records("smartnsq.producer") as records, \
+                poke_on_log(Watch(), "smartnsq.producer") as logged:
+            async with bounded(TIMEOUT):
+                waiting = producer.publish_nowait("stalled", b"during", partition=0,
+                                                  timeout=TIMEOUT)
+                # no answer in time; lookup has dropped the partition meanwhile
+                await logged.until(lambda: any("attempt 1 failed" in r for r in records))
+                await wait_until(lambda: _hidden(lookup, "stalled", 0))
+                routes = producer.pool.routes("stalled")
+                assert routes is not None and 0 not in routes.leaders, "held on a stalled node"
+                await cluster.stop_lookupd(0)
+                cluster.resume(node)  # the stalled PUB is answered (refused: not writable)
+                await wait_until(lambda: conn.timed_out_count == 0)
+                cluster.set_writable("stalled", 0, True)
+                result = await waiting
+        assert result.partition == 0
+        assert _hidden(lookup, "stalled", 0)
+    bodies = [m.body for m in cluster.state.partition("stalled", 0).log.messages]
+    assert bodies == [b"before", b"during"]
+
+
 @pytest.mark.nsq_cluster(nodes=2)
 async def test_leaderless_wait_ends_when_lookup_names_a_leader(nsq_cluster: Any) -> None:
     """A publish to a partition without leader waits on the route change, and the routes are
