@@ -157,7 +157,7 @@ class LookupConfig:
         "starts at least this long after it; the gap doubles per such round. A round that "
         "finds a change resets it, so the refresh after a leader move goes at once.",
         unit="s", range=">= 0"))
-    refresh_max_interval: float = field(default=2.0, metadata=doc(
+    refresh_max_interval: float = field(default=0.5, metadata=doc(
         "Longest gap between on-demand refresh rounds of one topic (while it keeps finding "
         "nothing new, e.g. a partition without leader during a failover).",
         unit="s", range=">= refresh_min_interval"))

@@ -12,6 +12,23 @@ opens) the new leader's connection. Errors move keys too: a publisher that gets
 ``E_FAILED_ON_NOT_LEADER`` calls :meth:`PartitionPool.leader_failed`, which asks the source
 for a (coalesced) refresh.
 
+A partition that vanishes from the writers' lookup while its leader's connection stays open is
+*held* on that leader (``TopicRoutes.held``): youzan hides a partition that refuses writes
+(a dead replica, an ISR shrink, a catch-up) although its leader is alive, and that leader is
+the first to know when writes work again, one cheap round trip away, long before the next
+lookup says so. Pinned publishes keep going there (they get ``E_FAILED_ON_NOT_WRITABLE`` and
+probe again, one at a time per partition: :meth:`PartitionPool.probe_delay`); unpinned ones
+skip held partitions. A hold ends when lookup names a leader again, the connection closes, or
+the node answers that it does not lead the partition or leaves a publish unanswered (a stalled
+node: a probe would only queue behind the stalled request, and be written when it ends); a
+partition dropped or released while its leader was stalled is held again
+(:meth:`PartitionPool.rehold`) by the next publish waiting for it once that leader answers.
+
+While anyone waits for a route change of a topic (:meth:`PartitionPool.changed`), the pool
+asks the source for fresh routes every ``wait_refresh`` seconds (the lookup manager spaces
+rounds that find nothing new by its own ``refresh_min_interval``..``refresh_max_interval``),
+so a failover's end is learned within about that long, not at a retry's back-off.
+
 Failures never spin. A node whose connect fails is not dialled again before a back-off that
 doubles per consecutive failure (``reconnect_delay`` .. ``reconnect_delay_max``, jittered);
 the failure also asks for a refresh of every topic routed to it, since a dead node is usually
@@ -30,7 +47,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .backoff import exponential_delay
@@ -49,6 +66,7 @@ __all__ = [
     "StaticRouteSource",
     "TopicRoutes",
     "parse_address",
+    "probe_turn",
 ]
 
 log = logging.getLogger("smartnsq.pool")
@@ -85,6 +103,8 @@ class TopicRoutes:
     ``nodes`` are nodes written without a partition token (classic nsqd, or nsqd given
     directly). ``youzan`` is true when the topic is known to live on youzan nodes (partitions or
     meta seen), false when known classic, ``None`` when only the connection will tell.
+    ``held``: partitions of ``leaders`` that lookup no longer lists but whose leader is still
+    connected (see the module docstring): pinned publishes go there, round-robin does not.
     """
 
     topic: str
@@ -94,12 +114,14 @@ class TopicRoutes:
     youzan: bool | None = None
     leaders: Mapping[int, Address] = field(default_factory=dict)
     nodes: tuple[Address, ...] = ()
+    held: frozenset[int] = frozenset()
     targets: tuple[Target, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         # unsharded round-robin order: partitions that have a leader, else the plain nodes
         if self.leaders:
-            targets: tuple[Target, ...] = tuple((p, self.leaders[p]) for p in sorted(self.leaders))
+            targets: tuple[Target, ...] = tuple((p, self.leaders[p]) for p in sorted(self.leaders)
+                                                if p not in self.held)
         else:
             targets = tuple((None, a) for a in self.nodes)
         object.__setattr__(self, "targets", targets)
@@ -109,10 +131,11 @@ class TopicRoutes:
         return self.partition_num > 0 or bool(self.leaders)
 
     def addresses(self) -> set[Address]:
-        return {a for _, a in self.targets}
+        return {a for _, a in self.targets} | set(self.leaders.values())
 
     def same_routes(self, other: TopicRoutes | None) -> bool:
         return (other is not None and self.targets == other.targets
+                and self.leaders == other.leaders and self.held == other.held
                 and self.partition_num == other.partition_num
                 and self.ordered == other.ordered and self.ext == other.ext
                 and self.youzan == other.youzan)
@@ -202,10 +225,11 @@ class PartitionPool:
 
     def __init__(self, source: RouteSource, config: ConnectionConfig | None = None, *,
                  idle_timeout: float | None = 300.0, reconnect_delay: float = 0.05,
-                 reconnect_delay_max: float = 2.0,
+                 reconnect_delay_max: float = 2.0, wait_refresh: float = 0.25,
                  connect: Callable[[str, int, ConnectionConfig], Awaitable[Connection]]
                  | None = None) -> None:
         self._source = source
+        self._wait_refresh = wait_refresh
         self._config = config or ConnectionConfig()
         self._idle_timeout = idle_timeout
         self._reconnect_delay = reconnect_delay
@@ -214,7 +238,13 @@ class PartitionPool:
         self._routes: dict[str, TopicRoutes] = {}
         self._loading: dict[str, asyncio.Task[TopicRoutes]] = {}
         self._nodes: dict[Address, _Node] = {}
-        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        # waiters per topic, each for any change (partition None) or for one partition
+        self._waiters: dict[str, list[tuple[asyncio.Future[None], int | None]]] = {}
+        self._polling: dict[str, asyncio.TimerHandle] = {}  # refresh timers while waited on
+        self._probes: dict[tuple[str, int], float] = {}  # next free probe time per partition
+        # partitions dropped by lookup while their leader was stalled: that leader, to hold
+        # them on once it answers again (``rehold``)
+        self._lost: dict[tuple[str, int], Address] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
         source.subscribe(self._on_routes)
@@ -246,10 +276,12 @@ class PartitionPool:
             if node.conn is not None:
                 conns.append(node.conn)
         for waiters in self._waiters.values():
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+            for waiter, _ in waiters:
+                _settle(waiter)
         self._waiters.clear()
+        for handle in self._polling.values():
+            handle.cancel()
+        self._polling.clear()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
         self._nodes.clear()
@@ -288,23 +320,71 @@ class PartitionPool:
         if not self._closed:
             self._source.refresh(topic)
 
-    def changed(self, topic: str, timeout: float) -> asyncio.Future[None]:
+    def changed(self, topic: str, timeout: float,
+                partition: int | None = None) -> asyncio.Future[None]:
         """A future settling at the next route change of ``topic``, or after ``timeout`` s.
 
-        It never raises; waiting on it is how callers back off without missing a recovery.
+        With a ``partition``, it also settles when a publish to that partition succeeds again
+        (:meth:`writable`). It never raises; waiting on it is how callers back off without
+        missing a recovery. While it is pending the topic's routes are refreshed every
+        ``wait_refresh`` s.
         """
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         if self._closed:
             waiter.set_result(None)
             return waiter
-        self._waiters.setdefault(topic, []).append(waiter)
+        self._waiters.setdefault(topic, []).append((waiter, partition))
         handle = loop.call_later(max(timeout, 0.0), _settle, waiter)
         waiter.add_done_callback(lambda _: handle.cancel())
+        if topic not in self._polling and self._wait_refresh > 0:
+            self._polling[topic] = loop.call_later(self._wait_refresh, self._poll_waited, topic)
         return waiter
+
+    def _poll_waited(self, topic: str) -> None:
+        """Refresh ``topic`` while someone still waits on it (their back-offs may be long)."""
+        del self._polling[topic]
+        waiters = self._waiters.get(topic)
+        if waiters:
+            waiters[:] = [w for w in waiters if not w[0].done()]
+        if not waiters or self._closed:
+            self._waiters.pop(topic, None)
+            return
+        self.refresh(topic)
+        self._polling[topic] = asyncio.get_running_loop().call_later(
+            self._wait_refresh, self._poll_waited, topic)
+
+    def writable(self, topic: str, partition: int | None) -> None:
+        """A publish to ``partition`` succeeded: wake whoever waits for it (they were refused
+        or probing), and end its probe turns."""
+        if partition is None or (topic, partition) not in self._probes:
+            return
+        del self._probes[(topic, partition)]
+        waiters = self._waiters.get(topic)
+        if waiters:
+            for waiter, p in waiters:
+                if p == partition:
+                    _settle(waiter)
+
+    def probe_delay(self, topic: str, partition: int, period: float,
+                    horizon: float) -> float | None:
+        """This caller's turn to probe a partition that refused writes (see
+        :func:`probe_turn`): seconds to wait, or None when no turn is free within ``horizon``
+        (the caller's own back-off: it waits that, woken early by :meth:`writable` or a
+        route change)."""
+        key = (topic, partition)
+        now = asyncio.get_running_loop().time()
+        turn = probe_turn(self._probes.get(key, 0.0), now, period, horizon)
+        if turn is None:
+            return None
+        self._probes[key] = turn
+        return turn - now
 
     def _on_routes(self, routes: TopicRoutes) -> None:
         old = self._routes.get(routes.topic)
+        self._store(self._hold(old, routes), old)
+
+    def _store(self, routes: TopicRoutes, old: TopicRoutes | None) -> None:
         self._routes[routes.topic] = routes
         if routes.same_routes(old):
             return
@@ -320,13 +400,71 @@ class PartitionPool:
                 node.retry_at = 0.0
         waiters = self._waiters.pop(routes.topic, None)
         if waiters:
-            for waiter in waiters:
+            for waiter, _ in waiters:
                 _settle(waiter)
 
-    def leader_failed(self, topic: str, partition: int | None, address: Address) -> None:
-        """``address`` refused to write ``partition`` (not leader / not writable / not there)."""
-        log.debug("%s:%d refused %s/%s; refreshing routes", address[0], address[1], topic,
-                  partition)
+    def _hold(self, old: TopicRoutes | None, routes: TopicRoutes) -> TopicRoutes:
+        """``routes`` with the partitions lookup dropped held on their still-connected
+        leaders (see the module docstring)."""
+        if old is None or not old.leaders or not routes.youzan:
+            return routes
+        topic = routes.topic
+        lost = self._lost
+        for p in routes.leaders:
+            lost.pop((topic, p), None)
+        held = {}
+        for p, a in old.leaders.items():
+            if p in routes.leaders or (routes.partition_num and p >= routes.partition_num):
+                continue
+            if self._answering(a):
+                held[p] = a
+            elif self.connection_open(a):  # stalled for now: maybe later (rehold)
+                lost[(topic, p)] = a
+        if not held:
+            return routes
+        return replace(routes, leaders={**routes.leaders, **held}, held=frozenset(held))
+
+    def _release(self, topic: str, picked: Callable[[int, Address], bool], *,
+                 remember: bool = False) -> None:
+        """End the holds of ``topic`` that ``picked(partition, address)`` chooses
+        (``remember``: the leader may be held again once it answers, see :meth:`rehold`)."""
+        routes = self._routes.get(topic)
+        if routes is None or not routes.held:
+            return
+        gone = {p for p in routes.held if picked(p, routes.leaders[p])}
+        if gone:
+            if remember:
+                self._lost.update(((topic, p), routes.leaders[p]) for p in gone)
+            leaders = {p: a for p, a in routes.leaders.items() if p not in gone}
+            self._store(replace(routes, leaders=leaders, held=routes.held - gone), routes)
+
+    def rehold(self, topic: str, partition: int) -> bool:
+        """Hold ``partition`` again on the leader it was dropped from while that leader was
+        stalled, now that its connection answers again; True if it did (a route change)."""
+        address = self._lost.get((topic, partition))
+        routes = self._routes.get(topic)
+        if address is None or routes is None or partition in routes.leaders \
+                or not self._answering(address):
+            return False
+        del self._lost[(topic, partition)]
+        self._store(replace(routes, leaders={**routes.leaders, partition: address},
+                            held=routes.held | {partition}), routes)
+        return True
+
+    def leader_failed(self, topic: str, partition: int | None, address: Address,
+                      code: str | None = None) -> None:
+        """``address`` refused to write ``partition`` (``code``: the server's error, if any)."""
+        log.debug("%s:%d refused %s/%s (%s); refreshing routes", address[0], address[1], topic,
+                  partition, code)
+        if code is None:
+            # no answer in time (a stalled node): what is sent there now only queues behind
+            # the stalled request and is written when it ends, so hold nothing on it
+            self._release(topic, lambda p, a: a == address, remember=True)
+        elif code != "E_FAILED_ON_NOT_WRITABLE":
+            # not the leader (or no such partition there): no place to hold the partition on
+            self._release(topic, lambda p, a: p == partition and a == address)
+            if partition is not None and self._lost.get((topic, partition)) == address:
+                del self._lost[(topic, partition)]
         self.refresh(topic)
 
     # -- connections --------------------------------------------------------------------------
@@ -341,6 +479,18 @@ class PartitionPool:
             return None
         node.uses += 1
         return conn
+
+    def connection_open(self, address: Address) -> bool:
+        """Whether the connection to ``address`` is open (no I/O, not counted as a use)."""
+        node = self._nodes.get(address)
+        return node is not None and node.conn is not None and not node.conn.is_closed
+
+    def _answering(self, address: Address) -> bool:
+        """Whether the connection to ``address`` is open and owes no timed-out answers (a
+        node that is not stalled: a probe sent there is answered, not queued)."""
+        node = self._nodes.get(address)
+        conn = None if node is None else node.conn
+        return conn is not None and not conn.is_closed and not conn.timed_out_count
 
     def connection_for(self, topic: str, partition: int) -> Connection | None:
         """The open connection to the current leader of (topic, partition), if any."""
@@ -424,9 +574,14 @@ class PartitionPool:
         if node.conn is conn:
             node.conn = None
         reason = fut.result()
-        if reason is not None and not self._closed:
-            log.info("connection to %s:%d closed: %s", node.address[0], node.address[1], reason)
-            self._refresh_topics_on(node.address)
+        if self._closed:
+            return
+        address = node.address
+        for topic in list(self._routes):  # its holds end with it
+            self._release(topic, lambda p, a: a == address)
+        if reason is not None:
+            log.info("connection to %s:%d closed: %s", address[0], address[1], reason)
+            self._refresh_topics_on(address)
 
     def _refresh_topics_on(self, address: Address) -> None:
         for topic, routes in self._routes.items():
@@ -480,6 +635,21 @@ class PartitionPool:
         return f"<PartitionPool topics={len(self._routes)} connections={len(self.connections)}>"
 
 
+def probe_turn(next_free: float, now: float, period: float, horizon: float) -> float | None:
+    """When a publish refused by a partition's leader (not writable now) may try again.
+
+    Retries of one partition take turns ``period`` apart, so a partition is asked about once
+    per ``period`` however many publishes wait on it, and the first success wakes the rest
+    (:meth:`PartitionPool.writable`). ``next_free`` is the last turn handed out (0 if none).
+    Returns the time of this caller's turn, or None when the next free one is more than
+    ``horizon`` away: that caller waits on its ordinary back-off for the wake-up instead.
+    """
+    turn = max(next_free, now) + period
+    if turn - now > horizon:
+        return None
+    return turn
+
+
 def _settle(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -492,7 +662,8 @@ def _ignore_result(task: asyncio.Task[None]) -> None:
 
 def _describe(routes: TopicRoutes) -> str:
     if routes.leaders:
-        parts = ", ".join(f"{p}->{a[0]}:{a[1]}" for p, a in sorted(routes.leaders.items()))
+        parts = ", ".join(f"{p}->{a[0]}:{a[1]}{' (held)' if p in routes.held else ''}"
+                          for p, a in sorted(routes.leaders.items()))
         missing = ""
         if routes.partition_num:
             gone = sorted(set(range(routes.partition_num)) - set(routes.leaders))

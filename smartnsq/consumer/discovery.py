@@ -4,7 +4,14 @@ The first view is loaded in the background, retrying (never spinning) until the 
 then every change the lookup manager reports (a leader moved, a partition added or removed)
 re-applies the targets. A partition without a leader (a failover: tens of seconds on a real
 cluster) is looked up again on a doubling delay rather than at the next regular poll. A lost
-connection or a refused SUB asks for a fresh view (:meth:`Discovery.refresh`, coalesced).
+connection or a refused SUB asks for a fresh view (:meth:`Discovery.refresh`, coalesced), and
+keeps asking every ``CHASE_PERIOD`` for up to ``CHASE_FOR`` seconds until the view changes: a
+graceful leave drops the consumers' connections at once but hands each partition over a
+little later (0.07-4 s on the real cluster), so the first lookup after the loss usually still
+names the old leader, and the new one should be learned as soon as lookup knows it, not at a
+reconnect back-off. For the first ``CHASE_FAST`` seconds (when most handoffs happen) each of
+those is a round of its own, one at a time; later ones are spaced by the lookup manager's
+``refresh_min_interval``..``refresh_max_interval`` like any refresh that finds nothing new.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from ..errors import InvalidArgument, TopicNotFound
 from .targets import Target, missing_leaders, view_targets
 
 __all__ = ["Discovery"]
+
+CHASE_PERIOD = 0.1  # s between the refreshes asked for after a loss
+CHASE_FOR = 10.0  # s after the last loss those refreshes go on (or until the view changes)
+CHASE_FAST = 1.0  # s after a loss during which they are rounds of their own (not spaced)
 
 log = logging.getLogger("smartnsq.consumer")
 
@@ -47,6 +58,9 @@ class Discovery:
         self._leaderless_handle: asyncio.TimerHandle | None = None
         self._leaderless_rounds = 0
         self._last_view: Any = None
+        self._chase_until = 0.0  # loop time until which a lost link keeps refreshing
+        self._fast_until = 0.0  # ... and until which those refreshes are rounds of their own
+        self._round: asyncio.Task[None] | None = None  # the one such round running
 
     def start(self) -> None:
         """Begin in the background and return at once: a slow or silent lookupd delays the
@@ -108,6 +122,7 @@ class Discovery:
             self._on_view(change.new)
 
     def _on_view(self, view: Any) -> None:
+        self._chase_until = self._fast_until = 0.0  # news: the chase after a loss is over
         self._last_view = view
         self._apply(view_targets(view, self._partitions))
         self._watch_leaderless(view)
@@ -142,23 +157,47 @@ class Discovery:
         refreshed.add_done_callback(again)
 
     def refresh(self) -> None:
-        """Ask lookup for a fresh view soon (coalesced)."""
-        if self._closing or self._refresh_handle is not None:
+        """Ask lookup for a fresh view soon (coalesced), and again every ``CHASE_PERIOD``
+        until the view changes (at most ``CHASE_FOR`` s)."""
+        if self._closing:
             return
-        self._refresh_handle = asyncio.get_running_loop().call_later(0.05, self._do_refresh)
+        loop = asyncio.get_running_loop()
+        self._chase_until = loop.time() + CHASE_FOR
+        self._fast_until = loop.time() + CHASE_FAST
+        if self._refresh_handle is None:
+            self._refresh_handle = loop.call_later(0.05, self._do_refresh)
 
     def _do_refresh(self) -> None:
         self._refresh_handle = None
         if self._closing:
             return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._fast_until:
+            if self._round is None or self._round.done():
+                self._round = loop.create_task(self._fresh_round())
+        else:
+            try:
+                self.lookup.refresh(self.topic, "r")
+            except Exception as exc:
+                log.debug("lookup refresh failed: %s", exc)
+        if loop.time() + CHASE_PERIOD < self._chase_until:
+            self._refresh_handle = loop.call_later(CHASE_PERIOD, self._do_refresh)
+
+    async def _fresh_round(self) -> None:
+        """One lookup round now, past the spacing of idle refreshes (a change it finds comes
+        back through the change subscription)."""
         try:
-            self.lookup.refresh(self.topic, "r")
+            await self.lookup.view(self.topic, "r", refresh=True, timeout=CHASE_FAST)
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:
-            log.debug("lookup refresh failed: %s", exc)
+            log.debug("lookup round failed: %s", exc)
 
     def stop(self) -> None:
         """Stop reacting (the consumer is closing); :meth:`close` releases the lookup."""
         self._closing = True
+        if self._round is not None:
+            self._round.cancel()
         for handle in (self._refresh_handle, self._leaderless_handle):
             if handle is not None:
                 handle.cancel()

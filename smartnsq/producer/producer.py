@@ -41,6 +41,7 @@ from .retry import (
     NoLeader,
     ProducerClosed,
     decide,
+    least_time,
     timed_out,
 )
 from .routing import check_features, choose_side, choose_target, route_source
@@ -561,9 +562,13 @@ class Producer:
         while True:
             if failed is None:
                 try:
-                    return await self._attempt(request)
+                    result = await self._attempt(request)
                 except Exception as exc:
                     failed = exc
+                else:
+                    if request.attempt > 1:  # back after a refusal: wake the others waiting
+                        self._pool.writable(request.topic, request.target)
+                    return result
             decision = self._decide(request, failed)
             if decision.next is Next.GIVE_UP:
                 assert decision.error is not None
@@ -590,19 +595,30 @@ class Producer:
         if decision.next is Next.REFRESH_AND_RETRY:
             address = request.address
             if address is not None and request.stage is SEND:
-                self._pool.leader_failed(request.topic, request.target, address)
+                self._pool.leader_failed(request.topic, request.target, address,
+                                         getattr(error, "code", None))
             else:
                 self._pool.refresh(request.topic)
         delay = decision.delay
+        if decision.keep_partition and isinstance(error, NoLeader) \
+                and request.target is not None \
+                and self._pool.rehold(request.topic, request.target):
+            delay = 0.0  # its stalled leader answers again: ask it (see PartitionPool.rehold)
+        partition = request.target if decision.probe else None
+        if partition is not None:  # the partition's next probe turn, if one comes sooner
+            turn = self._pool.probe_delay(request.topic, partition, self._config.retry_delay,
+                                          delay)
+            if turn is not None:
+                delay = turn
         if delay > 0:
             log.debug("publish to %r: attempt %d failed (%s); next in %.3fs", request.topic,
                       request.attempt, error, delay)
             if decision.early:
-                await self._pool.changed(request.topic, delay)
+                await self._pool.changed(request.topic, delay, partition)
             else:
                 await asyncio.sleep(delay)  # a node in back-off: a route change does not help
-        if self._loop.time() >= request.deadline:
-            assert error is not None
+        if request.deadline - self._loop.time() < least_time(request.timeout):
+            assert error is not None  # (too little left for an answer to come back in)
             raise timed_out(request.topic, request.timeout, error)
         if self._closed:
             raise ProducerClosed("the producer is closed") from error

@@ -13,6 +13,10 @@ failure                                next
 =====================================  ===================================================
 ``GIVE_UP`` server error, bad input,   give up with that error
 unknown topic, anything unexpected
+``E_FAILED_ON_NOT_WRITABLE`` for a     refresh lookup, then probe the same leader again
+pinned message                         at the partition's next probe turn (one per
+                                       ``retry_delay`` per partition; the first success
+                                       wakes the rest): the leader knows first
 ``REFRESH_AND_RETRY`` server error;    refresh lookup, retry after a back-off that a route
 no leader for the target               change ends early
 ``RETRY`` server error; lookup failed  retry after a back-off (a route change ends it)
@@ -28,7 +32,8 @@ producer closing                       give up: nothing new goes on the wire
 =====================================  ===================================================
 
 Whatever the rule, no attempt is decided with no time left: past the deadline the decision is
-to give up with ``Timeout``, caused by the failure; a back-off longer than the time left is cut
+to give up with ``Timeout``, caused by the failure (and no retry is sent with less than
+``least_time`` left); a back-off longer than the time left is cut
 to it (a route change may still end it early enough). Back-offs start at ``retry_delay``,
 double per attempt up to ``retry_delay_max`` and are jittered (``exponential_delay``).
 A pinned message (sharding key or explicit partition) keeps its partition on every retry.
@@ -52,8 +57,11 @@ from ..errors import (
 )
 from ..pool import NodeBackoff
 
+NOT_WRITABLE = "E_FAILED_ON_NOT_WRITABLE"
+
 __all__ = [
     "CONNECT",
+    "NOT_WRITABLE",
     "ROUTE",
     "SEND",
     "Decision",
@@ -63,6 +71,7 @@ __all__ = [
     "Stage",
     "decide",
     "incurable",
+    "least_time",
 ]
 
 
@@ -98,23 +107,29 @@ class Decision:
     """What to do after a failed attempt.
 
     ``delay``: how long to wait first; ``early``: a route change of the topic ends the wait;
-    ``keep_partition``: the retry goes to the same partition; ``error``: what to raise when
-    giving up (its ``__cause__`` already set when it wraps the failure).
+    ``keep_partition``: the retry goes to the same partition; ``probe``: the partition's
+    leader refused the write for now, so the retry takes the partition's next probe turn
+    (``PartitionPool.probe_delay``) when one is free within ``delay``, and wakes when another
+    publish to it succeeds; ``error``: what to raise when giving up (its ``__cause__`` already
+    set when it wraps the failure).
     """
 
-    __slots__ = ("delay", "early", "error", "keep_partition", "next")
+    __slots__ = ("delay", "early", "error", "keep_partition", "next", "probe")
 
     def __init__(self, next: Next, delay: float = 0.0, *, early: bool = True,
-                 keep_partition: bool = False, error: BaseException | None = None) -> None:
+                 keep_partition: bool = False, probe: bool = False,
+                 error: BaseException | None = None) -> None:
         self.next = next
         self.delay = delay
         self.early = early
         self.keep_partition = keep_partition
+        self.probe = probe
         self.error = error
 
     def __repr__(self) -> str:
         return (f"Decision({self.next.name}, delay={self.delay:.3f}, early={self.early}, "
-                f"keep_partition={self.keep_partition}, error={self.error!r})")
+                f"keep_partition={self.keep_partition}, probe={self.probe}, "
+                f"error={self.error!r})")
 
 
 def _give_up(error: BaseException) -> Decision:
@@ -127,6 +142,17 @@ def timed_out(topic: str, timeout: float, error: BaseException) -> Timeout:
                   f"last error: {error}")
     exc.__cause__ = error
     return exc
+
+
+def least_time(timeout: float) -> float:
+    """The least time left worth a retry: a tenth of the call's timeout, at most 0.1 s.
+
+    A retry sent with a few milliseconds left times out before any answer can come back, and a
+    request unanswered for twice its own (tiny) timeout makes the connection deem itself dead,
+    closing a healthy connection every other partition shares. Probe turns and back-offs
+    often end just before a deadline, so the call gives up with ``Timeout`` there instead.
+    """
+    return min(0.1, timeout / 10)
 
 
 def incurable(error: BaseException) -> bool:
@@ -167,6 +193,9 @@ def decide(error: BaseException, stage: Stage, attempt: int, time_left: float, *
     if decision.delay > time_left:
         decision.delay = time_left
     decision.keep_partition = pinned
+    # a pinned message can only wait for its own partition; an unpinned one goes elsewhere
+    decision.probe = pinned and stage is Stage.SEND and isinstance(error, ServerError) \
+        and error.code == NOT_WRITABLE
     return decision
 
 
