@@ -152,12 +152,12 @@ class LookupConfig:
     refresh_delay: float = field(default=0.02, metadata=doc(
         "An on-demand refresh waits this long before asking, so a burst of requests makes "
         "one round.", unit="s", range=">= 0"))
-    refresh_min_interval: float = field(default=0.25, metadata=doc(
+    refresh_min_interval: float = field(default=0.1, metadata=doc(
         "After an on-demand refresh round that found nothing new, the next one of the topic "
         "starts at least this long after it; the gap doubles per such round. A round that "
         "finds a change resets it, so the refresh after a leader move goes at once.",
         unit="s", range=">= 0"))
-    refresh_max_interval: float = field(default=0.5, metadata=doc(
+    refresh_max_interval: float = field(default=0.1, metadata=doc(
         "Longest gap between on-demand refresh rounds of one topic (while it keeps finding "
         "nothing new, e.g. a partition without leader during a failover).",
         unit="s", range=">= refresh_min_interval"))

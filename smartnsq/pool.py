@@ -225,7 +225,7 @@ class PartitionPool:
 
     def __init__(self, source: RouteSource, config: ConnectionConfig | None = None, *,
                  idle_timeout: float | None = 300.0, reconnect_delay: float = 0.05,
-                 reconnect_delay_max: float = 2.0, wait_refresh: float = 0.25,
+                 reconnect_delay_max: float = 2.0, wait_refresh: float = 0.1,
                  connect: Callable[[str, int, ConnectionConfig], Awaitable[Connection]]
                  | None = None) -> None:
         self._source = source
