@@ -65,6 +65,7 @@ __all__ = [
     "RangeReader",
     "TopicLayout",
     "is_transient",
+    "offset_at",
     "offset_at_time",
     "read_range",
     "temporary_channel",
@@ -316,13 +317,22 @@ class ClusterClient:
 
     def bounds(self, topic: str, partition: int, leader: LeaderInfo) -> tuple[int, int]:
         """``(start, end)`` of the partition's queue on its leader, in queue bytes."""
+        start, end, _ = self.positions(topic, partition, leader)
+        return start, end
+
+    def positions(self, topic: str, partition: int,
+                  leader: LeaderInfo) -> tuple[int, int, int]:
+        """``(start, end, count)``: the queue's bounds in bytes and the message count at its
+        end (``message_count``, the ``msgcount:`` index of the position ``end``), from one
+        answer, so the pair ``(end, count)`` is consistent."""
         stats = self._get_json(http_url(leader.http_address, "/stats"),
                                {"format": "json", "topic": topic, "partition": str(partition),
                                 "leaderOnly": "true"})
         for entry in stats.get("topics") or ():
             if entry.get("topic_name") == topic and \
                     str(entry.get("topic_partition")) == str(partition):
-                return int(entry.get("backend_start") or 0), int(entry["backend_depth"])
+                return (int(entry.get("backend_start") or 0), int(entry["backend_depth"]),
+                        int(entry.get("message_count") or 0))
         raise ClusterError(f"{leader.http_address} does not lead {topic}/{partition} (its "
                            "stats do not list it); the leader may have moved", transient=True)
 
@@ -597,17 +607,28 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
 def offset_at_time(loop_thread: LoopThread, client: ClusterClient, topic: str,
                    partition: int, leader: LeaderInfo, unix_seconds: int, end: int, *,
                    ordered: bool, ext: bool, read_timeout: float, channel_prefix: str) -> int:
-    """The queue offset of the first message published at or after ``unix_seconds``.
+    """The queue offset of the first message published at or after ``unix_seconds``
+    (``end`` when there is none before ``end``); the server does the search."""
+    return offset_at(loop_thread, client, topic, partition, leader,
+                     StartPosition.timestamp(unix_seconds), end, ordered=ordered, ext=ext,
+                     read_timeout=read_timeout, channel_prefix=channel_prefix)
 
-    The server does the search (``/channel/setoffset`` with ``timestamp:T`` on a temporary
-    channel); the first message the channel then delivers tells its offset. ``end`` when
-    there is no such message before ``end``.
+
+def offset_at(loop_thread: LoopThread, client: ClusterClient, topic: str, partition: int,
+              leader: LeaderInfo, position: StartPosition, end: int, *, ordered: bool,
+              ext: bool, read_timeout: float, channel_prefix: str) -> int:
+    """The queue offset of the message a start position names (``timestamp:T``,
+    ``msgcount:N``): always a message boundary, or ``end`` when there is no such message
+    before ``end``.
+
+    ``/channel/setoffset`` with that position on a temporary channel, then the first message
+    the channel delivers tells its offset.
     """
     name = temporary_channel(channel_prefix)
     client.create_channel(topic, partition, leader, name)
     reader: RangeReader | None = None
     try:
-        client.set_position(topic, partition, leader, name, StartPosition.timestamp(unix_seconds))
+        client.set_position(topic, partition, leader, name, position)
         if client.channel_depth(topic, partition, leader, name) == 0:
             return end
         reader = RangeReader(topic, partition, leader, name, 0, end, ordered=ordered, ext=ext,

@@ -316,3 +316,58 @@ def test_sink_stores_the_sharding_key_in_a_header(spark: Any, nsq: Any) -> None:
     assert sorted((r.headers["key"], r.body) for r in got) == sorted(rows)
     for row in got:
         assert row.partition == murmur3_partition(row.headers["key"], 2)
+    # the key is also the source's `key` column (Kafka's), from the header keyHeader names
+    assert sorted((r.key, r.body) for r in got) == sorted(rows)
+    other = read_topic(spark, nsq, "spark_keyed", keyHeader="absent")
+    assert {r.key for r in other} == {None}
+
+
+def _publish_numbered(nsq: Any, topic: str, partitions: int, per_partition: int) -> list[bytes]:
+    sent = []
+    with make_producer(nsq) as producer:
+        for p in range(partitions):
+            for first in range(0, per_partition, 500):
+                bodies = [f"{p}|{i}".encode()
+                          for i in range(first, min(first + 500, per_partition))]
+                producer.publish_many(topic, bodies, partition=p)
+                sent.extend(bodies)
+    return sent
+
+
+def _check_partition_order(rows: list[Any]) -> None:
+    """Each NSQ partition's rows: unique offsets, contiguous, in publish order."""
+    by_partition: dict[int, list[Any]] = defaultdict(list)
+    for row in rows:
+        by_partition[row.partition].append(row)
+    for part_rows in by_partition.values():
+        part_rows.sort(key=lambda r: r.queue_offset)
+        for a, b in itertools.pairwise(part_rows):
+            assert b.queue_offset == a.queue_offset + a.raw_size  # no gap, no duplicate
+        numbers = [int(r.body.split(b"|")[1]) for r in part_rows]
+        assert numbers == list(range(len(numbers)))
+
+
+def test_min_partitions_splits_ranges_without_gap_or_duplicate(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_minparts", partitions=2)
+    sent = _publish_numbered(nsq, "spark_minparts", 2, 300)
+    df = (spark.read.format("nsq").option("lookupd", nsq.lookupd)
+          .option("topic", "spark_minparts").option("minPartitions", "7").load())
+    assert df.rdd.getNumPartitions() >= 7
+    rows = df.collect()
+    assert sorted(r.body for r in rows) == sorted(sent)
+    _check_partition_order(rows)
+
+
+def test_ordered_range_is_read_over_several_channels_in_order(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_ordered_fan", partitions=2, ordered=True)
+    sent = _publish_numbered(nsq, "spark_ordered_fan", 2, 1200)
+    df = (spark.read.format("nsq").option("lookupd", nsq.lookupd)
+          .option("topic", "spark_ordered_fan").option("orderedReadChannels", "4").load())
+    assert df.rdd.getNumPartitions() == 2  # one task per partition, pieces read inside it
+    per_task = df.rdd.glom().map(
+        lambda rows: [(r.partition, r.queue_offset) for r in rows]).collect()
+    for offsets in per_task:
+        assert offsets == sorted(offsets)  # a task yields its pieces in queue order
+    rows = df.collect()
+    assert sorted(r.body for r in rows) == sorted(sent)
+    _check_partition_order(rows)

@@ -194,13 +194,15 @@ def test_rows_and_arrow_batches() -> None:
     row = message_row("orders", "127.0.0.1:4150", msg)
     assert row[:7] == ("orders", 2, internal, -1, 4096, 60, 2)
     assert row[7] == dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.timezone.utc)
-    assert row[8:] == (b"body", {"k": "v"}, "127.0.0.1:4150")
+    assert row[8:] == (b"body", {"k": "v"}, "127.0.0.1:4150", None)
+    assert message_row("orders", "n", msg, key_header="k")[-1] == "v"
     assert signed64(2**63) == -(2**63)
-    batch = message_batch("orders", "127.0.0.1:4150", [msg, msg])
+    batch = message_batch("orders", "127.0.0.1:4150", [msg, msg], key_header="k")
     assert batch.schema.equals(arrow_schema())
     first = batch.to_pylist()[0]
     assert first["internal_id"] == internal and first["trace_id"] == -1
     assert first["headers"] == [("k", "v")] and first["body"] == b"body"
+    assert first["key"] == "v"
 
 
 def test_timestamp_offsets_resolve_to_the_first_message_at_or_after(nsq: Any) -> None:
@@ -449,3 +451,19 @@ def test_key_header_needs_a_sharding_key() -> None:
     with pytest.raises(InvalidArgument) as info:
         SinkOptions.parse({**LOOKUPD, "topic": "t", "keyHeader": "key"})
     assert info.value.field == "keyHeader"
+
+
+def test_source_split_options() -> None:
+    from smartnsq.spark.options import SourceOptions
+
+    base = {"lookupd": "127.0.0.1:4161", "topic": "t"}
+    opts = SourceOptions.parse(base, streaming=False)
+    assert opts.min_partitions is None and opts.ordered_read_channels == 8
+    assert opts.key_header == "key"
+    opts = SourceOptions.parse({**base, "minPartitions": "12", "orderedReadChannels": "2",
+                                "keyHeader": "user"}, streaming=True)
+    assert (opts.min_partitions, opts.ordered_read_channels, opts.key_header) == (12, 2, "user")
+    for name, bad in (("minPartitions", "0"), ("orderedReadChannels", "65"),
+                      ("keyHeader", " ")):
+        with pytest.raises(InvalidArgument, match=name):
+            SourceOptions.parse({**base, name: bad}, streaming=False)
