@@ -1,0 +1,53 @@
+"""A Spark driver for ``test_spark_driver_kill``: a streaming query from nsq into parquet.
+
+Run as its own process (``python driver_child.py LOOKUPD TOPIC OUT CHECKPOINT MODE``) so the
+test can SIGKILL it mid-stream and start it again from the same checkpoint. ``MODE`` is
+``stream`` (run until killed) or ``drain`` (``Trigger.AvailableNow``: read what is there,
+then exit 0).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(lookupd: str, topic: str, out: str, checkpoint: str, mode: str) -> int:
+    from smartnsq.spark.testing import python_for_workers
+
+    python_for_workers()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import smartnsq.spark
+
+    spark = (SparkSession.builder.master("local[2]").appName("smartnsq-driver-kill")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.python.authenticate.socketTimeout", "60s")
+             .config("spark.driver.extraJavaOptions",
+                     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    smartnsq.spark.register(spark)
+    source = (spark.readStream.format("nsq").option("lookupd", lookupd).option("topic", topic)
+              .option("startingOffsets", "earliest")
+              # small batches while streaming (several in flight when it is killed); large
+              # ones to drain: each micro-batch costs the loaded test machine a second or two
+              .option("maxMessagesPerTrigger", "150" if mode == "stream" else "2000")
+              .option("leaderTimeout", "60").load())
+    writer = (source.writeStream.format("parquet").queryName("driver_kill")
+              .option("path", out).option("checkpointLocation", checkpoint))
+    if mode == "drain":
+        query = writer.trigger(availableNow=True).start()
+    else:
+        query = writer.trigger(processingTime="0 seconds").start()
+    print("started", flush=True)
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:6]))
