@@ -371,3 +371,32 @@ def test_ordered_range_is_read_over_several_channels_in_order(spark: Any, nsq: A
     rows = df.collect()
     assert sorted(r.body for r in rows) == sorted(sent)
     _check_partition_order(rows)
+
+
+def test_fail_on_data_loss_in_a_stream(spark: Any, nsq: Any, tmp_path: Any) -> None:
+    """Retention removed messages the query had not read: the restarted query fails with
+    DataLoss (default), or with failOnDataLoss=false skips them and reads the rest."""
+    from test_spark_units import _trim
+
+    nsq.create_topic("spark_loss", partitions=1)
+    sent = _publish_numbered(nsq, "spark_loss", 1, 30)
+
+    def run(fail: str) -> None:
+        query = (spark.readStream.format("nsq").option("lookupd", nsq.lookupd)
+                 .option("topic", "spark_loss").option("startingOffsets", "earliest")
+                 .option("failOnDataLoss", fail).load()
+                 .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(WAIT)
+
+    run("true")  # all 30 read and committed
+    more = [f"0|{i}".encode() for i in range(30, 50)]
+    with make_producer(nsq) as producer:
+        producer.publish_many("spark_loss", more, partition=0)
+    _trim(nsq, "spark_loss", 0, 40)  # 10 messages the query had not read are gone
+    with pytest.raises(Exception, match=r"DataLoss|no longer in the queue"):
+        run("true")
+    run("false")  # skips the 10, reads the 10 retained
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r.body for r in rows) == sorted(sent + more[10:])

@@ -467,3 +467,41 @@ def test_source_split_options() -> None:
                       ("keyHeader", " ")):
         with pytest.raises(InvalidArgument, match=name):
             SourceOptions.parse({**base, name: bad}, streaming=False)
+
+
+def _trim(nsq: Any, topic: str, partition: int, count: int) -> None:
+    """Retention removes the ``count`` oldest messages of a dev cluster partition."""
+    async def trim() -> None:
+        info = nsq.cluster.state.partition(topic, partition)
+        info.log.trim(count)
+
+    nsq.run(trim())
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_range_whose_start_retention_removed_while_planned(nsq: Any, fail: bool) -> None:
+    """Retention between planning and reading: the executor sees the first message after
+    the range's start (``failOnDataLoss``: DataLoss, or skip to it)."""
+    from smartnsq import sync
+    from smartnsq.spark.cluster import DataLoss
+    from smartnsq.spark.source import _Planner, _read
+
+    topic = f"spark_retained_{str(fail).lower()}"
+    nsq.create_topic(topic, partitions=1)
+    with sync.Producer(lookupd=nsq.lookupd.split(",")) as producer:
+        producer.publish_many(topic, [f"m{i}".encode() for i in range(20)], partition=0)
+    options = SourceOptions.parse({"lookupd": nsq.lookupd, "topic": topic,
+                                   "failOnDataLoss": str(fail).lower()}, streaming=True)
+    planner = _Planner(options)
+    try:
+        start, end = planner.refresh()[topic][0]
+        parts = planner.partitions({topic: {"0": start}}, {topic: {"0": end}})
+    finally:
+        planner.close()
+    _trim(nsq, topic, 0, 5)
+    if fail:
+        with pytest.raises(DataLoss, match=f"{topic}/0: offsets {start}\\.\\."):
+            list(_read(options, parts[0]))
+    else:
+        rows = [r for b in _read(options, parts[0]) for r in b.to_pylist()]
+        assert [r["body"] for r in rows] == [f"m{i}".encode() for i in range(5, 20)]
