@@ -121,9 +121,8 @@ def test_leader_timeout_option() -> None:
 
 
 def test_transient_conditions_and_the_leader_wait() -> None:
-    import httpx
-
-    from smartnsq.errors import ConnectionClosed, ServerError, TopicNotFound
+    from smartnsq.admin import AdminError
+    from smartnsq.errors import ConnectionClosed, ConnectionError_, ServerError, TopicNotFound
     from smartnsq.spark.cluster import (
         ClusterError,
         LeaderWait,
@@ -136,7 +135,9 @@ def test_transient_conditions_and_the_leader_wait() -> None:
     assert is_transient(ServerError("E_FAILED_ON_NOT_LEADER", "", "SUB"))
     assert not is_transient(ServerError("E_BAD_TOPIC", "", "SUB"))
     assert is_transient(ConnectionClosed("reset"))
-    assert is_transient(httpx.ConnectError("refused"))
+    assert is_transient(ConnectionError_("nsqd /stats: cannot reach 127.0.0.1:4151"))
+    assert is_transient(AdminError(500, "E_FAILED_ON_NOT_LEADER"))
+    assert not is_transient(AdminError(400, "E_BAD_CHANNEL"))
     assert not is_transient(TopicNotFound("t"))
     assert not is_transient(ValueError("a bug"))
 
