@@ -508,14 +508,17 @@ class RangeReader:
         assert self._wake is not None
         self._wake.set()
 
-    async def next_batch(self, timeout: float) -> list[Message]:
+    async def next_batch(self, timeout: float, *, whole: bool = False) -> list[Message]:
         """Messages read since the last call; waits up to ``timeout`` s for at least one.
 
         Returns ``[]`` once the range is complete; raises ``Timeout`` when nothing arrives in
-        time and ``ConnectionClosed`` when the connection dies before the end.
+        time and ``ConnectionClosed`` when the connection dies before the end. ``whole``
+        waits for the whole range instead (``timeout`` then bounds each wait for the next
+        message): one hand-over to the calling thread per range rather than one per message
+        or two, which is what an ordered channel's one-in-flight delivery would cost.
         """
         assert self._wake is not None
-        while not self._ready and not self.done:
+        while (whole or not self._ready) and not self.done:
             conn = self._conn
             if conn is not None and conn.is_closed:
                 raise ConnectionClosed(

@@ -531,7 +531,9 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
         while reading:
             reader, name = reading[0]
             while True:
-                batch = loop_thread.run(reader.next_batch(timeout), timeout=timeout + 5)
+                # the head piece whole: its messages trickle in one per round trip
+                batch = loop_thread.run(reader.next_batch(timeout, whole=True),
+                                        timeout=None)
                 if not batch:
                     break
                 pending.extend(batch)
