@@ -451,7 +451,8 @@ class RangeReader:
     def _on_message(self, message: Message) -> None:
         conn = self._conn
         if conn is not None and not conn.is_closed:
-            conn.send(commands.fin(message.id))
+            # ordered: the next message waits for this FIN, and nothing can join its write
+            conn.send(commands.fin(message.id), now=self._ordered)
         if self.done:
             return
         offset = message.queue_offset
