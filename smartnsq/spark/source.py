@@ -338,7 +338,7 @@ class _Planner:
                 if fan > 1 and each > fan * _MAX_PIECE:  # bounds what a task buffers
                     fan = min(-(-each // _MAX_PIECE), 256)
             per_task[i] = fan
-            total = pieces * fan
+            total = min(pieces * fan, _MAX_CUTS + 1)  # bounds the probes of one planning
             if total > 1:
                 wanted[i] = [first + messages * k // total for k in range(1, total)]
         if not wanted:
@@ -397,6 +397,7 @@ class _Planner:
 _MIN_PIECE = 256  # messages: smaller ordered ranges are not worth another channel
 _MAX_PIECE = 20_000  # messages of an ordered piece (a task buffers its open pieces)
 _PROBES = 8  # split probes at once on the driver
+_MAX_CUTS = 1024  # per range and planning (each cut is one probe)
 
 
 @contextlib.contextmanager
