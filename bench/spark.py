@@ -12,9 +12,20 @@ A small write and read per session run first, untimed, so Python worker start-up
 seconds) is not counted. The dev cluster shares the machine's cores with Spark, so absolute
 figures understate a real cluster; the scaling across partitions and cores is the point.
 
+* where the read's CPU goes (``--profile``): the CPU seconds each process spent during the
+  read, from ``/proc``: the driver process (the dev cluster serving the reads: the driver
+  itself only waits), the JVM, and the Python workers (the range reader and the Arrow
+  conversion), beside the wall time and the cores that wall time offered; plus, outside
+  Spark, the Arrow conversion alone (``message_batch`` per message) and Spark's own ceiling
+  (the same schema from a Python source that yields pre-built record batches, no NSQ).
+
+At the end a table puts write and read rates side by side, plain and ordered.
+
     python bench/spark.py                      # 200k rows, cores 1 2, partitions 1 2 4
     python bench/spark.py --rows 50000 --cores 2 --partitions 1 4 --json
     python bench/spark.py --cores 2 --partitions 4 --ordered   # plain and ordered topics
+    python bench/spark.py --cores 2 --partitions 4 --ordered --profile
+    python bench/spark.py --cores 2 --partitions 4 --ordered --read-option orderedReadChannels=1
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -52,7 +64,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 warm = f"bench_warm_{cores}"
                 cluster.create_topic(warm, partitions=max(args.partitions))
                 _write(spark, cluster, warm, 2000, args.size, args.keys, cores)
-                _read(spark, cluster, warm)
+                _read(spark, cluster, warm, args.read_options)
+                if args.profile:
+                    results.append(_spark_ceiling(spark, args.rows, args.size, cores))
                 cells = [(p, False) for p in args.partitions]
                 if args.ordered:
                     cells += [(p, True) for p in args.partitions]
@@ -61,13 +75,18 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     cluster.create_topic(topic, partitions=partitions, ordered=ordered)
                     wrote = _write(spark, cluster, topic, args.rows, args.size, args.keys,
                                    cores)
-                    read_s, count = _read(spark, cluster, topic)
+                    before = _cpu(spark) if args.profile else {}
+                    read_s, count = _read(spark, cluster, topic, args.read_options)
+                    cpu = _cpu_delta(before, _cpu(spark)) if args.profile else {}
                     assert count == args.rows, (count, args.rows)
                     row = {"cores": cores, "partitions": partitions, "ordered": ordered,
                            "rows": args.rows, "body_bytes": args.size,
                            "write_rows_per_s": round(args.rows / wrote),
                            "read_rows_per_s": round(args.rows / read_s),
                            "write_s": round(wrote, 2), "read_s": round(read_s, 2)}
+                    if cpu:
+                        row["read_cpu_s"] = cpu
+                        row["read_core_s"] = round(read_s * (os.cpu_count() or 1), 2)
                     results.append(row)
                     if not args.json:
                         kind = "ordered" if ordered else "plain  "
@@ -75,6 +94,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                               f"{row['write_rows_per_s']:>8} rows/s ({wrote:.2f} s), read "
                               f"{row['read_rows_per_s']:>8} rows/s ({read_s:.2f} s)",
                               flush=True)
+                        if cpu:
+                            print(f"    read CPU s: {cpu} (wall {read_s:.2f} s)", flush=True)
             finally:
                 spark.stop()
     return results
@@ -98,11 +119,148 @@ def _write(spark: Any, cluster: Any, topic: str, rows: int, size: int, keys: int
     return elapsed
 
 
-def _read(spark: Any, cluster: Any, topic: str) -> tuple[float, int]:
+def _read(spark: Any, cluster: Any, topic: str,
+          options: dict[str, str] | None = None) -> tuple[float, int]:
     started = time.perf_counter()
-    row = (spark.read.format("nsq").option("lookupd", cluster.lookupd).option("topic", topic)
-           .load().selectExpr("count(*) AS n", "sum(length(body)) AS bytes").collect()[0])
+    reader = spark.read.format("nsq").option("lookupd", cluster.lookupd).option("topic", topic)
+    for key, value in (options or {}).items():
+        reader = reader.option(key, value)
+    row = (reader.load().selectExpr("count(*) AS n", "sum(length(body)) AS bytes")
+           .collect()[0])
     return time.perf_counter() - started, int(row["n"])
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def _cpu_of(pid: int) -> tuple[str, float]:
+    """``(kind, user + system seconds)`` of one process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "gone", 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    kind = "jvm" if "java" in cmd.split(" ", 1)[0] else "python_workers"
+    return kind, (int(fields[11]) + int(fields[12])) / ticks
+
+
+def _cpu(spark: Any) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of the driver process, the JVM and every Python worker."""
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    out = {pid: _cpu_of(pid) for pid in _tree(jvm)}
+    out[os.getpid()] = ("driver_devcluster", _cpu_of(os.getpid())[1])
+    return out
+
+
+def _cpu_delta(before: dict[int, tuple[str, float]],
+               after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for pid, (kind, seconds) in after.items():
+        if kind == "gone":
+            continue
+        spent = seconds - before.get(pid, (kind, 0.0))[1]
+        totals[kind] = totals.get(kind, 0.0) + spent
+    return {k: round(v, 2) for k, v in sorted(totals.items())}
+
+
+def _arrow_cost(rows: int, size: int) -> dict[str, Any]:
+    """Seconds per message of ``message_batch`` (the reader's Arrow conversion) alone."""
+    from smartnsq.protocol.frames import Message, youzan_message_id
+    from smartnsq.spark.schema import message_batch
+
+    batch = [Message(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
+                     i * (size + 30), size + 30, True) for i in range(4096)]
+    message_batch("t", "n", batch)  # warm-up (imports)
+    started = time.process_time()
+    for _ in range(max(1, rows // 4096)):
+        message_batch("t", "n", batch)
+    spent = time.process_time() - started
+    per = spent / (max(1, rows // 4096) * 4096)
+    return {"arrow_us_per_message": round(per * 1e6, 2),
+            "arrow_messages_per_cpu_s": round(1 / per)}
+
+
+def _spark_ceiling(spark: Any, rows: int, size: int, cores: int) -> dict[str, Any]:
+    """Spark's own read ceiling: the nsq schema from a Python source of pre-built batches."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from smartnsq.spark import read_schema
+
+    class Synthetic(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(4)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            from smartnsq.protocol.frames import Message, youzan_message_id
+            from smartnsq.spark.schema import message_batch
+
+            batch = message_batch("t", "n", [
+                Message(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
+                        i * (size + 30), size + 30, True) for i in range(4096)])
+            for _ in range(rows // 4 // 4096):
+                yield batch
+
+    class SyntheticSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "nsq_bench_synthetic"
+
+        def schema(self) -> Any:
+            return read_schema()
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return Synthetic()
+
+    spark.dataSource.register(SyntheticSource)
+    load = spark.read.format("nsq_bench_synthetic").load()
+    load.selectExpr("count(*)").collect()  # warm-up
+    started = time.perf_counter()
+    n = load.selectExpr("count(*) AS n", "sum(length(body)) AS bytes").collect()[0]["n"]
+    elapsed = time.perf_counter() - started
+    out = {"cores": cores, "spark_ceiling_rows_per_s": round(n / elapsed),
+           **_arrow_cost(rows, size)}
+    print(f"local[{cores}] Spark's ceiling (pre-built Arrow batches, no NSQ): "
+          f"{out['spark_ceiling_rows_per_s']} rows/s; Arrow conversion alone: "
+          f"{out['arrow_us_per_message']} us/message", flush=True)
+    return out
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    """Write and read rates side by side, plain and ordered, per core and partition count."""
+    cells: dict[tuple[int, int], dict[bool, dict[str, Any]]] = {}
+    for row in results:
+        if "partitions" in row:
+            cells.setdefault((row["cores"], row["partitions"]), {})[row["ordered"]] = row
+    lines = ["| local cores | partitions | plain write | plain read | ordered write | "
+             "ordered read |", "|---|---|---|---|---|---|"]
+    for (cores, partitions), kinds in sorted(cells.items()):
+        def rate(ordered: bool, key: str, kinds: dict[bool, dict[str, Any]] = kinds) -> str:
+            row = kinds.get(ordered)
+            return f"{row[key] / 1000:.1f}k" if row else "-"
+        lines.append(f"| {cores} | {partitions} | {rate(False, 'write_rows_per_s')} | "
+                     f"{rate(False, 'read_rows_per_s')} | {rate(True, 'write_rows_per_s')} | "
+                     f"{rate(True, 'read_rows_per_s')} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,8 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--ordered", action="store_true",
                         help="also time ordered topics (SUB_ORDERED reads)")
+    parser.add_argument("--profile", action="store_true",
+                        help="where the read's CPU goes, Spark's ceiling, Arrow's cost")
+    parser.add_argument("--read-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a source option for the reads, e.g. orderedReadChannels=1")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    try:
+        args.read_options = dict(item.split("=", 1) for item in args.read_option)
+    except ValueError:
+        parser.error("--read-option takes NAME=VALUE")
     try:
         import pyspark  # noqa: F401
     except ImportError:
@@ -124,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     results = run(args)
     if args.json:
         print(json.dumps(results, indent=2))
+    else:
+        print(_table(results))
     return 0
 
 

@@ -386,6 +386,7 @@ class Channel:
             return queue.popleft()
         messages = self.log.messages
         now = 0.0
+        self.cursor = max(self.cursor, self.log.retained)
         while self.cursor < len(messages):
             msg = messages[self.cursor]
             self.cursor += 1

@@ -549,7 +549,7 @@ class NsqdHTTP:
             "topic_name": p.topic, "topic_full_name": f"{p.topic}-{p.partition}",
             "topic_partition": str(p.partition), "channels": channels,
             "channel_num": len(channels), "depth": p.log.end_offset,
-            "backend_depth": p.log.end_offset, "backend_start": 0,
+            "backend_depth": p.log.end_offset, "backend_start": p.log.start_offset,
             "message_count": len(p.log), "is_leader": p.leader == self.node.node_id,
             "hourly_pubsize": 0, "client_pub_stats": [] if filtered else None,
             "client_num": sum(c["client_num"] for c in channels),

@@ -92,10 +92,22 @@ class PartitionLog:
     next_sequence: int = FIRST_SEQUENCE
     end_offset: int = 0
     claimed: int = 0
+    retained: int = 0  # index of the first message retention kept (``trim``)
     watchers: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def __len__(self) -> int:
         return len(self.messages)
+
+    @property
+    def start_offset(self) -> int:
+        """The queue offset of the first retained message (``backend_start``)."""
+        if self.retained < len(self.messages):
+            return self.messages[self.retained].queue_offset
+        return self.end_offset
+
+    def trim(self, count: int) -> None:
+        """Retention removes the ``count`` oldest messages (channels behind skip them)."""
+        self.retained = min(len(self.messages), self.retained + count)
 
     def _new(self, body: bytes, trace_id: int, ext: bytes | None, timestamp: int | None,
              ext_topic: bool, tag: str, deliver_after: float) -> StoredMessage:
@@ -150,7 +162,7 @@ class PartitionLog:
         if not 0 <= offset < self.end_offset or not self.messages:
             return None
         i = bisect.bisect_right(self.messages, offset, key=lambda m: m.queue_offset) - 1
-        return max(i, 0)
+        return max(i, self.retained)
 
     def index_at_time(self, timestamp_ns: int) -> int:
         """Index of the first message stamped at or after ``timestamp_ns`` (else the end)."""

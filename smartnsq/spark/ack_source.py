@@ -306,7 +306,7 @@ class NSQAckStreamReader(DataSourceStreamReader):
                               s.queue_offset, s.raw_size, s.youzan)
             by_node.setdefault(s.node, []).append(message)
         for node, messages in by_node.items():
-            yield message_batch(partition.topic, node, messages)
+            yield message_batch(partition.topic, node, messages, "key")
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
         last = int(end["seq"])

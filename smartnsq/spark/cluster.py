@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
-import httpx
-
+from ..admin import Admin, AdminError
 from ..config import ConnectionConfig
 from ..connection import Connection
 from ..errors import (
@@ -46,13 +46,13 @@ from ..errors import (
     Timeout,
     TopicNotFound,
 )
-from ..lookup import http_url
 from ..loop_thread import LoopThread
 from ..pool import parse_address
 from ..protocol import commands
+from ..protocol.admin import TopicStats
 from ..protocol.commands import StartPosition
 from ..protocol.frames import Message, MessageLayout
-from ..protocol.lookup import ACCEPT_V1, Node, TopicView, lookup_params, parse_lookup, unwrap
+from ..protocol.lookup import Node, TopicView
 from .options import ClusterOptions
 
 __all__ = [
@@ -65,12 +65,15 @@ __all__ = [
     "RangeReader",
     "TopicLayout",
     "is_transient",
+    "offset_at",
     "offset_at_time",
     "read_range",
     "temporary_channel",
 ]
 
 log = logging.getLogger("smartnsq.spark")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -176,12 +179,13 @@ def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` is a cluster condition that waiting for a leader can clear."""
     if isinstance(exc, ClusterError):
         return exc.transient
+    if isinstance(exc, AdminError):
+        return exc.retriable
     if isinstance(exc, ServerError):
         return exc.code in _TRANSIENT_CODES
     if isinstance(exc, TopicNotFound):
         return False
-    return isinstance(exc, (ConnectionError_, Timeout, LookupFailed, OSError,
-                            httpx.TransportError))
+    return isinstance(exc, (ConnectionError_, Timeout, LookupFailed, OSError))
 
 
 def condition_of(exc: BaseException) -> str:
@@ -227,11 +231,13 @@ class LeaderWait:
 
 
 class ClusterClient:
-    """Blocking HTTP calls to nsqlookupd / nsqd (driver and executors)."""
+    """Blocking HTTP calls to nsqlookupd / nsqd (driver and executors), through
+    :class:`smartnsq.admin.Admin`; its errors become :class:`ClusterError` (``transient``
+    when a leader change or a node's restart explains them)."""
 
     def __init__(self, options: ClusterOptions) -> None:
         self._options = options
-        self._http = httpx.Client(timeout=options.http_timeout, headers={"Accept": ACCEPT_V1})
+        self._admin = Admin(options.lookupd or None, timeout=options.http_timeout)
         self._connection: ConnectionConfig | None = None
 
     @property
@@ -242,13 +248,24 @@ class ClusterClient:
         return self._connection
 
     def close(self) -> None:
-        self._http.close()
+        self._admin.close()
 
     def __enter__(self) -> ClusterClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        """One admin call; its failure as a ``ClusterError`` saying what was asked."""
+        try:
+            return call()
+        except AdminError as exc:
+            raise ClusterError(f"{what}: {exc}", transient=exc.retriable) from exc
+        except (ConnectionError_, Timeout) as exc:
+            raise ClusterError(f"{what}: {exc}", transient=True) from exc
+        except ProtocolError as exc:
+            raise ClusterError(f"{what}: {exc}") from exc
 
     # -- discovery ------------------------------------------------------------------------
 
@@ -259,25 +276,14 @@ class ClusterClient:
         return self._from_nsqd(topic)
 
     def _lookup(self, topic: str) -> TopicLayout:
-        errors = []
-        for address in self._options.lookupd:
-            try:
-                answer = self._http.get(http_url(address, "/lookup"),
-                                        params=lookup_params(topic, "r"))
-            except httpx.HTTPError as exc:
-                errors.append(f"{address}: {exc}")
-                continue
-            try:
-                view = parse_lookup(topic, "r", answer.status_code, answer.content,
-                                    lookupd=address)
-            except TopicNotFound:
-                raise
-            except (LookupFailed, ProtocolError) as exc:  # this lookupd failed: ask the next
-                errors.append(f"{address}: {exc}")
-                continue
-            return TopicLayout.of(view)
-        raise LookupFailed(f"no nsqlookupd answered the lookup of {topic!r}: "
-                           + "; ".join(errors))
+        try:
+            view = self._admin.lookup(topic, "r")
+        except TopicNotFound:
+            raise
+        except (AdminError, ConnectionError_, Timeout, ProtocolError) as exc:
+            raise LookupFailed(f"no nsqlookupd answered the lookup of {topic!r}: "
+                               f"{condition_of(exc)}") from exc
+        return TopicLayout.of(view)
 
     def _from_nsqd(self, topic: str) -> TopicLayout:
         leaders: dict[int, LeaderInfo] = {}
@@ -285,26 +291,28 @@ class ClusterClient:
         down: list[ClusterError] = []
         for address in self._options.nsqd_http:
             try:
-                info = self._get_json(http_url(address, "/info"))
+                info = self._call(f"GET {address}/info", functools.partial(self._admin.info,
+                                                                           address))
             except ClusterError as exc:
                 if not exc.transient:
                     raise
                 down.append(exc)  # a node that is down leads nothing now; ask the others
                 continue
-            host = info.get("broadcast_address") or parse_address(address)[0]
-            node = LeaderInfo(host, int(info["tcp_port"]), int(info["http_port"]))
-            stats = self._get_json(http_url(address, "/stats"),
-                                   {"format": "json", "topic": topic, "leaderOnly": "true"})
-            for entry in stats.get("topics") or ():
-                if entry.get("topic_name") != topic or not entry.get("is_leader", True):
+            if info.tcp_port is None or info.http_port is None:
+                raise ClusterError(f"{address}: its /info gives no tcp_port/http_port")
+            host = info.broadcast_address or parse_address(address)[0]
+            node = LeaderInfo(host, info.tcp_port, info.http_port)
+            stats = self._call(f"GET {address}/stats", functools.partial(
+                self._admin.stats, address, topic, leader_only=True))
+            for entry in stats.partitions(topic):
+                if entry.leader is False:
                     continue
-                part = entry.get("topic_partition")
-                if part is None:
+                if entry.partition is None:
                     raise InvalidArgument("nsqdHttp", f"{address} is a classic nsqd: the "
                                           "replayable source needs a youzan cluster", address)
-                leaders[int(part)] = node
-                ordered = ordered or bool(entry.get("is_multi_ordered"))
-                ext = ext or bool(entry.get("is_ext"))
+                leaders[entry.partition] = node
+                ordered = ordered or entry.ordered
+                ext = ext or entry.ext
         if not leaders:
             if down:
                 raise ClusterError(f"no nsqd leads {topic!r} now: " + "; ".join(
@@ -316,21 +324,39 @@ class ClusterClient:
 
     def bounds(self, topic: str, partition: int, leader: LeaderInfo) -> tuple[int, int]:
         """``(start, end)`` of the partition's queue on its leader, in queue bytes."""
-        stats = self._get_json(http_url(leader.http_address, "/stats"),
-                               {"format": "json", "topic": topic, "partition": str(partition),
-                                "leaderOnly": "true"})
-        for entry in stats.get("topics") or ():
-            if entry.get("topic_name") == topic and \
-                    str(entry.get("topic_partition")) == str(partition):
-                return int(entry.get("backend_start") or 0), int(entry["backend_depth"])
-        raise ClusterError(f"{leader.http_address} does not lead {topic}/{partition} (its "
-                           "stats do not list it); the leader may have moved", transient=True)
+        start, end, _ = self.positions(topic, partition, leader)
+        return start, end
+
+    def positions(self, topic: str, partition: int,
+                  leader: LeaderInfo) -> tuple[int, int, int]:
+        """``(start, end, count)``: the queue's bounds in bytes and the message count at its
+        end (``message_count``, the ``msgcount:`` index of the position ``end``), from one
+        answer, so the pair ``(end, count)`` is consistent."""
+        entry = self._partition_stats(topic, partition, leader)
+        if entry.backend_depth is None:
+            raise ClusterError(f"{leader.http_address} gives no queue end (backend_depth) for "
+                               f"{topic}/{partition}: the replayable source needs youzan nodes")
+        return entry.backend_start or 0, entry.backend_depth, entry.message_count
+
+    def _partition_stats(self, topic: str, partition: int, leader: LeaderInfo,
+                         channel: str | None = None) -> TopicStats:
+        address = leader.http_address
+        stats = self._call(f"GET {address}/stats of {topic}/{partition}",
+                           lambda: self._admin.stats(address, topic, channel,
+                                                     partition=partition, leader_only=True))
+        entry = stats.topic(topic, partition)
+        if entry is None or entry.leader is False:
+            raise ClusterError(f"{address} does not lead {topic}/{partition} (its stats do "
+                               "not list it); the leader may have moved", transient=True)
+        return entry
 
     # -- channels ---------------------------------------------------------------------------
 
     def create_channel(self, topic: str, partition: int, leader: LeaderInfo,
                        channel: str) -> None:
-        self._post(leader, "/channel/create", topic, partition, channel)
+        self._call(f"create channel {channel} of {topic}/{partition} on {leader.http_address}",
+                   lambda: self._admin.create_channel(topic, channel, partition=partition,
+                                                      address=leader.http_address))
 
     def set_offset(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
                    offset: int) -> None:
@@ -338,63 +364,27 @@ class ClusterClient:
 
     def set_position(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
                      position: StartPosition) -> None:
-        """``/channel/setoffset`` with any start position (its token is the body)."""
-        self._post(leader, "/channel/setoffset", topic, partition, channel, position.token())
+        """``/channel/setoffset`` with any start position."""
+        self._call(f"set channel {channel} of {topic}/{partition} to "
+                   f"{position.token().decode()} on {leader.http_address}",
+                   lambda: self._admin.set_offset(topic, channel, position,
+                                                  partition=partition,
+                                                  address=leader.http_address))
 
     def channel_depth(self, topic: str, partition: int, leader: LeaderInfo,
                       channel: str) -> int:
         """Messages waiting on ``channel`` of the partition (from the leader's stats)."""
-        stats = self._get_json(http_url(leader.http_address, "/stats"),
-                               {"format": "json", "topic": topic, "partition": str(partition),
-                                "channel": channel, "leaderOnly": "true"})
-        for entry in stats.get("topics") or ():
-            if str(entry.get("topic_partition")) != str(partition):
-                continue
-            for ch in entry.get("channels") or ():
-                if ch.get("channel_name") == channel:
-                    return int(ch.get("depth") or 0)
-        raise ClusterError(f"{leader.http_address} does not list channel {channel} of "
-                           f"{topic}/{partition}")
+        found = self._partition_stats(topic, partition, leader, channel).channel(channel)
+        if found is None:
+            raise ClusterError(f"{leader.http_address} does not list channel {channel} of "
+                               f"{topic}/{partition}")
+        return found.depth
 
     def delete_channel(self, topic: str, partition: int, leader: LeaderInfo,
                        channel: str) -> None:
-        self._post(leader, "/channel/delete", topic, partition, channel)
-
-    def _post(self, leader: LeaderInfo, path: str, topic: str, partition: int, channel: str,
-              body: bytes = b"") -> None:
-        url = http_url(leader.http_address, path)
-        try:
-            answer = self._http.post(url, params={"topic": topic, "partition": str(partition),
-                                                  "channel": channel}, content=body)
-        except httpx.HTTPError as exc:
-            raise ClusterError(f"POST {url} failed: {exc}",
-                               transient=isinstance(exc, httpx.TransportError)) from exc
-        if answer.status_code != 200:
-            text = answer.text[:200]
-            raise ClusterError(f"POST {path} {topic}/{partition} channel {channel} on "
-                               f"{leader.http_address}: HTTP {answer.status_code} {text}",
-                               transient=_transient_answer(answer.status_code, text))
-
-    def _get_json(self, url: str, params: dict[str, str] | None = None) -> Any:
-        try:
-            answer = self._http.get(url, params=params)
-        except httpx.HTTPError as exc:
-            raise ClusterError(f"GET {url} failed: {exc}",
-                               transient=isinstance(exc, httpx.TransportError)) from exc
-        try:
-            status, data, message = unwrap(answer.status_code, answer.content)
-        except ProtocolError as exc:
-            raise ClusterError(f"GET {url}: {exc}") from exc
-        if status != 200:
-            text = message or answer.text[:200]
-            raise ClusterError(f"GET {url}: HTTP {status} {text}",
-                               transient=_transient_answer(status, text))
-        return data
-
-
-def _transient_answer(status: int, text: str) -> bool:
-    """An HTTP refusal a leader change explains (the node no longer leads, or is busy)."""
-    return status >= 500 or any(code in text for code in _TRANSIENT_CODES)
+        self._call(f"delete channel {channel} of {topic}/{partition} on {leader.http_address}",
+                   lambda: self._admin.delete_channel(topic, channel, partition=partition,
+                                                      address=leader.http_address))
 
 
 def temporary_channel(prefix: str) -> str:
@@ -461,7 +451,8 @@ class RangeReader:
     def _on_message(self, message: Message) -> None:
         conn = self._conn
         if conn is not None and not conn.is_closed:
-            conn.send(commands.fin(message.id))
+            # ordered: the next message waits for this FIN, and nothing can join its write
+            conn.send(commands.fin(message.id), now=self._ordered)
         if self.done:
             return
         offset = message.queue_offset
@@ -518,14 +509,17 @@ class RangeReader:
         assert self._wake is not None
         self._wake.set()
 
-    async def next_batch(self, timeout: float) -> list[Message]:
+    async def next_batch(self, timeout: float, *, whole: bool = False) -> list[Message]:
         """Messages read since the last call; waits up to ``timeout`` s for at least one.
 
         Returns ``[]`` once the range is complete; raises ``Timeout`` when nothing arrives in
-        time and ``ConnectionClosed`` when the connection dies before the end.
+        time and ``ConnectionClosed`` when the connection dies before the end. ``whole``
+        waits for the whole range instead (``timeout`` then bounds each wait for the next
+        message): one hand-over to the calling thread per range rather than one per message
+        or two, which is what an ordered channel's one-in-flight delivery would cost.
         """
         assert self._wake is not None
-        while not self._ready and not self.done:
+        while (whole or not self._ready) and not self.done:
             conn = self._conn
             if conn is not None and conn.is_closed:
                 raise ConnectionClosed(
@@ -597,17 +591,28 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
 def offset_at_time(loop_thread: LoopThread, client: ClusterClient, topic: str,
                    partition: int, leader: LeaderInfo, unix_seconds: int, end: int, *,
                    ordered: bool, ext: bool, read_timeout: float, channel_prefix: str) -> int:
-    """The queue offset of the first message published at or after ``unix_seconds``.
+    """The queue offset of the first message published at or after ``unix_seconds``
+    (``end`` when there is none before ``end``); the server does the search."""
+    return offset_at(loop_thread, client, topic, partition, leader,
+                     StartPosition.timestamp(unix_seconds), end, ordered=ordered, ext=ext,
+                     read_timeout=read_timeout, channel_prefix=channel_prefix)
 
-    The server does the search (``/channel/setoffset`` with ``timestamp:T`` on a temporary
-    channel); the first message the channel then delivers tells its offset. ``end`` when
-    there is no such message before ``end``.
+
+def offset_at(loop_thread: LoopThread, client: ClusterClient, topic: str, partition: int,
+              leader: LeaderInfo, position: StartPosition, end: int, *, ordered: bool,
+              ext: bool, read_timeout: float, channel_prefix: str) -> int:
+    """The queue offset of the message a start position names (``timestamp:T``,
+    ``msgcount:N``): always a message boundary, or ``end`` when there is no such message
+    before ``end``.
+
+    ``/channel/setoffset`` with that position on a temporary channel, then the first message
+    the channel delivers tells its offset.
     """
     name = temporary_channel(channel_prefix)
     client.create_channel(topic, partition, leader, name)
     reader: RangeReader | None = None
     try:
-        client.set_position(topic, partition, leader, name, StartPosition.timestamp(unix_seconds))
+        client.set_position(topic, partition, leader, name, position)
         if client.channel_depth(topic, partition, leader, name) == 0:
             return end
         reader = RangeReader(topic, partition, leader, name, 0, end, ordered=ordered, ext=ext,

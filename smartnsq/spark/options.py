@@ -51,6 +51,7 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
     "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
     "rdy", "httptimeout", "mode", "leadertimeout", "failondataloss", "partitions",
+    "minpartitions", "orderedreadchannels", "keyheader",
 })
 ACK_SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
@@ -377,6 +378,9 @@ class SourceOptions:
     leader_timeout: float = 120.0
     fail_on_data_loss: bool = True
     partitions: frozenset[int] | None = None  # only these partitions of every topic
+    min_partitions: int | None = None  # split ranges into at least this many tasks
+    ordered_read_channels: int = 8  # channels a task reads an ordered range with at once
+    key_header: str = "key"  # the ext header the `key` column comes from
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -428,7 +432,20 @@ class SourceOptions:
             leader_timeout=_float(opts, "leaderTimeout", 120.0),
             fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             partitions=_partition_list(opts.get("partitions")),
+            min_partitions=(_int(opts, "minPartitions", 1, 1, 100_000)
+                            if opts.get("minpartitions") else None),
+            ordered_read_channels=_int(opts, "orderedReadChannels", 8, 1, 64),
+            key_header=_key_header(opts.get("keyheader")),
         )
+
+
+def _key_header(raw: str | None) -> str:
+    """The ext header the source's ``key`` column is read from (the sink's ``keyHeader``)."""
+    if raw is None:
+        return "key"
+    if not raw.strip():
+        raise InvalidArgument("keyHeader", "must name an ext header, e.g. key", raw)
+    return raw
 
 
 def _partition_list(raw: str | None) -> frozenset[int] | None:

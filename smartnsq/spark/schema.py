@@ -18,11 +18,11 @@ __all__ = ["READ_SCHEMA", "READ_SCHEMA_DDL", "message_row", "read_schema"]
 READ_SCHEMA_DDL = (
     "topic STRING, partition INT, internal_id BIGINT, trace_id BIGINT, queue_offset BIGINT, "
     "raw_size INT, attempts INT, timestamp TIMESTAMP, body BINARY, "
-    "headers MAP<STRING, STRING>, node STRING"
+    "headers MAP<STRING, STRING>, node STRING, key STRING"
 )
 
 READ_COLUMNS = ("topic", "partition", "internal_id", "trace_id", "queue_offset", "raw_size",
-                "attempts", "timestamp", "body", "headers", "node")
+                "attempts", "timestamp", "body", "headers", "node", "key")
 
 _UTC = _dt.timezone.utc
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -55,6 +55,7 @@ def read_schema() -> Any:
         StructField("body", BinaryType(), True),
         StructField("headers", MapType(StringType(), StringType(), True), True),
         StructField("node", StringType(), True),
+        StructField("key", StringType(), True),
     ])
 
 
@@ -71,8 +72,13 @@ def timestamp_of(nanoseconds: int) -> _dt.datetime:
     return _EPOCH + _dt.timedelta(microseconds=nanoseconds // 1000)
 
 
-def message_row(topic: str, node: str, message: Message) -> tuple[Any, ...]:
-    """One row of ``READ_SCHEMA`` (columns in ``READ_COLUMNS`` order)."""
+def message_row(topic: str, node: str, message: Message,
+                key_header: str = "key") -> tuple[Any, ...]:
+    """One row of ``READ_SCHEMA`` (columns in ``READ_COLUMNS`` order).
+
+    ``key`` is the ext header ``key_header`` (the sink's ``keyHeader`` stores the sharding key
+    there): NSQ keeps no key of its own, and Kafka users look for a ``key`` column.
+    """
     trace = message.trace_id
     return (
         topic,
@@ -86,6 +92,7 @@ def message_row(topic: str, node: str, message: Message) -> tuple[Any, ...]:
         message.body,
         message.headers if message.ext else {},
         node,
+        message.headers.get(key_header) if message.ext else None,
     )
 
 
@@ -105,7 +112,8 @@ def arrow_schema() -> Any:
     return _arrow_schema
 
 
-def message_batch(topic: str, node: str, messages: list[Message]) -> Any:
+def message_batch(topic: str, node: str, messages: list[Message],
+                  key_header: str = "key") -> Any:
     """Messages of one partition as one Arrow ``RecordBatch`` of ``READ_SCHEMA``.
 
     Readers hand Spark record batches rather than tuples: Spark would otherwise convert every
@@ -123,6 +131,7 @@ def message_batch(topic: str, node: str, messages: list[Message]) -> Any:
     stamps: list[int] = []
     bodies: list[bytes] = []
     headers: list[list[tuple[str, str]]] = []
+    keys: list[str | None] = []
     for m in messages:
         if m.youzan:
             internal.append(signed64(m.internal_id))
@@ -135,7 +144,12 @@ def message_batch(topic: str, node: str, messages: list[Message]) -> Any:
         attempts.append(m.attempts)
         stamps.append(m.timestamp // 1000)
         bodies.append(m.body)
-        headers.append(list(m.headers.items()) if m.ext else [])
+        if m.ext:
+            headers.append(list(m.headers.items()))
+            keys.append(m.headers.get(key_header))
+        else:
+            headers.append([])
+            keys.append(None)
     partition = messages[0].partition if messages else None
     columns = [
         pa.array([topic] * n, schema.field("topic").type),
@@ -149,5 +163,6 @@ def message_batch(topic: str, node: str, messages: list[Message]) -> Any:
         pa.array(bodies, schema.field("body").type),
         pa.array(headers, schema.field("headers").type),
         pa.array([node] * n, schema.field("node").type),
+        pa.array(keys, schema.field("key").type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -18,9 +18,12 @@ positions once (a short private subscription); the executors then read the same 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +34,9 @@ from pyspark.sql.datasource import (
 )
 
 from .. import loop_thread as _loop_thread
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, NSQError
+from ..protocol.commands import StartPosition
+from ..protocol.frames import Message
 from .cluster import (
     ClusterClient,
     ClusterError,
@@ -39,11 +44,14 @@ from .cluster import (
     LeaderInfo,
     LeaderWait,
     PartitionUnavailable,
+    RangeReader,
     TopicLayout,
     condition_of,
     is_transient,
+    offset_at,
     offset_at_time,
     read_range,
+    temporary_channel,
 )
 from .options import (
     OFFSET_EARLIEST,
@@ -77,7 +85,12 @@ _ARROW_BATCH = 4096  # messages per Arrow record batch handed to Spark
 
 @dataclass
 class NSQRangePartition(InputPartition):
-    """``[start, end)`` of one NSQ partition (picklable; sent to an executor)."""
+    """``[start, end)`` of one NSQ partition (picklable; sent to an executor).
+
+    ``splits`` are message boundaries inside the range: the executor reads the pieces between
+    them at once, each on a channel of its own (ordered topics keep one message in flight per
+    channel), and yields them in queue order.
+    """
 
     topic: str
     partition: int
@@ -86,9 +99,11 @@ class NSQRangePartition(InputPartition):
     leader: LeaderInfo | None  # at planning time (a hint: the reader looks it up again)
     ordered: bool
     ext: bool
+    splits: tuple[int, ...]
 
     def __init__(self, topic: str, partition: int, start: int, end: int,
-                 leader: LeaderInfo | None, ordered: bool, ext: bool) -> None:
+                 leader: LeaderInfo | None, ordered: bool, ext: bool,
+                 splits: tuple[int, ...] = ()) -> None:
         super().__init__((topic, partition, start, end))
         self.topic = topic
         self.partition = partition
@@ -97,6 +112,7 @@ class NSQRangePartition(InputPartition):
         self.leader = leader
         self.ordered = ordered
         self.ext = ext
+        self.splits = splits
 
 
 Bounds = dict[str, dict[int, tuple[int, int]]]
@@ -112,6 +128,8 @@ class _Planner:
         # partitions without a usable leader at the last refresh -> the condition seen
         self.down: dict[tuple[str, int], str] = {}
         self.bounds: Bounds = {}  # of the last refresh
+        # (topic, partition) -> (queue end, message count there): sizes messages for splits
+        self.counts: dict[tuple[str, int], tuple[int, int]] = {}
 
     def close(self) -> None:
         self.client.close()
@@ -143,7 +161,9 @@ class _Planner:
                     self.down[(topic, p)] = "no leader in lookup"
                     continue
                 try:
-                    parts[p] = self.client.bounds(topic, p, leader)
+                    first, last, count = self.client.positions(topic, p, leader)
+                    parts[p] = (first, last)
+                    self.counts[(topic, p)] = (last, count)
                 except ClusterError as exc:
                     if not exc.transient:
                         raise
@@ -282,7 +302,102 @@ class _Planner:
                 out.append(NSQRangePartition(topic, int(pid), begin, stop,
                                              layout.leaders.get(int(pid)),
                                              layout.ordered, layout.ext))
+        return self.split(out)
+
+    def split(self, ranges: list[NSQRangePartition]) -> list[NSQRangePartition]:
+        """Ranges cut at message boundaries: into at least ``minPartitions`` tasks, and each
+        ordered range into pieces its task reads at once (``orderedReadChannels``).
+
+        Byte offsets do not say where messages start, but a ``msgcount:N`` position names
+        a message: the split points are the offsets of estimated message counts, found by
+        probes (see ``cluster.offset_at``). A count estimate that is off only makes the
+        pieces uneven; a failed probe only leaves a split out.
+        """
+        options = self.options
+        if options.channel is not None or not ranges:
+            return ranges  # one fixed channel cannot be read at two positions at once
+        tasks = {i: 1 for i in range(len(ranges))}
+        if options.min_partitions and options.min_partitions > len(ranges):
+            shares = prorate(options.min_partitions,
+                             {(str(i), ""): r.end - r.start for i, r in enumerate(ranges)})
+            tasks = {i: shares.get((str(i), ""), 1) for i in range(len(ranges))}
+        wanted: dict[int, list[int]] = {}  # range index -> message counts to probe
+        per_task: dict[int, int] = {}
+        for i, r in enumerate(ranges):
+            end_count = self.counts.get((r.topic, r.partition))
+            if end_count is None or end_count[1] <= 0 or end_count[0] <= 0:
+                continue
+            per_byte = end_count[1] / end_count[0]
+            first, last = int(r.start * per_byte), int(r.end * per_byte)
+            messages = last - first
+            pieces = min(tasks[i], max(1, messages))
+            fan = 1
+            if r.ordered and options.ordered_read_channels > 1:
+                each = messages // pieces
+                fan = max(1, min(options.ordered_read_channels, each // _MIN_PIECE))
+                if fan > 1 and each > fan * _MAX_PIECE:  # bounds what a task buffers
+                    fan = min(-(-each // _MAX_PIECE), 256)
+            per_task[i] = fan
+            total = min(pieces * fan, _MAX_CUTS + 1)  # bounds the probes of one planning
+            if total > 1:
+                wanted[i] = [first + messages * k // total for k in range(1, total)]
+        if not wanted:
+            return ranges
+        found = self._probe(ranges, wanted)
+        out: list[NSQRangePartition] = []
+        for i, r in enumerate(ranges):
+            cuts = sorted({b for b in found.get(i, ()) if r.start < b < r.end})
+            if not cuts:
+                out.append(r)
+                continue
+            bounds = [r.start, *cuts, r.end]
+            pieces = len(bounds) - 1
+            task_count = max(1, min(tasks[i], pieces))
+            edges = [bounds[pieces * k // task_count] for k in range(task_count + 1)]
+            for a, b in itertools.pairwise(edges):
+                inner = tuple(x for x in cuts if a < x < b) if per_task.get(i, 1) > 1 else ()
+                out.append(NSQRangePartition(r.topic, r.partition, a, b, r.leader, r.ordered,
+                                             r.ext, inner))
         return out
+
+    def _probe(self, ranges: list[NSQRangePartition],
+               wanted: dict[int, list[int]]) -> dict[int, list[int]]:
+        """The offsets of the messages at the given counts, asked at once (a few threads)."""
+        def one(job: tuple[int, int]) -> tuple[int, int | None]:
+            i, count = job
+            r = ranges[i]
+            leader = self.layout(r.topic).leaders.get(r.partition)
+            if leader is None:
+                return i, None
+            try:
+                return i, offset_at(loop_thread, self.client, r.topic, r.partition, leader,
+                                    StartPosition.message_count(count), r.end,
+                                    ordered=r.ordered, ext=r.ext,
+                                    read_timeout=self.options.read_timeout,
+                                    channel_prefix=self.options.channel_prefix)
+            except NSQError as exc:  # a split left out: the range is only less even
+                log.info("%s/%d: no split at message %d: %s", r.topic, r.partition, count,
+                         condition_of(exc))
+                return i, None
+
+        jobs = [(i, c) for i, counts in wanted.items() for c in counts]
+        found: dict[int, list[int]] = {}
+        loop_thread = _loop_thread.shared()
+        try:
+            with ThreadPoolExecutor(max_workers=min(_PROBES, len(jobs)),
+                                    thread_name_prefix="smartnsq-spark-probe") as pool:
+                for i, offset in pool.map(one, jobs):
+                    if offset is not None:
+                        found.setdefault(i, []).append(offset)
+        finally:
+            _loop_thread.release_shared(loop_thread)
+        return found
+
+
+_MIN_PIECE = 256  # messages: smaller ordered ranges are not worth another channel
+_MAX_PIECE = 20_000  # messages of an ordered piece (a task buffers its open pieces)
+_PROBES = 8  # split probes at once on the driver
+_MAX_CUTS = 1024  # per range and planning (each cut is one probe)
 
 
 @contextlib.contextmanager
@@ -308,45 +423,140 @@ def _current_leader(client: ClusterClient, part: NSQRangePartition) -> LeaderInf
 def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[Any]:
     """Executor side: the rows of one range, in queue order.
 
+    A range with ``splits`` is first read piece by piece at once (``_read_pieces``); if that
+    meets a leader change, the rest is read as below from the end of the last row yielded.
+
     A leader that dies, moves or stalls mid-range is a condition to wait out, not a task
     failure (a local session has no task retries): the read resumes at the offset after the
     last message it got, from whichever node leads the partition then, for up to
     ``leaderTimeout`` without progress.
     """
-    position = failed_at = part.start
-    wait = LeaderWait(part.topic, part.partition, options.leader_timeout)
     with _reading(options) as (loop_thread, client):
-        pending: list[Any] = []
-        node = ""
-        while position < part.end:
+        position = part.start
+        if part.splits:
+            done = [part.start]
             try:
-                leader = _current_leader(client, part)
-                if pending and leader.tcp_address != node:
-                    yield message_batch(part.topic, node, pending)
-                    pending = []
-                node = leader.tcp_address
-                for message in read_range(loop_thread, client, part.topic, part.partition,
-                                          leader, position, part.end, ordered=part.ordered,
-                                          ext=part.ext, rdy=options.rdy,
-                                          read_timeout=options.read_timeout,
-                                          channel=options.channel,
-                                          channel_prefix=options.channel_prefix,
-                                          fail_on_data_loss=options.fail_on_data_loss):
-                    pending.append(message)
-                    assert message.queue_offset is not None and message.raw_size is not None
-                    position = message.queue_offset + message.raw_size
-                    if len(pending) >= _ARROW_BATCH:
-                        yield message_batch(part.topic, node, pending)
-                        pending = []
-                        wait.progressed()
-                break
+                yield from _read_pieces(loop_thread, client, options, part, done)
             except Exception as exc:
-                if position > failed_at:
-                    wait.progressed()  # it moved since the last failure: not stuck
-                failed_at = position
-                wait.failed(exc)
+                if not is_transient(exc):
+                    raise
+                log.warning("%s/%d: %s; reading the rest of [%d, %d) on one channel",
+                            part.topic, part.partition, condition_of(exc), done[0], part.end)
+            position = done[0]
+        yield from _read_one(loop_thread, client, options, part, position)
+
+
+def _read_one(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
+              options: SourceOptions, part: NSQRangePartition,
+              position: int) -> Iterator[Any]:
+    """``[position, part.end)`` over one channel, waiting out leader changes."""
+    failed_at = position
+    wait = LeaderWait(part.topic, part.partition, options.leader_timeout)
+    pending: list[Any] = []
+    node = ""
+    while position < part.end:
+        try:
+            leader = _current_leader(client, part)
+            if pending and leader.tcp_address != node:
+                yield message_batch(part.topic, node, pending, options.key_header)
+                pending = []
+            node = leader.tcp_address
+            for message in read_range(loop_thread, client, part.topic, part.partition,
+                                      leader, position, part.end, ordered=part.ordered,
+                                      ext=part.ext, rdy=options.rdy,
+                                      read_timeout=options.read_timeout,
+                                      channel=options.channel,
+                                      channel_prefix=options.channel_prefix,
+                                      fail_on_data_loss=options.fail_on_data_loss):
+                pending.append(message)
+                assert message.queue_offset is not None and message.raw_size is not None
+                position = message.queue_offset + message.raw_size
+                if len(pending) >= _ARROW_BATCH:
+                    yield message_batch(part.topic, node, pending, options.key_header)
+                    pending = []
+                    wait.progressed()
+            break
+        except Exception as exc:
+            if position > failed_at:
+                wait.progressed()  # it moved since the last failure: not stuck
+            failed_at = position
+            wait.failed(exc)
+    if pending:
+        yield message_batch(part.topic, node, pending, options.key_header)
+
+
+def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
+                 options: SourceOptions, part: NSQRangePartition,
+                 done: list[int]) -> Iterator[Any]:
+    """The pieces of ``part`` (cut at its ``splits``), up to ``orderedReadChannels`` of them
+    read at once, each on a temporary channel of its own, yielded in queue order.
+
+    An ordered channel has one message in flight, so one channel reads a message per round
+    trip; several channels at different offsets of the same partition keep several in flight.
+    Pieces ahead of the one being yielded are buffered (each is at most ``_MAX_PIECE``
+    messages). ``done[0]`` is the offset after the last row yielded.
+    """
+    leader = _current_leader(client, part)
+    node = leader.tcp_address
+    bounds = [part.start, *part.splits, part.end]
+    waiting = deque(itertools.pairwise(bounds))
+    reading: deque[tuple[RangeReader, str]] = deque()
+    timeout = options.read_timeout
+
+    def start_next() -> None:
+        first, last = waiting.popleft()
+        name = temporary_channel(options.channel_prefix)
+        client.create_channel(part.topic, part.partition, leader, name)
+        reader = RangeReader(part.topic, part.partition, leader, name, first, last,
+                             ordered=part.ordered, ext=part.ext, rdy=options.rdy,
+                             config=client.connection_config,
+                             fail_on_data_loss=options.fail_on_data_loss)
+        reading.append((reader, name))  # from here on, closed and deleted however it ends
+        client.set_offset(part.topic, part.partition, leader, name, first)
+        loop_thread.run(reader.open(), timeout=timeout + 5)
+
+    def finish(reader: RangeReader, name: str) -> None:
+        if loop_thread.running:
+            with contextlib.suppress(Exception):
+                loop_thread.run(reader.close(), timeout=10)
+        try:
+            client.delete_channel(part.topic, part.partition, leader, name)
+        except NSQError as exc:
+            log.warning("could not delete the temporary channel %s of %s/%d: %s", name,
+                        part.topic, part.partition, exc)
+
+    pending: list[Message] = []
+    try:
+        while waiting and len(reading) < options.ordered_read_channels:
+            start_next()
+        while reading:
+            reader, name = reading[0]
+            while True:
+                # the head piece whole: its messages trickle in one per round trip
+                batch = loop_thread.run(reader.next_batch(timeout, whole=True),
+                                        timeout=None)
+                if not batch:
+                    break
+                pending.extend(batch)
+                if len(pending) >= _ARROW_BATCH:
+                    done[0] = _after(pending[-1])
+                    yield message_batch(part.topic, node, pending, options.key_header)
+                    pending = []
+            reading.popleft()
+            finish(reader, name)
+            if waiting:
+                start_next()
         if pending:
-            yield message_batch(part.topic, node, pending)
+            done[0] = _after(pending[-1])
+            yield message_batch(part.topic, node, pending, options.key_header)
+    finally:
+        while reading:
+            finish(*reading.popleft())
+
+
+def _after(message: Message) -> int:
+    assert message.queue_offset is not None and message.raw_size is not None
+    return message.queue_offset + message.raw_size
 
 
 def _limited_end(options: SourceOptions, layout: TopicLayout, partition: int, start: int,

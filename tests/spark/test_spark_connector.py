@@ -316,3 +316,87 @@ def test_sink_stores_the_sharding_key_in_a_header(spark: Any, nsq: Any) -> None:
     assert sorted((r.headers["key"], r.body) for r in got) == sorted(rows)
     for row in got:
         assert row.partition == murmur3_partition(row.headers["key"], 2)
+    # the key is also the source's `key` column (Kafka's), from the header keyHeader names
+    assert sorted((r.key, r.body) for r in got) == sorted(rows)
+    other = read_topic(spark, nsq, "spark_keyed", keyHeader="absent")
+    assert {r.key for r in other} == {None}
+
+
+def _publish_numbered(nsq: Any, topic: str, partitions: int, per_partition: int) -> list[bytes]:
+    sent = []
+    with make_producer(nsq) as producer:
+        for p in range(partitions):
+            for first in range(0, per_partition, 500):
+                bodies = [f"{p}|{i}".encode()
+                          for i in range(first, min(first + 500, per_partition))]
+                producer.publish_many(topic, bodies, partition=p)
+                sent.extend(bodies)
+    return sent
+
+
+def _check_partition_order(rows: list[Any]) -> None:
+    """Each NSQ partition's rows: unique offsets, contiguous, in publish order."""
+    by_partition: dict[int, list[Any]] = defaultdict(list)
+    for row in rows:
+        by_partition[row.partition].append(row)
+    for part_rows in by_partition.values():
+        part_rows.sort(key=lambda r: r.queue_offset)
+        for a, b in itertools.pairwise(part_rows):
+            assert b.queue_offset == a.queue_offset + a.raw_size  # no gap, no duplicate
+        numbers = [int(r.body.split(b"|")[1]) for r in part_rows]
+        assert numbers == list(range(len(numbers)))
+
+
+def test_min_partitions_splits_ranges_without_gap_or_duplicate(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_minparts", partitions=2)
+    sent = _publish_numbered(nsq, "spark_minparts", 2, 300)
+    df = (spark.read.format("nsq").option("lookupd", nsq.lookupd)
+          .option("topic", "spark_minparts").option("minPartitions", "7").load())
+    assert df.rdd.getNumPartitions() >= 7
+    rows = df.collect()
+    assert sorted(r.body for r in rows) == sorted(sent)
+    _check_partition_order(rows)
+
+
+def test_ordered_range_is_read_over_several_channels_in_order(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_ordered_fan", partitions=2, ordered=True)
+    sent = _publish_numbered(nsq, "spark_ordered_fan", 2, 1200)
+    df = (spark.read.format("nsq").option("lookupd", nsq.lookupd)
+          .option("topic", "spark_ordered_fan").option("orderedReadChannels", "4").load())
+    assert df.rdd.getNumPartitions() == 2  # one task per partition, pieces read inside it
+    per_task = df.rdd.glom().map(
+        lambda rows: [(r.partition, r.queue_offset) for r in rows]).collect()
+    for offsets in per_task:
+        assert offsets == sorted(offsets)  # a task yields its pieces in queue order
+    rows = df.collect()
+    assert sorted(r.body for r in rows) == sorted(sent)
+    _check_partition_order(rows)
+
+
+def test_fail_on_data_loss_in_a_stream(spark: Any, nsq: Any, tmp_path: Any) -> None:
+    """Retention removed messages the query had not read: the restarted query fails with
+    DataLoss (default), or with failOnDataLoss=false skips them and reads the rest."""
+    from test_spark_units import _trim
+
+    nsq.create_topic("spark_loss", partitions=1)
+    sent = _publish_numbered(nsq, "spark_loss", 1, 30)
+
+    def run(fail: str) -> None:
+        query = (spark.readStream.format("nsq").option("lookupd", nsq.lookupd)
+                 .option("topic", "spark_loss").option("startingOffsets", "earliest")
+                 .option("failOnDataLoss", fail).load()
+                 .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(WAIT)
+
+    run("true")  # all 30 read and committed
+    more = [f"0|{i}".encode() for i in range(30, 50)]
+    with make_producer(nsq) as producer:
+        producer.publish_many("spark_loss", more, partition=0)
+    _trim(nsq, "spark_loss", 0, 40)  # 10 messages the query had not read are gone
+    with pytest.raises(Exception, match=r"DataLoss|no longer in the queue"):
+        run("true")
+    run("false")  # skips the 10, reads the 10 retained
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r.body for r in rows) == sorted(sent + more[10:])

@@ -121,9 +121,8 @@ def test_leader_timeout_option() -> None:
 
 
 def test_transient_conditions_and_the_leader_wait() -> None:
-    import httpx
-
-    from smartnsq.errors import ConnectionClosed, ServerError, TopicNotFound
+    from smartnsq.admin import AdminError
+    from smartnsq.errors import ConnectionClosed, ConnectionError_, ServerError, TopicNotFound
     from smartnsq.spark.cluster import (
         ClusterError,
         LeaderWait,
@@ -136,7 +135,9 @@ def test_transient_conditions_and_the_leader_wait() -> None:
     assert is_transient(ServerError("E_FAILED_ON_NOT_LEADER", "", "SUB"))
     assert not is_transient(ServerError("E_BAD_TOPIC", "", "SUB"))
     assert is_transient(ConnectionClosed("reset"))
-    assert is_transient(httpx.ConnectError("refused"))
+    assert is_transient(ConnectionError_("nsqd /stats: cannot reach 127.0.0.1:4151"))
+    assert is_transient(AdminError(500, "E_FAILED_ON_NOT_LEADER"))
+    assert not is_transient(AdminError(400, "E_BAD_CHANNEL"))
     assert not is_transient(TopicNotFound("t"))
     assert not is_transient(ValueError("a bug"))
 
@@ -194,13 +195,15 @@ def test_rows_and_arrow_batches() -> None:
     row = message_row("orders", "127.0.0.1:4150", msg)
     assert row[:7] == ("orders", 2, internal, -1, 4096, 60, 2)
     assert row[7] == dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.timezone.utc)
-    assert row[8:] == (b"body", {"k": "v"}, "127.0.0.1:4150")
+    assert row[8:] == (b"body", {"k": "v"}, "127.0.0.1:4150", None)
+    assert message_row("orders", "n", msg, key_header="k")[-1] == "v"
     assert signed64(2**63) == -(2**63)
-    batch = message_batch("orders", "127.0.0.1:4150", [msg, msg])
+    batch = message_batch("orders", "127.0.0.1:4150", [msg, msg], key_header="k")
     assert batch.schema.equals(arrow_schema())
     first = batch.to_pylist()[0]
     assert first["internal_id"] == internal and first["trace_id"] == -1
     assert first["headers"] == [("k", "v")] and first["body"] == b"body"
+    assert first["key"] == "v"
 
 
 def test_timestamp_offsets_resolve_to_the_first_message_at_or_after(nsq: Any) -> None:
@@ -449,3 +452,57 @@ def test_key_header_needs_a_sharding_key() -> None:
     with pytest.raises(InvalidArgument) as info:
         SinkOptions.parse({**LOOKUPD, "topic": "t", "keyHeader": "key"})
     assert info.value.field == "keyHeader"
+
+
+def test_source_split_options() -> None:
+    from smartnsq.spark.options import SourceOptions
+
+    base = {"lookupd": "127.0.0.1:4161", "topic": "t"}
+    opts = SourceOptions.parse(base, streaming=False)
+    assert opts.min_partitions is None and opts.ordered_read_channels == 8
+    assert opts.key_header == "key"
+    opts = SourceOptions.parse({**base, "minPartitions": "12", "orderedReadChannels": "2",
+                                "keyHeader": "user"}, streaming=True)
+    assert (opts.min_partitions, opts.ordered_read_channels, opts.key_header) == (12, 2, "user")
+    for name, bad in (("minPartitions", "0"), ("orderedReadChannels", "65"),
+                      ("keyHeader", " ")):
+        with pytest.raises(InvalidArgument, match=name):
+            SourceOptions.parse({**base, name: bad}, streaming=False)
+
+
+def _trim(nsq: Any, topic: str, partition: int, count: int) -> None:
+    """Retention removes the ``count`` oldest messages of a dev cluster partition."""
+    async def trim() -> None:
+        info = nsq.cluster.state.partition(topic, partition)
+        info.log.trim(count)
+
+    nsq.run(trim())
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_range_whose_start_retention_removed_while_planned(nsq: Any, fail: bool) -> None:
+    """Retention between planning and reading: the executor sees the first message after
+    the range's start (``failOnDataLoss``: DataLoss, or skip to it)."""
+    from smartnsq import sync
+    from smartnsq.spark.cluster import DataLoss
+    from smartnsq.spark.source import _Planner, _read
+
+    topic = f"spark_retained_{str(fail).lower()}"
+    nsq.create_topic(topic, partitions=1)
+    with sync.Producer(lookupd=nsq.lookupd.split(",")) as producer:
+        producer.publish_many(topic, [f"m{i}".encode() for i in range(20)], partition=0)
+    options = SourceOptions.parse({"lookupd": nsq.lookupd, "topic": topic,
+                                   "failOnDataLoss": str(fail).lower()}, streaming=True)
+    planner = _Planner(options)
+    try:
+        start, end = planner.refresh()[topic][0]
+        parts = planner.partitions({topic: {"0": start}}, {topic: {"0": end}})
+    finally:
+        planner.close()
+    _trim(nsq, topic, 0, 5)
+    if fail:
+        with pytest.raises(DataLoss, match=f"{topic}/0: offsets {start}\\.\\."):
+            list(_read(options, parts[0]))
+    else:
+        rows = [r for b in _read(options, parts[0]) for r in b.to_pylist()]
+        assert [r["body"] for r in rows] == [f"m{i}".encode() for i in range(5, 20)]
