@@ -404,7 +404,7 @@ class Conn:
         self.id = node
         host, _, port = node.rpartition(":")
         self.host = host
-        self.port = int(port) if port.isdigit() else 0
+        self.port = int(port) if port.isascii() and port.isdigit() else 0
 
     def __repr__(self) -> str:
         return f"<Conn {self.id}>"

@@ -82,7 +82,7 @@ from .protocol.lookup import (
     parse_lookup,
     valid_host,
 )
-from .protocol.validate import check_topic
+from .protocol.validate import ascii_int, check_topic
 
 __all__ = [
     "LookupConfig",
@@ -238,13 +238,13 @@ def normalize_lookupd(address: str) -> str:
         if text.endswith("/"):
             text = text[:-1]
     host, sep, port = text.rpartition(":")
-    if (not sep or not valid_host(host) or not port.isdigit() or len(port) > 5
-            or not 0 < int(port) < 65536):
+    number = ascii_int(port) if len(port) <= 5 else None
+    if not sep or not valid_host(host) or number is None or not 0 < number < 65536:
         raise InvalidArgument("lookupd", _LOOKUPD_RULE, address)
     if host.count(":") and not host.startswith("["):
         raise InvalidArgument("lookupd", "an IPv6 address goes in brackets: '[::1]:4161'",
                               address)
-    base = f"{host}:{int(port)}"
+    base = f"{host}:{number}"
     return f"https://{base}" if scheme == "https" else base
 
 

@@ -45,6 +45,7 @@ from .lookup import (
     parse_node,
     unwrap,
 )
+from .validate import ascii_int
 
 __all__ = [
     "ACCEPT_V1",
@@ -330,8 +331,9 @@ def _partition_of(value: object) -> int | None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
+    number = ascii_int(value, signed=True) if isinstance(value, str) else None
+    if number is not None:
+        return number
     raise ProtocolError(f"nsqd /stats topic_partition is not a number: {value!r:.40}")
 
 

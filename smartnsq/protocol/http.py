@@ -22,6 +22,7 @@ from typing import Final
 from urllib.parse import urlencode
 
 from ..errors import InvalidArgument, ProtocolError
+from .validate import ascii_int
 
 __all__ = [
     "AnswerTooLarge",
@@ -100,9 +101,10 @@ def parse_url(url: str, params: Mapping[str, str] | None = None) -> Url:
     if not host:
         raise InvalidArgument("url", "has no host", url)
     if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        number = ascii_int(port_text)
+        if number is None or not 0 < number < 65536:
             raise InvalidArgument("url", "port must be in 1..65535", url)
-        port = int(port_text)
+        port = number
     else:
         port = _DEFAULT_PORTS[scheme]
     if params:
@@ -285,7 +287,8 @@ class ResponseParser:
         lines = head.split("\r\n")
         version, _, rest = lines[0].partition(" ")
         code, _, reason = rest.partition(" ")
-        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
+        status = ascii_int(code)
+        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or status is None:
             raise HttpError(f"not an HTTP/1.x status line: {lines[0][:60]!r}")
         if len(lines) - 1 > MAX_HEADERS:
             raise HttpError(f"more than {MAX_HEADERS} headers")
@@ -295,7 +298,6 @@ class ResponseParser:
             if not colon or not name or name != name.strip() or line[0] in " \t":
                 raise HttpError(f"malformed header line {line[:60]!r}")
             headers.append((name.lower(), value.strip(" \t")))
-        status = int(code)
         if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
             return True
         self._status, self._reason, self._headers = status, reason, tuple(headers)
@@ -323,9 +325,9 @@ class ResponseParser:
         lengths = {v for k, v in self._headers if k == "content-length"}
         if lengths:
             (declared, *others) = lengths
-            if others or not declared.isdigit():
+            size = ascii_int(declared)
+            if others or size is None:
                 raise HttpError(f"bad Content-Length {sorted(lengths)!r}"[:100])
-            size = int(declared)
             if size > self._max_body:
                 raise AnswerTooLarge(self._max_body, size)
             self._left = size

@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import LookupFailed, ProtocolError, TopicNotFound
+from .validate import ascii_int
 
 __all__ = [
     "ACCEPT_V1",
@@ -327,8 +328,8 @@ def _port(obj: Mapping[str, Any], key: str) -> int:
     value = obj.get(key)
     if isinstance(value, bool):
         raise ProtocolError(f"lookupd peer {key} is not a port: {value!r:.40}")
-    if isinstance(value, str) and value.isdigit() and len(value) <= 5:
-        value = int(value)
+    if isinstance(value, str) and len(value) <= 5:
+        value = ascii_int(value)
     low = 1 if key == "tcp_port" else 0  # a node is dialled on its tcp_port
     if not isinstance(value, int) or not low <= value < 65536:
         raise ProtocolError(f"lookupd peer {key} is not a port: {value!r:.40}")
@@ -359,8 +360,8 @@ def _int(value: Any) -> int:
         return int(value)
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str):
+        return ascii_int(value, signed=True) or 0
     return 0
 
 

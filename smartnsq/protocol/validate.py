@@ -25,6 +25,18 @@ _NAME_RE = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?\Z")
 _HEADER_NAME_RE = re.compile(r"^[!-~]+\Z")  # printable ASCII, no spaces
 
 
+def ascii_int(text: str, *, signed: bool = False) -> int | None:
+    """The value of a plain ASCII decimal number (``-`` allowed with ``signed``), else None.
+
+    Peers' text goes through this, not ``str.isdigit``: that accepts ``'²'``, which ``int``
+    refuses with a bare ``ValueError``, and other scripts' digits, which ``int`` reads.
+    """
+    digits = text[1:] if signed and text[:1] == "-" else text
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(text)
+
+
 def check_name(kind: str, name: str) -> str:
     """Validate a topic or channel name: ``^[.a-zA-Z0-9_-]+(#ephemeral)?$``, 1..64 chars."""
     if not isinstance(name, str):

@@ -146,7 +146,7 @@ async def test_https_lookupd_is_asked_over_tls(
 
 @pytest.mark.parametrize("bad", ["h:1,h2:2", "", " ", "host", "host:", ":4161", "host:0",
                                  "host:65536", "ftp://host:4161", "http://host:4161/lookup",
-                                 "ho st:4161", "host:41 61"])
+                                 "ho st:4161", "host:41 61", "host:\u00b2", "host:\u0663"])
 def test_bad_addresses_are_refused_at_construction(bad: str) -> None:
     # before: "h:1,h2:2" leaked httpx.InvalidURL at the first request
     with pytest.raises(InvalidArgument) as caught:

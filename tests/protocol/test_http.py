@@ -152,6 +152,9 @@ def test_a_huge_chunk_is_refused_from_its_size_line() -> None:
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "not chunked"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "Content-Length"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length"),
+    # digits str.isdigit accepts but int() refuses (a bare ValueError before) or reads
+    (b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n", "Content-Length"),
+    (b"HTTP/1.1 \xb2\xb2\xb2 OK\r\n\r\n", "status line"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not hex"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 2000, "chunk size line"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxyz", "CRLF"),
@@ -203,7 +206,8 @@ def test_absolute_form_for_a_proxy_and_default_ports() -> None:
 
 @pytest.mark.parametrize("url", ["ftp://h:1/", "h:1/x", "http://user@h:1/", "http://h:0/",
                                  "http://h:99999/", "http://[::1/", "http://:1/", "http://h/a b",
-                                 "http://h:1/x#frag", "http://h:x/"])
+                                 "http://h:1/x#frag", "http://h:x/", "http://h:\u00b2/",
+                                 "http://h:\u0663/"])
 def test_urls_the_library_never_builds_are_refused(url: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         parse_url(url)

@@ -407,6 +407,15 @@ def test_tcp_port_zero_is_not_a_port() -> None:
         parse_lookup("t", "w", 200, json.dumps(answer).encode())
 
 
+@pytest.mark.parametrize("port", ["\u00b2", "\u0663", "-1", "70000"])
+def test_a_port_in_other_digits_is_not_a_port(port: str) -> None:
+    # str.isdigit accepts these; int() raised a bare ValueError on the first, read the second
+    answer = json.loads(_answer(1))
+    answer["partitions"]["0"]["tcp_port"] = port
+    with pytest.raises(ProtocolError, match="tcp_port"):
+        parse_lookup("t", "w", 200, json.dumps(answer).encode())
+
+
 def test_listlookup_is_bounded() -> None:
     nodes = [{"NodeIP": "127.0.0.1", "HttpPort": str(5000 + i)} for i in range(65)]
     with pytest.raises(ProtocolError, match="more than 64"):
