@@ -10,8 +10,9 @@ graceful leave drops the consumers' connections at once but hands each partition
 little later (0.07-4 s on the real cluster), so the first lookup after the loss usually still
 names the old leader, and the new one should be learned as soon as lookup knows it, not at a
 reconnect back-off. For the first ``CHASE_FAST`` seconds (when most handoffs happen) each of
-those is a round of its own, one at a time; later ones are spaced by the lookup manager's
-``refresh_min_interval``..``refresh_max_interval`` like any refresh that finds nothing new.
+those is a round of its own, one at a time, every ``CHASE_FAST_PERIOD``; later ones are
+spaced by the lookup manager's ``refresh_min_interval``..``refresh_max_interval`` like any
+refresh that finds nothing new.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ from .targets import Target, missing_leaders, view_targets
 __all__ = ["Discovery"]
 
 CHASE_PERIOD = 0.1  # s between the refreshes asked for after a loss
+CHASE_FAST_PERIOD = 0.05  # ... and between the rounds of the first CHASE_FAST seconds
 CHASE_FOR = 10.0  # s after the last loss those refreshes go on (or until the view changes)
-CHASE_FAST = 1.0  # s after a loss during which they are rounds of their own (not spaced)
+CHASE_FAST = 5.0  # s after a loss during which they are rounds of their own (not spaced):
+# the real cluster's slowest graceful handoffs took 1.3-4.1 s (real-cluster.md)
+ROUND_TIMEOUT = 1.0  # s one such round may take
 
 log = logging.getLogger("smartnsq.consumer")
 
@@ -172,7 +176,9 @@ class Discovery:
         if self._closing:
             return
         loop = asyncio.get_running_loop()
+        period = CHASE_PERIOD
         if loop.time() < self._fast_until:
+            period = CHASE_FAST_PERIOD
             if self._round is None or self._round.done():
                 self._round = loop.create_task(self._fresh_round())
         else:
@@ -180,14 +186,14 @@ class Discovery:
                 self.lookup.refresh(self.topic, "r")
             except Exception as exc:
                 log.debug("lookup refresh failed: %s", exc)
-        if loop.time() + CHASE_PERIOD < self._chase_until:
-            self._refresh_handle = loop.call_later(CHASE_PERIOD, self._do_refresh)
+        if loop.time() + period < self._chase_until:
+            self._refresh_handle = loop.call_later(period, self._do_refresh)
 
     async def _fresh_round(self) -> None:
         """One lookup round now, past the spacing of idle refreshes (a change it finds comes
         back through the change subscription)."""
         try:
-            await self.lookup.view(self.topic, "r", refresh=True, timeout=CHASE_FAST)
+            await self.lookup.view(self.topic, "r", refresh=True, timeout=ROUND_TIMEOUT)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
