@@ -18,9 +18,13 @@ if TYPE_CHECKING:
     from ..connection import Connection
     from .request import NowaitRequest
 
-__all__ = ["MAX_BATCH", "Batch"]
+__all__ = ["LINGER_TIMEOUTS", "MAX_BATCH", "Batch"]
 
 MAX_BATCH = 1000  # messages per lingering batch (a bound, whatever the bodies' sizes)
+# a publish lingers only when its timeout is at least this many lingers: its batch's MPUB then
+# goes out with far more than ``retry.least_time`` left, and no call outlives its timeout by
+# waiting for its batch
+LINGER_TIMEOUTS = 20
 
 
 class Batch:

@@ -24,12 +24,12 @@ from typing import Any
 from ..connection import Connection
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ConnectionError_, InvalidArgument, Timeout
-from ..pool import PartitionPool, RouteSource, TopicRoutes
+from ..pool import Address, PartitionPool, RouteSource, TopicRoutes
 from ..protocol import commands
 from ..sharding import Router, ShardingKey, make_router
 from .config import ProducerConfig, with_options
 from .encoding import MPUB, encode_batch, encode_one
-from .linger import Batch
+from .linger import LINGER_TIMEOUTS, Batch
 from .request import BatchRequest, NowaitRequest, Request
 from .results import BatchResult, PublishResult, result_of
 from .retry import (
@@ -98,7 +98,9 @@ class Producer:
         self._tasks: set[asyncio.Task[PublishResult]] = set()  # publish_nowait slow paths
         self._slow: dict[str, int] = {}  # topic -> its publish_nowait slow paths running
         self._linger = config.linger
-        self._lingering: dict[tuple[str, int | None], Batch] = {}  # (topic, partition)
+        # lingering batches per (topic, partition, node): a topic of several plain nodes
+        # round-robins over their connections, one batch each
+        self._lingering: dict[tuple[str, int | None, Address], Batch] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -327,13 +329,15 @@ class Producer:
             elif self._trace_default or self._trace_topics:
                 receipt = self._receipt(request)
         if self._lingering or self._linger:
+            key = (request.topic, request.target, address)
             if slot is not None and self._linger and not receipt and request.ext is None \
-                    and request.trace_id is None and request.delay_ms is None:
-                self._hold(slot, conn)
+                    and request.trace_id is None and request.delay_ms is None \
+                    and request.timeout >= LINGER_TIMEOUTS * self._linger:
+                self._hold(key, slot, conn)
                 return slot  # type: ignore[return-value]  # (an answer slot: not awaited)
-            if (request.topic, request.target) in self._lingering:
+            if key in self._lingering:
                 # the batch held for this partition goes first: the wire keeps call order
-                self._flush_batch((request.topic, request.target))
+                self._flush_batch(key)
         data, command, request.traced = encode_one(
             youzan, address, request.topic, request.target, request.body, request.trace_id,
             request.ext, request.delay_ms, receipt, self._classic)
@@ -401,9 +405,9 @@ class Producer:
             return self._later(loop, request, result)
         return result
 
-    def _hold(self, request: NowaitRequest, conn: Connection) -> None:
+    def _hold(self, key: tuple[str, int | None, Address], request: NowaitRequest,
+              conn: Connection) -> None:
         """Add a plain publish to its partition's lingering batch (``config.linger``)."""
-        key = (request.topic, request.target)
         batch = self._lingering.get(key)
         if batch is not None and (batch.conn is not conn
                                   or not batch.fits(request.body, self._checks.max_body)):
@@ -419,7 +423,7 @@ class Producer:
         request.stage = SEND
         self._on_wire += 1
 
-    def _flush_batch(self, key: tuple[str, int | None]) -> None:
+    def _flush_batch(self, key: tuple[str, int | None, Address]) -> None:
         """Send a lingering batch as one MPUB; a failure to send fails each of its messages,
         which then retry on their own."""
         batch = self._lingering.pop(key, None)
@@ -428,7 +432,7 @@ class Producer:
         if batch.timer is not None:
             batch.timer.cancel()
         conn = batch.conn
-        topic, target = key
+        topic, target, _ = key
         try:
             data = commands.mpub_unchecked(topic, [r.body for r in batch.requests],
                                            target if conn.is_youzan else None,

@@ -98,7 +98,9 @@ async def test_close_sends_what_lingers(nsq_cluster: Any) -> None:
     p = producer(nsq_cluster, linger=5.0)  # the timer would not fire before close()
     async with p:
         await p.publish_nowait("closing", b"warm-up", partition=0, trace_id=1)
-        futures = [p.publish_nowait("closing", b"m%d" % i, partition=0) for i in range(10)]
+        # (a publish lingers only with a timeout of at least 20 lingers)
+        futures = [p.publish_nowait("closing", b"m%d" % i, partition=0, timeout=200.0)
+                   for i in range(10)]
     results = await asyncio.wait_for(asyncio.gather(*futures), WAIT)
     assert all(isinstance(r, PublishResult) for r in results)
     assert stored(nsq_cluster, "closing")[0][1:] == [b"m%d" % i for i in range(10)]
@@ -126,6 +128,37 @@ async def test_a_batch_whose_connection_is_cut_is_retried_message_by_message(
         else:
             assert isinstance(outcome, NSQError), outcome
     assert all(isinstance(o, PublishResult) for o in outcomes)  # retried to success
+
+
+@pytest.mark.nsq_cluster(nodes=0, classic_nodes=2, lookupds=1, mode="classic")
+async def test_a_topic_on_two_plain_nodes_lingers_per_node(
+        nsq_cluster: Any, batches: list[int]) -> None:
+    """Round-robin alternates the two nodes' connections: one batch per node (before, each
+    publish flushed the other node's batch, so every MPUB held one message)."""
+    await nsq_cluster.create_topic("plainpair")
+    async with producer(nsq_cluster) as p:
+        await asyncio.gather(*(p.publish("plainpair", b"warm-up") for _ in range(2)))
+        batches.clear()
+        futures = [p.publish_nowait("plainpair", b"m%d" % i) for i in range(100)]
+        results = await asyncio.wait_for(asyncio.gather(*futures), WAIT)
+    assert sorted(batches) == [50, 50]
+    assert all(isinstance(r, PublishResult) for r in results)
+
+
+async def test_a_publish_with_little_time_does_not_linger(
+        nsq_cluster: Any, batches: list[int]) -> None:
+    """A timeout under 20 lingers: the publish goes at once, as a PUB, and keeps its deadline
+    (a batch leaving at the linger would have had too little left for an answer)."""
+    await nsq_cluster.create_topic("hurried", partitions=1, replicas=1)
+    async with producer(nsq_cluster) as p:
+        await p.publish("hurried", b"warm-up", partition=0)
+        batches.clear()
+        results = await asyncio.wait_for(asyncio.gather(
+            *(p.publish_nowait("hurried", b"h%d" % i, partition=0, timeout=10 * LINGER)
+              for i in range(5))), WAIT)
+    assert batches == []
+    assert all(isinstance(r, PublishResult) for r in results)
+    assert stored(nsq_cluster, "hurried")[0] == [b"warm-up"] + [b"h%d" % i for i in range(5)]
 
 
 def test_linger_is_checked() -> None:
