@@ -392,17 +392,27 @@ def temporary_channel(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
+MAX_BUFFERED = 8 * 1024 * 1024  # body bytes a reader holds before it stops FINing
+
+
 class RangeReader:
     """Reads ``[start, end)`` of one partition over one connection; lives on the event loop.
 
     ``limit`` stops after that many messages (used to find the end of a rate-limited range);
     ``next_end`` is then the queue offset just after the last message read.
+
+    What it holds is bounded: past ``max_buffered`` body bytes not yet taken by
+    :meth:`next_batch`, it keeps the FINs of what it reads until they are taken, and the
+    server, whose in-flight window is then full (RDY messages; one on an ordered channel),
+    sends no more. So a reader never holds more than ``max_buffered`` plus RDY messages, however
+    slowly its task takes them (a piece read ahead of the one being yielded, a slow sink).
     """
 
     def __init__(self, topic: str, partition: int, leader: LeaderInfo, channel: str,
                  start: int, end: int, *, ordered: bool, ext: bool, rdy: int,
                  limit: int | None = None, config: ConnectionConfig | None = None,
-                 exact_start: bool = True, fail_on_data_loss: bool = True) -> None:
+                 exact_start: bool = True, fail_on_data_loss: bool = True,
+                 max_buffered: int = MAX_BUFFERED) -> None:
         self.topic = topic
         self.partition = partition
         self.leader = leader
@@ -418,6 +428,9 @@ class RangeReader:
         self._config = config or ConnectionConfig()
         self._conn: Connection | None = None
         self._ready: deque[Message] = deque()
+        self._buffered = 0  # body bytes in _ready
+        self._max_buffered = max_buffered
+        self._held: list[bytes] = []  # ids of buffered messages not FINed yet (back-pressure)
         self._wake: asyncio.Event | None = None
         self._last = -1
         self._exact_start = exact_start
@@ -449,31 +462,42 @@ class RangeReader:
         conn.closed.add_done_callback(lambda _: self._wake.set() if self._wake else None)
 
     def _on_message(self, message: Message) -> None:
+        if self._keep(message) and self._buffered > self._max_buffered:
+            self._held.append(message.id)  # FINed when taken: the server's window fills
+        else:
+            self._fin(message.id)
+
+    def _fin(self, message_id: bytes) -> None:
         conn = self._conn
         if conn is not None and not conn.is_closed:
             # ordered: the next message waits for this FIN, and nothing can join its write
-            conn.send(commands.fin(message.id), now=self._ordered)
+            conn.send(commands.fin(message_id), now=self._ordered)
+
+    def _keep(self, message: Message) -> bool:
+        """Take in one delivery: True when it joined the buffer."""
         if self.done:
-            return
+            return False
         offset = message.queue_offset
         raw_size = message.raw_size
         if offset is None or raw_size is None:
-            return  # cannot happen after SUB_ADVANCED/SUB_ORDERED; never guess
+            return False  # cannot happen after SUB_ADVANCED/SUB_ORDERED; never guess
         if self._last < 0 and self._exact_start and not self._check_first(offset, raw_size):
-            return
+            return False
         if offset < self.start or offset <= self._last:
-            return  # before the range, or a redelivery
+            return False  # before the range, or a redelivery
         if offset < self.end < offset + raw_size:
             self._refuse(InvalidArgument("endingOffsets", f"offset {self.end} of {self.topic}/"
                                          f"{self.partition} is inside the message at {offset} "
                                          f"({raw_size} bytes): give a message's queue_offset, "
                                          f"e.g. {offset} or {offset + raw_size}", self.end))
-            return
-        if offset >= self.end:
+            return False
+        kept = offset < self.end
+        if not kept:
             self.done = True
         else:
             self._last = offset
             self._ready.append(message)
+            self._buffered += len(message.body)
             self._count += 1
             self.next_end = offset + raw_size
             if self.next_end >= self.end or \
@@ -481,6 +505,7 @@ class RangeReader:
                 self.done = True
         assert self._wake is not None
         self._wake.set()
+        return kept
 
     def _check_first(self, offset: int, raw_size: int) -> bool:
         """The first message must start at ``start``: one before it means ``start`` lies
@@ -516,10 +541,12 @@ class RangeReader:
         time and ``ConnectionClosed`` when the connection dies before the end. ``whole``
         waits for the whole range instead (``timeout`` then bounds each wait for the next
         message): one hand-over to the calling thread per range rather than one per message
-        or two, which is what an ordered channel's one-in-flight delivery would cost.
+        or two, which is what an ordered channel's one-in-flight delivery would cost; it
+        returns early with what is buffered once that reaches ``max_buffered``.
         """
         assert self._wake is not None
-        while (whole or not self._ready) and not self.done:
+        while (not self._ready or (whole and self._buffered <= self._max_buffered)) \
+                and not self.done:
             conn = self._conn
             if conn is not None and conn.is_closed:
                 raise ConnectionClosed(
@@ -537,6 +564,10 @@ class RangeReader:
             raise self._error
         batch = list(self._ready)
         self._ready.clear()
+        self._buffered = 0
+        held, self._held = self._held, []
+        for message_id in held:  # taken: the server may send more
+            self._fin(message_id)
         return batch
 
     async def close(self) -> None:

@@ -395,7 +395,7 @@ class _Planner:
 
 
 _MIN_PIECE = 256  # messages: smaller ordered ranges are not worth another channel
-_MAX_PIECE = 20_000  # messages of an ordered piece (a task buffers its open pieces)
+_MAX_PIECE = 20_000  # messages of an ordered piece, where the probes allow (evens the pieces)
 _PROBES = 8  # split probes at once on the driver
 _MAX_CUTS = 1024  # per range and planning (each cut is one probe)
 
@@ -493,8 +493,9 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
 
     An ordered channel has one message in flight, so one channel reads a message per round
     trip; several channels at different offsets of the same partition keep several in flight.
-    Pieces ahead of the one being yielded are buffered (each is at most ``_MAX_PIECE``
-    messages). ``done[0]`` is the offset after the last row yielded.
+    Pieces ahead of the one being yielded wait in their readers, each bounded by its
+    ``max_buffered`` (``RangeReader``: past it the server's window fills with FINs held back),
+    whatever the pieces' sizes. ``done[0]`` is the offset after the last row yielded.
     """
     leader = _current_leader(client, part)
     node = leader.tcp_address

@@ -1,0 +1,76 @@
+"""The Spark connector's range reader holds a bounded buffer, however slowly its task takes.
+
+A task reads an ordered range as several pieces at once and yields them in order, so the
+pieces ahead of the one being yielded wait in their readers; a slow sink makes even a plain
+read wait. Past ``max_buffered`` bytes a reader keeps its FINs until the messages are taken,
+and the server's in-flight window (RDY) stops the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support import WAIT, wait_until
+
+from smartnsq import Producer
+from smartnsq.admin import AsyncAdmin
+from smartnsq.protocol.commands import StartPosition
+from smartnsq.spark.cluster import LeaderInfo, RangeReader
+
+BODY = b"x" * 1024
+COUNT = 300
+RDY = 10
+
+
+async def test_a_reader_nobody_takes_from_stops_at_its_bound(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("bounded", partitions=1, replicas=1)
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
+        await producer.publish_many("bounded", [BODY] * COUNT, partition=0)
+    partition = nsq_cluster.state.topics["bounded"].partitions[0]
+    node = nsq_cluster.leader_of("bounded", 0)
+    async with AsyncAdmin(nsq_cluster.lookupd_http_addresses) as admin:
+        await admin.create_channel("bounded", "reader", partition=0)
+        await admin.set_offset("bounded", "reader", StartPosition.queue_offset(0), partition=0)
+    reader = RangeReader("bounded", 0, LeaderInfo(node.host, node.tcp_port, node.http_port),
+                         "reader", 0, partition.log.end_offset, ordered=False, ext=False,
+                         rdy=RDY, max_buffered=20 * len(BODY))
+    await reader.open()
+    try:
+        channel = partition.channels["reader"]
+        # the server's window fills with messages the reader keeps unanswered (before: every
+        # message was FINed on arrival, and the reader took in all 300)
+        await wait_until(lambda: channel.in_flight == RDY)
+        buffered = len(await reader.next_batch(WAIT))
+        assert 20 < buffered <= 21 + RDY
+        taken = buffered
+        offsets: list[int] = []
+        while batch := await reader.next_batch(WAIT):
+            taken += len(batch)
+            offsets += [m.queue_offset for m in batch if m.queue_offset is not None]
+        assert taken == COUNT and offsets == sorted(set(offsets))
+    finally:
+        await reader.close()
+
+
+async def test_an_ordered_piece_read_whole_returns_at_its_bound(nsq_cluster: Any) -> None:
+    """``next_batch(whole=True)`` waits for the whole piece, or for the bound: a piece larger
+    than the bound does not wait for FINs it holds itself."""
+    await nsq_cluster.create_topic("boundord", partitions=1, replicas=1, ordered=True)
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
+        await producer.publish_many("boundord", [BODY] * 50, partition=0)
+    partition = nsq_cluster.state.topics["boundord"].partitions[0]
+    node = nsq_cluster.leader_of("boundord", 0)
+    async with AsyncAdmin(nsq_cluster.lookupd_http_addresses) as admin:
+        await admin.create_channel("boundord", "reader", partition=0)
+        await admin.set_offset("boundord", "reader", StartPosition.queue_offset(0), partition=0)
+    reader = RangeReader("boundord", 0, LeaderInfo(node.host, node.tcp_port, node.http_port),
+                         "reader", 0, partition.log.end_offset, ordered=True, ext=False,
+                         rdy=1, max_buffered=10 * len(BODY))
+    await reader.open()
+    try:
+        sizes = []
+        while batch := await reader.next_batch(WAIT, whole=True):
+            sizes.append(len(batch))
+        assert sum(sizes) == 50 and max(sizes) <= 11 + 1
+    finally:
+        await reader.close()
