@@ -702,7 +702,7 @@ class LookupRouteSource:
 
     def __init__(self, lookupd: Iterable[str] | None, *, lookup: LookupManager | None = None,
                  options: Mapping[str, object] | None = None) -> None:
-        from .lookup import LookupManager  # lookup imports httpx: only when used
+        from .lookup import LookupManager  # imported when used: nsqd=[...] needs no lookup
 
         self._lookup: LookupManager
         if lookup is not None:
