@@ -617,10 +617,7 @@ class Producer:
         if delay > 0:
             log.debug("publish to %r: attempt %d failed (%s); next in %.3fs", request.topic,
                       request.attempt, error, delay)
-            if decision.early:
-                await self._pool.changed(request.topic, delay, partition)
-            else:
-                await asyncio.sleep(delay)  # a node in back-off: a route change does not help
+            await self._pool.changed(request.topic, delay, partition)
         if request.deadline - self._loop.time() < least_time(request.timeout):
             assert error is not None  # (too little left for an answer to come back in)
             raise timed_out(request.topic, request.timeout, error)

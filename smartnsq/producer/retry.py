@@ -20,8 +20,9 @@ pinned message                         at the partition's next probe turn (one p
 ``REFRESH_AND_RETRY`` server error;    refresh lookup, retry after a back-off that a route
 no leader for the target               change ends early
 ``RETRY`` server error; lookup failed  retry after a back-off (a route change ends it)
-node backing off after a failed        retry after the node's back-off (no early end: the
-connect                                node will not be dialled before it)
+node backing off after a failed        retry after the node's back-off, or at once when the
+connect                                routes change (a leader that left is replaced by one
+                                       that answers; the same node is not dialled earlier)
 connect failed                         retry after a back-off; give up at once when the
                                        certificate does not verify (``incurable``)
 connection lost under the request      the first time: retry now (on a fresh connection);
@@ -106,7 +107,7 @@ class ProducerClosed(ConnectionError_):
 class Decision:
     """What to do after a failed attempt.
 
-    ``delay``: how long to wait first; ``early``: a route change of the topic ends the wait;
+    ``delay``: how long to wait at most (a route change of the topic ends the wait early);
     ``keep_partition``: the retry goes to the same partition; ``probe``: the partition's
     leader refused the write for now, so the retry takes the partition's next probe turn
     (``PartitionPool.probe_delay``) when one is free within ``delay``, and wakes when another
@@ -114,20 +115,18 @@ class Decision:
     set when it wraps the failure).
     """
 
-    __slots__ = ("delay", "early", "error", "keep_partition", "next", "probe")
+    __slots__ = ("delay", "error", "keep_partition", "next", "probe")
 
-    def __init__(self, next: Next, delay: float = 0.0, *, early: bool = True,
-                 keep_partition: bool = False, probe: bool = False,
-                 error: BaseException | None = None) -> None:
+    def __init__(self, next: Next, delay: float = 0.0, *, keep_partition: bool = False,
+                 probe: bool = False, error: BaseException | None = None) -> None:
         self.next = next
         self.delay = delay
-        self.early = early
         self.keep_partition = keep_partition
         self.probe = probe
         self.error = error
 
     def __repr__(self) -> str:
-        return (f"Decision({self.next.name}, delay={self.delay:.3f}, early={self.early}, "
+        return (f"Decision({self.next.name}, delay={self.delay:.3f}, "
                 f"keep_partition={self.keep_partition}, probe={self.probe}, "
                 f"error={self.error!r})")
 
@@ -223,8 +222,7 @@ def _by_failure(error: BaseException, stage: Stage, attempt: int, base: float, c
         if incurable(error):
             return _give_up(error)
         if isinstance(error, NodeBackoff):
-            return Decision(Next.RETRY_AFTER, max(backoff(attempt), error.retry_in),
-                            early=False)
+            return Decision(Next.RETRY_AFTER, max(backoff(attempt), error.retry_in))
         if isinstance(error, ConnectionError_ | Timeout | OSError):
             return Decision(Next.RETRY_AFTER, backoff(attempt))
         return _give_up(error)

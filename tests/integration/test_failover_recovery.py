@@ -191,3 +191,32 @@ async def test_consumer_follows_a_graceful_handoff_before_its_reconnect_backoff(
                 await got.until(lambda: b"after" in seen, timeout=TIMEOUT)
             assert cluster.leader_of("moving", 0) is not old
         assert seen == [b"before", b"after"]
+
+
+async def test_publish_waiting_on_a_leaving_nodes_backoff_follows_the_new_leader() -> None:
+    """A leaving node refuses new connections before its partitions are handed over, so a
+    publish whose connection to it is gone backs off from that node; the back-off (30 s here,
+    past the deadline) ends when the routes move, and the publish goes to the new leader
+    (before: it slept the node's back-off out: a Timeout here, +0.3 to +1.2 s on the slow
+    handoff in bench/failover.py)."""
+    async with DevCluster(nodes=2, lookupds=1, profile=LEAVE, proxied=True) as cluster:
+        await cluster.create_topic("leaving", partitions=1, replicas=2)
+        lookup = LookupManager(cluster.lookupd_http_addresses)
+        async with lookup, Producer(lookup=lookup, reconnect_delay=30.0,
+                                    reconnect_delay_max=30.0) as producer:
+            await producer.publish("leaving", b"before", partition=0)
+            old = cluster.leader_of("leaving", 0)
+            with _records("smartnsq.producer") as records, \
+                    poke_on_log(Watch(), "smartnsq.producer") as logged:
+                await cluster.leave_node(old)
+                assert cluster.cut_connections(old) > 0  # its connection is gone: redial
+                async with bounded(TIMEOUT):
+                    waiting = producer.publish_nowait("leaving", b"during", partition=0,
+                                                      timeout=TIMEOUT)
+                    # the node refuses: the publish backs off from it, before the handoff
+                    await logged.until(lambda: any("is backing off" in r for r in records),
+                                       timeout=TIMEOUT)
+                    assert cluster.leader_of("leaving", 0) is old
+                    result = await waiting
+            assert result.partition == 0
+            assert cluster.leader_of("leaving", 0) is not old

@@ -128,10 +128,12 @@ def test_a_certificate_that_does_not_verify_is_not_retried() -> None:
     assert run(flagged, Stage.CONNECT).next is G
 
 
-def test_a_node_backing_off_is_waited_out_without_an_early_end() -> None:
+def test_a_node_backing_off_is_waited_out_unless_the_routes_change() -> None:
+    # (the wait is Producer's: every back-off ends at a route change of the topic, so a
+    # publish to a node that left follows the new leader; tests/integration/
+    # test_failover_recovery.py)
     decision = run(NodeBackoff(("127.0.0.1", 1), 0.7, None), Stage.CONNECT)
-    assert decision.next is A and decision.delay >= 0.7 and not decision.early
-    assert run(RetriableServerError("E_PUB_FAILED", "", "PUB"), Stage.SEND).early
+    assert decision.next is A and decision.delay >= 0.7
 
 
 @pytest.mark.parametrize(("name", "stage"),
