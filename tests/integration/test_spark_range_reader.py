@@ -22,21 +22,29 @@ COUNT = 300
 RDY = 10
 
 
-async def test_a_reader_nobody_takes_from_stops_at_its_bound(nsq_cluster: Any) -> None:
-    await nsq_cluster.create_topic("bounded", partitions=1, replicas=1)
-    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
-        await producer.publish_many("bounded", [BODY] * COUNT, partition=0)
-    partition = nsq_cluster.state.topics["bounded"].partitions[0]
-    node = nsq_cluster.leader_of("bounded", 0)
-    async with AsyncAdmin(nsq_cluster.lookupd_http_addresses) as admin:
-        await admin.create_channel("bounded", "reader", partition=0)
-        await admin.set_offset("bounded", "reader", StartPosition.queue_offset(0), partition=0)
-    reader = RangeReader("bounded", 0, LeaderInfo(node.host, node.tcp_port, node.http_port),
-                         "reader", 0, partition.log.end_offset, ordered=False, ext=False,
-                         rdy=RDY, max_buffered=20 * len(BODY))
+async def open_reader(cluster: Any, topic: str, count: int, *, ordered: bool, rdy: int,
+                      max_buffered: int) -> RangeReader:
+    """A reader over the whole of a fresh one-partition topic holding ``count`` bodies."""
+    await cluster.create_topic(topic, partitions=1, replicas=1, ordered=ordered)
+    async with Producer(lookupd=cluster.lookupd_http_addresses) as producer:
+        await producer.publish_many(topic, [BODY] * count, partition=0)
+    node = cluster.leader_of(topic, 0)
+    async with AsyncAdmin(cluster.lookupd_http_addresses) as admin:
+        await admin.create_channel(topic, "reader", partition=0)
+        await admin.set_offset(topic, "reader", StartPosition.queue_offset(0), partition=0)
+    end = cluster.state.topics[topic].partitions[0].log.end_offset
+    reader = RangeReader(topic, 0, LeaderInfo(node.host, node.tcp_port, node.http_port),
+                         "reader", 0, end, ordered=ordered, ext=False, rdy=rdy,
+                         max_buffered=max_buffered)
     await reader.open()
+    return reader
+
+
+async def test_a_reader_nobody_takes_from_stops_at_its_bound(nsq_cluster: Any) -> None:
+    reader = await open_reader(nsq_cluster, "bounded", COUNT, ordered=False, rdy=RDY,
+                               max_buffered=20 * len(BODY))
     try:
-        channel = partition.channels["reader"]
+        channel = nsq_cluster.state.topics["bounded"].partitions[0].channels["reader"]
         # the server's window fills with messages the reader keeps unanswered (before: every
         # message was FINed on arrival, and the reader took in all 300)
         await wait_until(lambda: channel.in_flight == RDY)
@@ -55,18 +63,8 @@ async def test_a_reader_nobody_takes_from_stops_at_its_bound(nsq_cluster: Any) -
 async def test_an_ordered_piece_read_whole_returns_at_its_bound(nsq_cluster: Any) -> None:
     """``next_batch(whole=True)`` waits for the whole piece, or for the bound: a piece larger
     than the bound does not wait for FINs it holds itself."""
-    await nsq_cluster.create_topic("boundord", partitions=1, replicas=1, ordered=True)
-    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
-        await producer.publish_many("boundord", [BODY] * 50, partition=0)
-    partition = nsq_cluster.state.topics["boundord"].partitions[0]
-    node = nsq_cluster.leader_of("boundord", 0)
-    async with AsyncAdmin(nsq_cluster.lookupd_http_addresses) as admin:
-        await admin.create_channel("boundord", "reader", partition=0)
-        await admin.set_offset("boundord", "reader", StartPosition.queue_offset(0), partition=0)
-    reader = RangeReader("boundord", 0, LeaderInfo(node.host, node.tcp_port, node.http_port),
-                         "reader", 0, partition.log.end_offset, ordered=True, ext=False,
-                         rdy=1, max_buffered=10 * len(BODY))
-    await reader.open()
+    reader = await open_reader(nsq_cluster, "boundord", 50, ordered=True, rdy=1,
+                               max_buffered=10 * len(BODY))
     try:
         sizes = []
         while batch := await reader.next_batch(WAIT, whole=True):
