@@ -48,7 +48,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,6 +64,7 @@ if TYPE_CHECKING:  # LookupRouteSource only; smartnsq.lookup is imported when us
     from .lookup import LookupManager, TopicChange, TopicView
 
 FAST_POLL_FOR = 5.0  # s at the start of a wait: rounds of their own, twice as often
+FAST_POLL_REARM = 30.0  # s before another wait of the topic gets a fast start again
 ROUND_TIMEOUT = 1.0  # s one such round may take
 
 __all__ = [
@@ -163,7 +166,8 @@ class RouteSource(Protocol):
 
     def refresh(self, topic: str, *, now: bool = False) -> None:
         """Ask for fresh routes soon (coalesced; the answer arrives through ``subscribe``);
-        ``now``: a round at once, past the source's spacing of rounds that find nothing new."""
+        ``now``: a round at once, past the source's spacing of rounds that find nothing new.
+        (Optional: a source whose ``refresh`` takes no ``now`` gets spaced refreshes only.)"""
         ...
 
     def subscribe(self, callback: RoutesCallback) -> None:
@@ -236,6 +240,8 @@ class PartitionPool:
                  connect: Callable[[str, int, ConnectionConfig], Awaitable[Connection]]
                  | None = None) -> None:
         self._source = source
+        # a source of this library's, or one written before ``refresh(now=)`` existed
+        self._rounds_at_once = "now" in inspect.signature(source.refresh).parameters
         self._wait_refresh = wait_refresh
         self._config = config or ConnectionConfig()
         self._idle_timeout = idle_timeout
@@ -248,6 +254,7 @@ class PartitionPool:
         # waiters per topic, each for any change (partition None) or for one partition
         self._waiters: dict[str, list[tuple[asyncio.Future[None], int | None]]] = {}
         self._polling: dict[str, asyncio.TimerHandle] = {}  # refresh timers while waited on
+        self._fast_since: dict[str, float] = {}  # when each topic's last fast start began
         self._probes: dict[tuple[str, int], float] = {}  # next free probe time per partition
         # partitions dropped by lookup while their leader was stalled: that leader, to hold
         # them on once it answers again (``rehold``)
@@ -324,8 +331,12 @@ class PartitionPool:
             self._loading.pop(topic, None)
 
     def refresh(self, topic: str, *, now: bool = False) -> None:
-        if not self._closed:
-            self._source.refresh(topic, now=now)
+        if self._closed:
+            return
+        if now and self._rounds_at_once:
+            self._source.refresh(topic, now=True)
+        else:
+            self._source.refresh(topic)
 
     def changed(self, topic: str, timeout: float,
                 partition: int | None = None) -> asyncio.Future[None]:
@@ -333,8 +344,9 @@ class PartitionPool:
 
         With a ``partition``, it also settles when a publish to that partition succeeds again
         (:meth:`writable`). It never raises; waiting on it is how callers back off without
-        missing a recovery. While it is pending the topic's routes are refreshed every
-        ``wait_refresh`` s.
+        missing a recovery. While it is pending the topic's routes are refreshed: in the first
+        ``FAST_POLL_FOR`` s of a wait (at most once per ``FAST_POLL_REARM`` s per topic) every
+        ``wait_refresh / 2`` s with rounds of their own, then every ``wait_refresh`` s.
         """
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
@@ -345,8 +357,12 @@ class PartitionPool:
         handle = loop.call_later(max(timeout, 0.0), _settle, waiter)
         waiter.add_done_callback(lambda _: handle.cancel())
         if topic not in self._polling and self._wait_refresh > 0:
+            now = loop.time()
+            since = self._fast_since.get(topic, -math.inf)
+            if now - since >= FAST_POLL_REARM:  # (waits that keep restarting: one fast start)
+                since = self._fast_since[topic] = now
             self._polling[topic] = loop.call_later(self._wait_refresh / 2, self._poll_waited,
-                                                   topic, loop.time())
+                                                   topic, since)
         return waiter
 
     def _poll_waited(self, topic: str, since: float) -> None:

@@ -161,13 +161,16 @@ class Discovery:
         refreshed.add_done_callback(again)
 
     def refresh(self) -> None:
-        """Ask lookup for a fresh view soon (coalesced), and again every ``CHASE_PERIOD``
-        until the view changes (at most ``CHASE_FOR`` s)."""
+        """Ask lookup for a fresh view soon (coalesced), and again until the view changes:
+        every ``CHASE_FAST_PERIOD`` in a chase's first ``CHASE_FAST`` s, then every
+        ``CHASE_PERIOD``, for at most ``CHASE_FOR`` s after the last loss."""
         if self._closing:
             return
         loop = asyncio.get_running_loop()
-        self._chase_until = loop.time() + CHASE_FOR
-        self._fast_until = loop.time() + CHASE_FAST
+        now = loop.time()
+        if now >= self._chase_until:  # a new chase: its first seconds are fast; losses
+            self._fast_until = now + CHASE_FAST  # during one (a dead node retried) are not
+        self._chase_until = now + CHASE_FOR
         if self._refresh_handle is None:
             self._refresh_handle = loop.call_later(0.05, self._do_refresh)
 
