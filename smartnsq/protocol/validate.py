@@ -26,14 +26,15 @@ _HEADER_NAME_RE = re.compile(r"^[!-~]+\Z")  # printable ASCII, no spaces
 
 
 def ascii_int(text: str, *, signed: bool = False) -> int | None:
-    """The value of a plain ASCII decimal number (``-`` allowed with ``signed``), else None.
+    """The value of a plain ASCII decimal number of at most 19 digits (``-`` allowed with
+    ``signed``), else None.
 
     Peers' text goes through this, not ``str.isdigit``: that accepts ``'²'``, which ``int``
     refuses with a bare ``ValueError``, and other scripts' digits, which ``int`` reads.
     """
     digits = text[1:] if signed and text[:1] == "-" else text
-    if not (digits.isascii() and digits.isdigit()):
-        return None
+    if len(digits) > 19 or not (digits.isascii() and digits.isdigit()):
+        return None  # (over 19 digits no field fits 64 bits; over 4300 int() raises)
     return int(text)
 
 

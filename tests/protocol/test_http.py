@@ -155,6 +155,7 @@ def test_a_huge_chunk_is_refused_from_its_size_line() -> None:
     # digits str.isdigit accepts but int() refuses (a bare ValueError before) or reads
     (b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n", "Content-Length"),
     (b"HTTP/1.1 \xb2\xb2\xb2 OK\r\n\r\n", "status line"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", "Content-Length"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not hex"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 2000, "chunk size line"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxyz", "CRLF"),
