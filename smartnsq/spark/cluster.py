@@ -392,7 +392,8 @@ def temporary_channel(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
-MAX_BUFFERED = 8 * 1024 * 1024  # body bytes a reader holds before it stops FINing
+MAX_BUFFERED = 8 * 1024 * 1024  # bytes a reader holds before it stops FINing
+_MESSAGE_COST = 256  # bytes a buffered Message costs beside its body (the object, its id)
 
 
 class RangeReader:
@@ -401,10 +402,11 @@ class RangeReader:
     ``limit`` stops after that many messages (used to find the end of a rate-limited range);
     ``next_end`` is then the queue offset just after the last message read.
 
-    What it holds is bounded: past ``max_buffered`` body bytes not yet taken by
-    :meth:`next_batch`, it keeps the FINs of what it reads until they are taken, and the
-    server, whose in-flight window is then full (RDY messages; one on an ordered channel),
-    sends no more. So a reader never holds more than ``max_buffered`` plus RDY messages, however
+    What it holds is bounded: past ``max_buffered`` bytes not yet taken by :meth:`next_batch`
+    (bodies and a per-message cost), it keeps the FINs of what it reads until they are taken,
+    and the server, whose in-flight window is then full (RDY messages; one on an ordered
+    channel), sends no more; a held message the server redelivers after its ``msg_timeout``
+    stays held. So a reader never holds more than ``max_buffered`` plus RDY messages, however
     slowly its task takes them (a piece read ahead of the one being yielded, a slow sink).
     """
 
@@ -430,7 +432,7 @@ class RangeReader:
         self._ready: deque[Message] = deque()
         self._buffered = 0  # body bytes in _ready
         self._max_buffered = max_buffered
-        self._held: list[bytes] = []  # ids of buffered messages not FINed yet (back-pressure)
+        self._held: dict[bytes, None] = {}  # ids of buffered messages not FINed yet, in order
         self._wake: asyncio.Event | None = None
         self._last = -1
         self._exact_start = exact_start
@@ -462,10 +464,13 @@ class RangeReader:
         conn.closed.add_done_callback(lambda _: self._wake.set() if self._wake else None)
 
     def _on_message(self, message: Message) -> None:
-        if self._keep(message) and self._buffered > self._max_buffered:
-            self._held.append(message.id)  # FINed when taken: the server's window fills
-        else:
-            self._fin(message.id)
+        if self._keep(message):
+            if self._buffered > self._max_buffered:
+                self._held[message.id] = None  # FINed when taken: the server's window fills
+                return
+        elif message.id in self._held:
+            return  # held past the server's msg_timeout and redelivered: still held
+        self._fin(message.id)
 
     def _fin(self, message_id: bytes) -> None:
         conn = self._conn
@@ -497,7 +502,7 @@ class RangeReader:
         else:
             self._last = offset
             self._ready.append(message)
-            self._buffered += len(message.body)
+            self._buffered += len(message.body) + _MESSAGE_COST
             self._count += 1
             self.next_end = offset + raw_size
             if self.next_end >= self.end or \
@@ -565,7 +570,7 @@ class RangeReader:
         batch = list(self._ready)
         self._ready.clear()
         self._buffered = 0
-        held, self._held = self._held, []
+        held, self._held = self._held, {}
         for message_id in held:  # taken: the server may send more
             self._fin(message_id)
         return batch

@@ -14,6 +14,7 @@ from support import WAIT, wait_until
 
 from smartnsq import Producer
 from smartnsq.admin import AsyncAdmin
+from smartnsq.config import ConnectionConfig
 from smartnsq.protocol.commands import StartPosition
 from smartnsq.spark.cluster import LeaderInfo, RangeReader
 
@@ -23,7 +24,7 @@ RDY = 10
 
 
 async def open_reader(cluster: Any, topic: str, count: int, *, ordered: bool, rdy: int,
-                      max_buffered: int) -> RangeReader:
+                      max_buffered: int, config: ConnectionConfig | None = None) -> RangeReader:
     """A reader over the whole of a fresh one-partition topic holding ``count`` bodies."""
     await cluster.create_topic(topic, partitions=1, replicas=1, ordered=ordered)
     async with Producer(lookupd=cluster.lookupd_http_addresses) as producer:
@@ -35,14 +36,14 @@ async def open_reader(cluster: Any, topic: str, count: int, *, ordered: bool, rd
     end = cluster.state.topics[topic].partitions[0].log.end_offset
     reader = RangeReader(topic, 0, LeaderInfo(node.host, node.tcp_port, node.http_port),
                          "reader", 0, end, ordered=ordered, ext=False, rdy=rdy,
-                         max_buffered=max_buffered)
+                         max_buffered=max_buffered, config=config)
     await reader.open()
     return reader
 
 
 async def test_a_reader_nobody_takes_from_stops_at_its_bound(nsq_cluster: Any) -> None:
     reader = await open_reader(nsq_cluster, "bounded", COUNT, ordered=False, rdy=RDY,
-                               max_buffered=20 * len(BODY))
+                               max_buffered=20 * (len(BODY) + 256))
     try:
         channel = nsq_cluster.state.topics["bounded"].partitions[0].channels["reader"]
         # the server's window fills with messages the reader keeps unanswered (before: every
@@ -64,11 +65,33 @@ async def test_an_ordered_piece_read_whole_returns_at_its_bound(nsq_cluster: Any
     """``next_batch(whole=True)`` waits for the whole piece, or for the bound: a piece larger
     than the bound does not wait for FINs it holds itself."""
     reader = await open_reader(nsq_cluster, "boundord", 50, ordered=True, rdy=1,
-                               max_buffered=10 * len(BODY))
+                               max_buffered=10 * (len(BODY) + 256))
     try:
         sizes = []
         while batch := await reader.next_batch(WAIT, whole=True):
             sizes.append(len(batch))
         assert sum(sizes) == 50 and max(sizes) <= 11 + 1
+    finally:
+        await reader.close()
+
+
+async def test_held_messages_redelivered_after_msg_timeout_stay_held(nsq_cluster: Any) -> None:
+    """The server redelivers what a reader holds past its msg_timeout: those stay held (FINing
+    them would open the window to RDY more, every msg_timeout), and the read stays complete
+    and in order."""
+    reader = await open_reader(nsq_cluster, "heldlong", 100, ordered=False, rdy=RDY,
+                               max_buffered=20 * (len(BODY) + 256),
+                               config=ConnectionConfig(msg_timeout=1.0))
+    try:
+        channel = nsq_cluster.state.topics["heldlong"].partitions[0].channels["reader"]
+        await wait_until(lambda: channel.in_flight == RDY)
+        await wait_until(lambda: channel.timeout_count >= 2 * RDY)  # redelivered twice over
+        # nothing new was read past the held window (before: each redelivery was FINed as a
+        # duplicate, and the window let new messages in every msg_timeout)
+        assert channel.cursor <= 21 + RDY and channel.finish_count <= 21
+        taken: list[int] = []
+        while batch := await reader.next_batch(WAIT):
+            taken += [m.queue_offset for m in batch if m.queue_offset is not None]
+        assert len(taken) == 100 and taken == sorted(set(taken))
     finally:
         await reader.close()
