@@ -80,8 +80,9 @@ class ProducerConfig:
     linger: float = field(default=0.0, metadata=spec(
         "Batch concurrent plain publishes (no headers, trace id, delay or receipt) to one "
         "partition: each waits up to this long for others, and those gathered go as one "
-        "MPUB, each call keeping its own result or error (Kafka's linger.ms). 0: off, every "
-        "publish is sent on its own at once.", unit="s",
+        "MPUB, each call keeping its own result or error (Kafka's linger.ms). A publish "
+        "whose timeout is under 20 lingers is sent at once. 0: off, every publish is sent "
+        "on its own at once.", unit="s",
         rule=seconds(low_open=False)))
     trace: bool | None = field(default=None, metadata=spec(
         "Client-side trace log (logger smartnsq.trace): True traces every publish (sent "

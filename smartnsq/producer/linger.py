@@ -2,7 +2,8 @@
 ``linger`` seconds of each other, sent as one MPUB, each caller keeping its own result.
 
 Only plain publishes linger (no headers, trace id, delay or receipt): an MPUB's answer is one
-``OK`` for the batch, so there is nothing per message a batch could not give back. A batch is
+``OK`` for the batch, so there is nothing per message a batch could not give back; and only
+those with a timeout of at least ``LINGER_TIMEOUTS`` lingers (see below). A batch is
 bounded (``MAX_BATCH`` messages and the producer's ``max_body_size``); it goes out when its
 timer fires, when it is full, when its connection changes or when the producer closes. If the
 MPUB fails, every message of it fails the way its own PUB would have and is retried on its

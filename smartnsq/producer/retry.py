@@ -22,7 +22,8 @@ no leader for the target               change ends early
 ``RETRY`` server error; lookup failed  retry after a back-off (a route change ends it)
 node backing off after a failed        retry after the node's back-off, or at once when the
 connect                                routes change (a leader that left is replaced by one
-                                       that answers; the same node is not dialled earlier)
+                                       that answers; the same node is dialled earlier only
+                                       if it reappears in the routes)
 connect failed                         retry after a back-off; give up at once when the
                                        certificate does not verify (``incurable``)
 connection lost under the request      the first time: retry now (on a fresh connection);
