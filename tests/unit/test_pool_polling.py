@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support import wait_until
 
 from smartnsq import pool as pool_module
 from smartnsq.pool import PartitionPool, RoutesCallback, TopicRoutes
@@ -51,3 +52,40 @@ async def test_a_wait_polls_at_once_first_then_as_lookup_spaces_it(
     waiter.cancel()
     await pool.close()
 
+
+
+class OldSource(RecordingSource):
+    """A user's source written before ``refresh(now=)`` existed."""
+
+    def refresh(self, topic: str) -> None:  # type: ignore[override]
+        super().refresh(topic)
+
+
+async def test_a_source_without_now_gets_spaced_refreshes() -> None:
+    source = OldSource(wanted=3)
+    pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.02)
+    waiter = pool.changed("t", timeout=30.0)
+    await asyncio.wait_for(source.enough.wait(), 10)  # (before: TypeError in the timer)
+    assert source.calls[:3] == [False, False, False]
+    waiter.cancel()
+    await pool.close()
+
+
+async def test_a_wait_soon_after_another_gets_no_second_fast_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool_module, "FAST_POLL_FOR", 0.1)
+    source = RecordingSource(wanted=6)
+    pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.04)
+    first = pool.changed("t", timeout=30.0)
+    await asyncio.wait_for(source.enough.wait(), 10)
+    assert source.calls[0] is True and source.calls[-1] is False
+    first.cancel()
+    await wait_until(lambda: not pool._polling)  # nobody waits any more: the polling ended
+    source.calls.clear()
+    source.enough.clear()
+    source._wanted = 2
+    second = pool.changed("t", timeout=30.0)
+    await asyncio.wait_for(source.enough.wait(), 10)
+    assert source.calls[:2] == [False, False]  # within FAST_POLL_REARM of the first start
+    second.cancel()
+    await pool.close()
