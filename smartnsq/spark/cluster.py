@@ -430,7 +430,7 @@ class RangeReader:
         self._config = config or ConnectionConfig()
         self._conn: Connection | None = None
         self._ready: deque[Message] = deque()
-        self._buffered = 0  # body bytes in _ready
+        self._buffered = 0  # what _ready costs: its bodies and _MESSAGE_COST each
         self._max_buffered = max_buffered
         self._held: dict[bytes, None] = {}  # ids of buffered messages not FINed yet, in order
         self._wake: asyncio.Event | None = None

@@ -4,6 +4,7 @@ twice as often (a graceful handoff ends 0.07-4.1 s after a leave), then spaced b
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from support import wait_until
@@ -15,10 +16,20 @@ from smartnsq.pool import PartitionPool, RoutesCallback, TopicRoutes
 class RecordingSource:
     """A route source that records each refresh and whether it asked for a round at once."""
 
-    def __init__(self, wanted: int) -> None:
+    def __init__(self) -> None:
         self.calls: list[bool] = []
-        self.enough = asyncio.Event()
-        self._wanted = wanted
+        self._enough = asyncio.Event()
+        self._wanted = 0
+
+    async def polls(self, pool: PartitionPool, count: int) -> list[bool]:
+        """Wait on a route change of "t" until ``count`` more refreshes came; what they asked."""
+        self.calls.clear()
+        self._enough.clear()
+        self._wanted = count
+        waiter = pool.changed("t", timeout=30.0)
+        await asyncio.wait_for(self._enough.wait(), 10)
+        waiter.cancel()
+        return list(self.calls)
 
     async def start(self) -> None:
         return None
@@ -32,7 +43,7 @@ class RecordingSource:
     def refresh(self, topic: str, *, now: bool = False) -> None:
         self.calls.append(now)
         if len(self.calls) >= self._wanted:
-            self.enough.set()
+            self._enough.set()
 
     def subscribe(self, callback: RoutesCallback) -> None:
         return None
@@ -41,17 +52,14 @@ class RecordingSource:
 async def test_a_wait_polls_at_once_first_then_as_lookup_spaces_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool_module, "FAST_POLL_FOR", 0.2)
-    source = RecordingSource(wanted=12)
+    source = RecordingSource()
     pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.04)
-    waiter = pool.changed("t", timeout=30.0)
-    await asyncio.wait_for(source.enough.wait(), 10)
-    assert source.calls[0] is True  # the first poll is a round of its own
-    assert source.calls[-1] is False  # past FAST_POLL_FOR, lookup's spacing applies
-    flips = [a for a, b in zip(source.calls, source.calls[1:], strict=False) if a != b]
+    calls = await source.polls(pool, 12)
+    assert calls[0] is True  # the first poll is a round of its own
+    assert calls[-1] is False  # past FAST_POLL_FOR, lookup's spacing applies
+    flips = [a for a, b in itertools.pairwise(calls) if a != b]
     assert flips == [True]  # fast first, slow after, never back
-    waiter.cancel()
     await pool.close()
-
 
 
 class OldSource(RecordingSource):
@@ -62,30 +70,21 @@ class OldSource(RecordingSource):
 
 
 async def test_a_source_without_now_gets_spaced_refreshes() -> None:
-    source = OldSource(wanted=3)
+    source = OldSource()
     pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.02)
-    waiter = pool.changed("t", timeout=30.0)
-    await asyncio.wait_for(source.enough.wait(), 10)  # (before: TypeError in the timer)
-    assert source.calls[:3] == [False, False, False]
-    waiter.cancel()
+    # (before: a TypeError in the poll's timer, and no refresh at all)
+    assert (await source.polls(pool, 3))[:3] == [False, False, False]
     await pool.close()
 
 
 async def test_a_wait_soon_after_another_gets_no_second_fast_start(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool_module, "FAST_POLL_FOR", 0.1)
-    source = RecordingSource(wanted=6)
+    source = RecordingSource()
     pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.04)
-    first = pool.changed("t", timeout=30.0)
-    await asyncio.wait_for(source.enough.wait(), 10)
-    assert source.calls[0] is True and source.calls[-1] is False
-    first.cancel()
+    first = await source.polls(pool, 6)
+    assert first[0] is True and first[-1] is False
     await wait_until(lambda: not pool._polling)  # nobody waits any more: the polling ended
-    source.calls.clear()
-    source.enough.clear()
-    source._wanted = 2
-    second = pool.changed("t", timeout=30.0)
-    await asyncio.wait_for(source.enough.wait(), 10)
-    assert source.calls[:2] == [False, False]  # within FAST_POLL_REARM of the first start
-    second.cancel()
+    # within FAST_POLL_REARM of the first start
+    assert (await source.polls(pool, 2))[:2] == [False, False]
     await pool.close()
