@@ -55,6 +55,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.demo": 5,
     "smartnsq.spark": 5,
     "smartnsq.devcluster": 5,
+    "smartnsq.realcluster": 5,  # the real servers as processes, DevCluster's twin
     "smartnsq.reference": 5,  # the docs' reference tables, generated from floors 1-4
     "smartnsq.__main__": 5,
     # beside: classic fallback, mixed clusters, pynsq's API (public names of floors 1-4 only)
