@@ -67,7 +67,8 @@ def run_real(args: argparse.Namespace) -> int:
 
     config = ChaosConfig(seed=args.seed, seconds=args.seconds, rate=args.rate,
                          replicas=args.replicas, faults=REAL_FAULTS, fault_gap=(3.0, 10.0),
-                         down_for=(3.0, 15.0), publish_timeout=args.publish_timeout,
+                         down_for=(3.0, 15.0), kill_down_for=(60.0, 75.0),
+                         publish_timeout=args.publish_timeout,
                          drain_seconds=args.drain_seconds)
 
     async def go() -> object:
