@@ -36,7 +36,8 @@ from typing import Any
 from .cluster import DevCluster
 from .profile import FaultProfile, profile_named
 
-__all__ = ["REAL_FAULTS", "ChaosConfig", "ChaosReport", "Step", "TopicReport", "make_schedule", "run_chaos"]
+__all__ = ["KNOWN_FAULTS", "REAL_FAULTS", "ChaosConfig", "ChaosReport", "Step", "TopicReport",
+           "make_schedule", "run_chaos"]
 
 log = logging.getLogger("smartnsq.devcluster.chaos")
 

@@ -114,7 +114,7 @@ def _shape(request: pytest.FixtureRequest) -> dict[str, Any]:
     return dict(marker.kwargs) if marker is not None else {}
 
 
-@_async_fixture(params=[
+@_async_fixture(params=[  # type: ignore[untyped-decorator]
     pytest.param("dev", id="dev"),
     pytest.param("real", id="real", marks=pytest.mark.real),
 ])
@@ -146,20 +146,20 @@ async def nsq_any_cluster(request: pytest.FixtureRequest,
     if mode == "classic":
         kwargs["lookupds"] = shape.get("lookupds", 1)
     if shape.get("fresh"):
-        cluster = RealCluster(**kwargs)
-        await cluster.start()
+        own = RealCluster(**kwargs)
+        await own.start()
         try:
-            yield cluster
+            yield own
         finally:
-            await cluster.stop()
+            await own.stop()
         return
     key = tuple(sorted(kwargs.items()))
-    cluster = _shared_real.get(key)
-    if cluster is not None and not cluster.healthy:
-        await cluster.stop()
-        cluster = None
-    if cluster is None:
-        cluster = RealCluster(**kwargs)
-        await cluster.start()
-        _shared_real[key] = cluster
-    yield cluster
+    shared: RealCluster | None = _shared_real.get(key)
+    if shared is not None and not shared.healthy:
+        await shared.stop()
+        shared = None
+    if shared is None:
+        shared = RealCluster(**kwargs)
+        await shared.start()
+        _shared_real[key] = shared
+    yield shared
