@@ -369,8 +369,10 @@ class RealCluster:
             argv += [f"--cluster-id={self.cluster_id}",
                      f"--cluster-leadership-addresses={self._etcd_url}",
                      f"--rpc-port={ports['rpc']}", f"--metric-address={HOST}:{ports['metric']}",
-                     f"--log-dir={workdir}", "--nsqd-ping-timeout=5s",
-                     "--inactive-producer-timeout=10s"]
+                     f"--log-dir={workdir}"]
+            # the server's own ping and inactivity timeouts: a --nsqd-ping-timeout under
+            # nsqd's ping interval drops every nsqd's registration (lookups then list no
+            # partitions, a topic is never writable)
         return RealMember(name, "nsqlookupd", [*argv, *self.lookupd_args], workdir, ports=ports)
 
     def _nsqd_member(self, i: int) -> RealMember:
