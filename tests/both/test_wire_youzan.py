@@ -33,6 +33,7 @@ from smartnsq.protocol.frames import partition_of
 from smartnsq.sharding import java_partition, make_router, murmur3_partition
 
 SECOND = 1_000_000_000  # message timestamps are nanoseconds since the epoch
+RAW_OVERHEAD = 30  # a message's bytes in the queue beyond its body: 4 (size) + 26 (header)
 
 
 def check_steps(messages: list[Message]) -> None:
@@ -172,6 +173,7 @@ async def test_traced_receipts_match_the_delivered_messages(nsq_any_cluster: Any
             r.partition, r.internal_id, r.trace_id, r.queue_offset, r.raw_size), body
         assert m.node == r.node and m.attempts == 1
         assert before - 5 * SECOND <= m.timestamp <= after + 5 * SECOND
+        assert r.raw_size == RAW_OVERHEAD + len(body)  # size + header + body on disk
     assert receipts[b"traced-3"].trace_id == (1 << 63) + 3
     assert receipts[b"keyed"].trace_id == 0
     check_steps(messages)
@@ -209,6 +211,12 @@ async def test_ext_headers_and_tags_round_trip(nsq_any_cluster: Any) -> None:
     assert traced.headers == {"k": "t", "##trace_id": "4242"}  # PUB_EXT carries it there
     assert traced.trace_id == 4242 and traced.internal_id == results[b"traced"].internal_id
     assert every[b"traced-plain"].headers == {} and every[b"traced-plain"].trace_id == 7
+    # an ext topic's queue holds one more byte (ext version 0), or 3 + the JSON (version 4,
+    # its length, the JSON text)
+    assert every[b"plain"].raw_size is None  # a plain SUB: no detail block
+    assert results[b"traced"].raw_size == RAW_OVERHEAD + len(b"traced") + 3 + len(
+        every[b"traced"].ext or b"")
+    assert results[b"traced-plain"].raw_size == RAW_OVERHEAD + len(b"traced-plain") + 1
 
 
 async def test_a_tagged_consumer_gets_its_tag(nsq_any_cluster: Any) -> None:
