@@ -58,7 +58,7 @@ from .nsqd_errors import (
 from .nsqd_options import Settings
 from .nsqd_publish import HOLD, READ_INT32, PublishCommands, valid_name
 from .nsqd_streams import SnappyStream, Stream, deflate_stream
-from .nsqd_view import NodeView
+from .nsqd_view import NodeView, start_index
 from .state import ClusterState, PartitionInfo
 
 __all__ = ["NsqdConnection", "valid_name"]
@@ -660,7 +660,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
             channel.set_ordered(True)
         if start is not None and len(channel.consumers) <= 1:
             try:
-                channel.reset_to(channel.search(*start))
+                channel.reset_to(start_index(channel, *start))
             except ValueError as exc:
                 raise fatal("E_INVALID", str(exc)) from None
         return OK

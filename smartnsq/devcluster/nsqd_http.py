@@ -25,7 +25,7 @@ from .channels import Channel
 from .httpserver import NEGOTIATE, PLAIN, V1, HTTPError, HTTPServer, Request, Response
 from .nsqd_errors import GoParseError, go_atoi
 from .nsqd_publish import DISPATCH_TAG_KEY, TRACE_ID_KEY, valid_name
-from .nsqd_view import NodeView
+from .nsqd_view import NodeView, start_index
 from .state import BatchItem, PartitionInfo, TopicInfo
 
 __all__ = ["NsqdHTTP"]
@@ -319,7 +319,7 @@ class NsqdHTTP:
             raise HTTPError(400, str(exc).replace("strconv.Atoi", "strconv.ParseInt")) from None
         self._leader(p)
         try:
-            channel.reset_to(channel.search(parts[0].decode(), value))
+            channel.reset_to(start_index(channel, parts[0].decode(), value))
         except ValueError as exc:
             raise HTTPError(500, str(exc)) from None
 

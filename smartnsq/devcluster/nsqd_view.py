@@ -16,7 +16,7 @@ from .nsqd_identify import IdentifyLimits
 from .nsqd_options import Settings
 from .state import ClusterState, PartitionInfo, TopicInfo
 
-__all__ = ["NodeView"]
+__all__ = ["NodeView", "start_index"]
 
 
 class NodeView(Protocol):
@@ -60,3 +60,17 @@ class NodeView(Protocol):
     def default_partition(self, topic: str) -> int: ...
     def classic_partition(self, topic: str) -> PartitionInfo: ...
     def channel(self, p: PartitionInfo, info: TopicInfo | None, name: str) -> Channel: ...
+
+
+def start_index(channel: Channel, kind: str, value: int) -> int:
+    """The log index a ``SUB_ADVANCED`` / ``/channel/setoffset`` position names on
+    ``channel`` (``ValueError`` with the reason when none).
+
+    The real youzan nsqd counts ``msgcount:N`` from 1: it starts at the N-th message, so
+    ``msgcount:0`` and ``msgcount:1`` both start at the first one and ``msgcount:2`` skips
+    one (``consistence SearchLogByMsgCnt`` stops once ``N - 1`` messages are behind it;
+    ``tests/both/test_wire_youzan.py`` pins it on both clusters).
+    """
+    if kind == "msgcount":
+        value = max(value - 1, 0)
+    return channel.search(kind, value)

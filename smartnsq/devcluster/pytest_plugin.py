@@ -34,6 +34,10 @@ Fixtures (function-scoped, need an asyncio test runner such as pytest-asyncio):
         @pytest.mark.nsq_cluster(nodes=3, fresh=True)
         async def test_leader_loss(nsq_any_cluster): ...
 
+    ``nsqd_options`` (dev only) gives the dev nodes what the real servers do anyway, e.g.
+    ``{"ordered_first_delivery_twice": True}``; ``nsqd_args`` (real only) are command-line
+    flags of the real nsqd.
+
     ``-m real`` selects the real cases, ``-m 'not real'`` leaves them out.
 """
 
@@ -58,6 +62,11 @@ DEFAULT_SHAPE: dict[str, Any] = {"nodes": 3, "lookupds": 2}
 
 REAL_ONLY = ("fresh", "nsqd_args", "lookupd_args")
 """Marker arguments that only the real cluster takes (the dev cluster ignores them)."""
+
+DEV_ONLY = ("nsqd_options",)
+"""Marker arguments that only the dev cluster takes (the real cluster ignores them): the dev
+nodes' options that make them behave as the real servers do by default, e.g.
+``nsqd_options={"ordered_first_delivery_twice": True}``."""
 
 _shared_real: dict[tuple[Any, ...], Any] = {}
 
@@ -136,7 +145,7 @@ async def nsq_any_cluster(request: pytest.FixtureRequest,
         find_binaries(None, mode)
     except RealNsqdError as exc:
         pytest.skip(str(exc))
-    unknown = set(shape) - {"mode", "nodes", "lookupds", *REAL_ONLY}
+    unknown = set(shape) - {"mode", "nodes", "lookupds", *REAL_ONLY, *DEV_ONLY}
     if unknown:
         raise pytest.UsageError(f"the real cluster has no {sorted(unknown)}: use nsq_cluster")
     kwargs = {"mode": mode, "nodes": shape.get("nodes", DEFAULT_SHAPE["nodes"]),

@@ -132,7 +132,7 @@ async def test_youzan_channel_admin(yz: Nodes) -> None:
         for body in (b"a", b"b", b"c"):
             p1.log.append(body)
         resp = await client.post(f"{base(leader)}/channel/setoffset", params=params,
-                                 content=b"msgcount:1")
+                                 content=b"msgcount:2")  # from 1: the second message
         assert resp.status_code == 200 and p1.channels["och"].cursor == 1
         resp = await client.post(f"{base(leader)}/channel/setoffset", params=params,
                                  content=b"later:1")

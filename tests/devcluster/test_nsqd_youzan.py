@@ -366,7 +366,8 @@ async def test_sub_advanced_frames_carry_offset_and_raw_size(yz: Nodes) -> None:
 
 
 @pytest.mark.parametrize(("start", "first"), [
-    (b"msgcount:1", b"m1"), (b"virtual_queue:64", b"m2"), (b"special:-1", b"new"),
+    (b"msgcount:0", b"m0"), (b"msgcount:1", b"m0"), (b"msgcount:2", b"m1"),
+    (b"virtual_queue:64", b"m2"), (b"special:-1", b"new"),
     (b"timestamp:0", b"m0")])
 async def test_sub_advanced_start_positions(yz: Nodes, start: bytes, first: bytes) -> None:
     yz.topic("t", channels=["c"])

@@ -170,7 +170,7 @@ async def test_start_position_on_every_partition_when_a_node_leads_several(
             done.set()
 
     async with Consumer("rewind", "late", lookupd=nsq_cluster.lookupd_http_addresses,
-                        handler=handler, start=StartPosition.message_count(2)) as consumer:
+                        handler=handler, start=StartPosition.message_count(3)) as consumer:
         await asyncio.wait_for(done.wait(), WAIT)
         channels = [p.channels["late"] for p in nsq_cluster.state.topics["rewind"].partitions]
         await watch_channels(Watch(), *channels).until(
