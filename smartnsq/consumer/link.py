@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 from .. import trace as tracing
 from ..connection import Connection
-from ..message import FINISHED, PENDING, REQUEUED, Message, claimed
+from ..message import FINISHED, PENDING, REQUEUED, Message, claimed, names_message_id
 from ..protocol import commands
 from .config import ConsumerConfig
 
@@ -299,11 +299,7 @@ class Link:
         not counted in flight (see :meth:`_duplicate`): expected, not a failure."""
         if not self.copy_fins or error.code != "E_FIN_FAILED":
             return False
-        msg_id = self.copy_fin
-        # youzan names the id as Go prints a byte array ("FIN [0 0 ... 2 0 ...] failed"),
-        # classic nsqd as its 16 characters
-        if f"[{' '.join(map(str, msg_id))}]" not in error.text and \
-                msg_id.decode("ascii", "replace") not in error.text:
+        if not names_message_id(error.text, self.copy_fin):
             return False
         self.copy_fins -= 1
         return True
