@@ -69,17 +69,35 @@ async def preload(lookupd: list[str], topic: str, count: int, keys: int) -> None
                                         sharding_key=name, timeout=30)
 
 
-class ServerErrors(logging.Handler):
-    """Keeps what the client logs about error frames (at info and above), to show per run."""
+class ClientLog(logging.Handler):
+    """What the client logs, per run: error frames and warnings (shown), and how its
+    duplicate copies went (counted from the consumer's debug lines: copies dropped while the
+    original was pending, copies FINed after the original's FIN, and the E_FIN_FAILED those
+    FINs got when the server had not counted the copy in flight)."""
+
+    KINDS = {"the copy is dropped": "copies_dropped",
+             "the copy is FINed too": "copies_fined",
+             "had not counted in flight (expected)": "copy_fin_failed"}
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)
         self.lines: list[str] = []
+        self.counts: dict[str, int] = dict.fromkeys(self.KINDS.values(), 0)
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
-        if " E_" in text or record.levelno >= logging.WARNING:
+        for needle, kind in self.KINDS.items():
+            if needle in text:
+                self.counts[kind] += 1
+                return
+        if record.levelno >= logging.WARNING or (record.levelno >= logging.INFO
+                                                 and " E_" in text):
             self.lines.append(f"{record.levelname} {record.name}: {text}")
+
+    def take(self) -> tuple[dict[str, int], list[str]]:
+        counts, lines = self.counts, self.lines
+        self.counts, self.lines = dict.fromkeys(self.KINDS.values(), 0), []
+        return counts, lines
 
 
 async def drain(lookupd: list[str], topic: str, count: int, timeout: float) -> dict[str, Any]:
@@ -108,12 +126,14 @@ async def drain(lookupd: list[str], topic: str, count: int, timeout: float) -> d
     consumer = Consumer(topic, CHANNEL, lookupd=lookupd, handler=handle, ordered=True,
                         max_in_flight=PARTITIONS * 4)
     started = time.monotonic()
+    cpu = time.process_time()
     await consumer.start()
     try:
         await asyncio.wait_for(asyncio.shield(done), timeout)
         result["seconds"] = time.monotonic() - started
     except asyncio.TimeoutError:
         result["seconds"] = None  # stalled past the bound
+    result["client_cpu_s"] = round(time.process_time() - cpu, 2)
     stats = consumer.stats()
     await consumer.close(timeout=5)
     for name in ("duplicates_dropped", "server_errors", "order_errors", "finished",
@@ -209,11 +229,12 @@ async def main_async(args: argparse.Namespace) -> int:
           f"{REPLICAS} replicas, ordered consumer, drain bound {args.timeout:g}s")
     times: list[float] = []
     stalled = 0
-    errors = ServerErrors()
+    client_log = ClientLog()
     smartnsq_log = logging.getLogger("smartnsq")
-    smartnsq_log.addHandler(errors)
+    smartnsq_log.addHandler(client_log)
     smartnsq_log.setLevel(logging.INFO)
     smartnsq_log.propagate = False
+    logging.getLogger("smartnsq.consumer").setLevel(logging.DEBUG)  # a few lines per run
     async with cluster:
         for run in range(1, args.runs + 1):
             result = await one_run(cluster, run, args)
@@ -224,15 +245,17 @@ async def main_async(args: argparse.Namespace) -> int:
             else:
                 times.append(seconds)
                 shown = f"{seconds:7.2f} s"
-            extras = " ".join(f"{k}={v}" for k, v in result.items())
-            print(f"run {run:2d}: drain {shown}  {extras}", flush=True)
-            for line in errors.lines:
+            counts, lines = client_log.take()
+            extras = " ".join(f"{k}={v}" for k, v in {**result, **counts}.items())
+            load = os.getloadavg()[0]
+            print(f"run {run:2d}: drain {shown}  {extras} load1={load:.1f}", flush=True)
+            for line in lines:
                 print(f"        {line}", flush=True)
-            errors.lines.clear()
     if times:
         under = sum(1 for t in times if t < args.goal)
-        print(f"# {len(times)} drained, {stalled} stalled; median {statistics.median(times):.2f} s, "
-              f"max {max(times):.2f} s; under {args.goal:g} s in {under} of {args.runs}")
+        print(f"# {len(times)} drained, {stalled} stalled; median "
+              f"{statistics.median(times):.2f} s, max {max(times):.2f} s; under {args.goal:g} s "
+              f"in {under} of {args.runs}")
     else:
         print(f"# every run stalled (bound {args.timeout:g} s)")
     return 0
