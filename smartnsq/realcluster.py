@@ -260,6 +260,30 @@ class RealCluster:
         _LIVE.discard(self)
         self._started = False
 
+    def stop_now(self) -> None:
+        """:meth:`stop` for code outside an event loop (a session fixture's finalizer)."""
+        members = [*self.nodes, *self.lookupds, *([self.etcd] if self.etcd else [])]
+        for member in members:
+            member.signal(signal.SIGTERM)
+        for member in members:
+            if member.process is not None:
+                try:
+                    member.process.wait(5)
+                except subprocess.TimeoutExpired:
+                    member.signal(signal.SIGKILL)
+        self.kill_all()
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+        _LIVE.discard(self)
+        self._started = False
+
+    @property
+    def healthy(self) -> bool:
+        """Every member is running (a shared cluster a test damaged is started anew)."""
+        members = [*self.nodes, *self.lookupds, *([self.etcd] if self.etcd else [])]
+        return self._started and all(member.running for member in members)
+
     def kill_all(self) -> None:
         """SIGKILL every member still running (used at exit; no waiting beyond the reap)."""
         for member in [*self.nodes, *self.lookupds, *([self.etcd] if self.etcd else [])]:
@@ -345,8 +369,10 @@ class RealCluster:
             argv += [f"--cluster-id={self.cluster_id}",
                      f"--cluster-leadership-addresses={self._etcd_url}",
                      f"--rpc-port={ports['rpc']}", f"--metric-address={HOST}:{ports['metric']}",
-                     f"--log-dir={workdir}", "--nsqd-ping-timeout=5s",
-                     "--inactive-producer-timeout=10s"]
+                     f"--log-dir={workdir}"]
+            # the server's own ping and inactivity timeouts: a --nsqd-ping-timeout under
+            # nsqd's ping interval drops every nsqd's registration (lookups then list no
+            # partitions, a topic is never writable)
         return RealMember(name, "nsqlookupd", [*argv, *self.lookupd_args], workdir, ports=ports)
 
     def _nsqd_member(self, i: int) -> RealMember:

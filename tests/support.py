@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import os
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -37,6 +39,15 @@ longer (a JVM starts), and a stress test derives its bound from its message coun
 DEADLINE_SLACK = 1.0
 """How far past its timeout a public call may finish (issue 12: "no public call outlives its
 timeout by more than 1 s"); precise figures belong in bench/, not in tests."""
+
+
+_names = itertools.count(1)
+
+
+def fresh_name(prefix: str) -> str:
+    """A topic or channel name no other test of this run uses (the real cluster of a shape
+    is shared by the whole session, so fixed names would collide)."""
+    return f"{prefix}-{os.getpid() % 100000}-{next(_names)}"
 
 
 class DeadlineExceeded(AssertionError):

@@ -121,8 +121,12 @@ def test_metadata(wheel: zipfile.ZipFile) -> None:
     assert msg["Name"] == "smartnsq"
     assert msg["Requires-Python"] == ">=3.10"
     requires = " ".join(msg.get_all("Requires-Dist") or [])
-    for dep in ("httpx", "python-snappy", "tenacity", "mmh3"):
+    for dep in ("httpx", "python-snappy", "mmh3", "h11"):
         assert dep in requires
+    assert "tenacity" not in requires  # imported by nothing (docs/architecture.md)
+    import smartnsq
+
+    assert msg["Version"] == smartnsq.__version__
     (entry,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     entry_points = wheel.read(entry).decode()
     assert "smartnsq.devcluster.pytest_plugin" in entry_points
