@@ -13,8 +13,10 @@ delay (the server ignores a delayed REQ on ordered channels, so the consumer pau
 partition instead) and is never skipped unless ``on_give_up`` finishes it explicitly.
 
 The embedded dev cluster behaves as the real one does on a fresh ordered channel: it delivers
-the first message twice (``ordered_first_delivery_twice``); the consumer drops the copy, so
-each customer's sequence below is exactly ``[0, 1, 2, ...]``.
+the first message twice (``ordered_first_delivery_twice``), the copy either while the original
+is in flight or after its FIN (``"random"``: per partition); the copy never reaches the
+handler (the consumer answers it when the server may hold it in flight), so each customer's
+sequence below is exactly ``[0, 1, 2, ...]``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ async def lookupd_addresses(args: argparse.Namespace) -> AsyncIterator[list[str]
         yield args.lookupd
         return
     async with DevCluster(nodes=2, lookupds=1,
-                          nsqd_options={"ordered_first_delivery_twice": True}) as cluster:
+                          nsqd_options={"ordered_first_delivery_twice": "random"}) as cluster:
         # create the channel before publishing: a new youzan channel starts at the end
         await cluster.create_topic(args.topic, partitions=4, replicas=1, ordered=True,
                                    channels=[args.channel])

@@ -38,6 +38,7 @@ __all__ = [
     "Message",
     "Responder",
     "claimed",
+    "names_message_id",
 ]
 
 # A message's answer state (``Message._state``). The event loop's thread moves PENDING straight
@@ -53,6 +54,15 @@ CLAIMED_REQUEUE = -REQUEUED
 def claimed(state: int) -> int:
     """The claim another thread puts on a message it is about to settle as ``state``."""
     return -state
+
+
+def names_message_id(text: str, message_id: bytes) -> bool:
+    """Whether an error's text (``E_FIN_FAILED FIN <id> failed ...``) names ``message_id``:
+    youzan prints the 16 bytes as a Go byte array (``[0 0 0 0 0 0 0 2 0 ...]``), classic nsqd
+    as its 16 characters."""
+    if f"[{' '.join(map(str, message_id))}]" in text:
+        return True
+    return message_id.decode("ascii", "replace") in text
 
 
 class AlreadyResponded(NSQError, RuntimeError):

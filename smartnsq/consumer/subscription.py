@@ -295,6 +295,11 @@ class Subscription:
             self.handshake = None
 
     def _on_error(self, error: ServerError) -> None:
+        link = self.link
+        if link is not None and link.expected_error(error):
+            log.debug("%s: %s: the FIN of a duplicate delivery the server had not counted in "
+                      "flight (expected)", self.name, error)
+            return
         self.rt.server_errors += 1
         if error.refresh_lookup:
             self.owner.refresh()

@@ -16,7 +16,13 @@ What is delivered, and when (protocol.md 3.5, 3.6, 4.4 and the captures):
 * with ``first_twice`` (``NsqdOptions.ordered_first_delivery_twice``) the first ``SUB_ORDERED``
   of a channel with a backlog delivers its first message twice (same id, same attempts, even
   with RDY 1), as the real server does (``real-cluster.md``: ``SetOrdered`` resets the reader
-  asynchronously); the copy is not in flight, so its FIN fails with ``E_FIN_FAILED``;
+  asynchronously, so the first message is read twice). Where the copy falls is the mode:
+  ``before``, right behind the original while that is in flight, so the copy is not in flight
+  (nsqd records a message in flight before writing it, and writes it even when the id is in
+  flight already) and its FIN fails with ``E_FIN_FAILED``; ``after``, once the original's FIN
+  or REQ was accepted, so the copy *is* in flight: its FIN succeeds, and unanswered it holds
+  the ordered channel until ``msg_timeout`` and comes back with ``attempts + 1`` (issue 20);
+  ``both``, one of each; ``random``, one of the three per channel;
 * every in-flight message expires ``msg_timeout`` after delivery (TOUCH restarts the clock)
   and is redelivered with ``attempts + 1``;
 * on ext topics a message tagged ``##client_dispatch_tag = T`` goes to consumers with
@@ -43,6 +49,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .nsqd_options import first_twice_mode
 from .state import PartitionInfo, StoredMessage
 
 __all__ = ["Channel", "Consumer", "Entry", "ExtFilter"]
@@ -205,7 +212,7 @@ class Channel:
 
     def __init__(self, partition: PartitionInfo, name: str, *, ordered_topic: bool = False,
                  ext: bool = False, classic: bool = False, start: int | None = None,
-                 first_twice: bool = False) -> None:
+                 first_twice: bool | str = False) -> None:
         self.partition = partition
         self.log = partition.log
         self.name = name
@@ -214,9 +221,11 @@ class Channel:
         self.ext = ext
         self.classic = classic
         self.ephemeral = name.endswith("#ephemeral")
-        self.first_twice = first_twice  # the real server's duplicate first ordered delivery
+        # the real server's duplicate first ordered delivery: "" (off) or FIRST_TWICE_MODES
+        self.first_twice = first_twice_mode(first_twice)
         self.sub_ordered_seen = False
-        self.send_twice = False  # the next delivery goes out twice
+        self.send_twice = ""  # the next delivery is duplicated: "before", "after" or "both"
+        self.late_copy: Entry | None = None  # delivered; its copy follows its FIN (or REQ)
         if start is None:
             fresh = classic and not partition.channels
             start = self.log.claimed if fresh else len(self.log)
@@ -275,7 +284,14 @@ class Channel:
 
     def set_ordered(self, ordered: bool) -> None:
         if ordered and self.first_twice and not self.sub_ordered_seen and self.depth:
-            self.send_twice = True
+            mode = self.first_twice
+            if mode == "random":
+                # seeded by the channel's identity: a given topic/partition/channel behaves the
+                # same in every run, the partitions of a topic differ
+                p = self.partition
+                mode = random.Random(f"{p.topic}/{p.partition}/{self.name}").choice(
+                    ("before", "after", "both"))
+            self.send_twice = mode
         self.sub_ordered_seen = self.sub_ordered_seen or ordered
         self.ordered = ordered or self.topic_ordered
 
@@ -415,8 +431,11 @@ class Channel:
         consumer.arm(loop)
         consumer.deliver(entry)
         if self.send_twice and self.ordered:
-            self.send_twice = False
-            consumer.deliver(entry)  # the copy: same id and attempts, not in flight
+            twice, self.send_twice = self.send_twice, ""
+            if twice != "after":
+                consumer.deliver(entry)  # the copy: same id and attempts, not in flight
+            if twice != "before":
+                self.late_copy = entry  # another copy once this one's answer is accepted
 
     def _requeue(self, entry: Entry) -> None:
         group = self._group(entry.msg) if self.tag_counts else ""
@@ -433,7 +452,19 @@ class Channel:
         if consumer.gone and not consumer.in_flight:
             self.lingering.discard(consumer)
             consumer.disarm()
+        if entry is self.late_copy:
+            self._send_late_copy(entry)
         return entry
+
+    def _send_late_copy(self, entry: Entry) -> None:
+        """The original left flight (FIN, REQ, timeout): its copy goes out next, first in
+        line, with the same attempts (``_send`` counts the delivery again), and is in flight
+        like any delivery."""
+        self.late_copy = None
+        group = self._group(entry.msg) if self.tag_counts else ""
+        self.queues.setdefault(group, deque()).appendleft(Entry(entry.msg, entry.attempts - 1))
+        self.queued += 1
+        self.schedule_pump()
 
     def finish(self, consumer: Consumer, key: int) -> bool:
         """FIN: False when the message is not in flight for this consumer."""
@@ -508,6 +539,7 @@ class Channel:
     def reset_to(self, index: int) -> None:
         """Move the cursor (SUB_ADVANCED start, /channel/setoffset): waiting requeues go."""
         self.cursor = max(0, min(index, len(self.log)))
+        self.late_copy = None  # what was read ahead goes with the reset
         self.queues.clear()
         self.queued = 0
         self.deferred.clear()

@@ -9,9 +9,30 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-__all__ = ["NsqdOptions", "Settings"]
+__all__ = ["FIRST_TWICE_MODES", "NsqdOptions", "Settings", "first_twice_mode"]
 
 _HOUR_MS = 3_600_000
+
+FIRST_TWICE_MODES = ("before", "after", "both", "random")
+"""When the duplicate of a fresh ordered channel's first message goes out
+(``NsqdOptions.ordered_first_delivery_twice``): ``before`` right behind the original, while it
+is in flight (the copy is not in flight: its FIN fails); ``after`` once the original's FIN (or
+REQ) was accepted (the copy is then in flight: its FIN succeeds, unanswered it times out);
+``both`` one copy of each kind (three deliveries); ``random`` one of the three, picked per
+channel."""
+
+
+def first_twice_mode(value: bool | str) -> str:
+    """``ordered_first_delivery_twice`` as a mode: ``""`` (off) or one of
+    :data:`FIRST_TWICE_MODES`; ``True`` is ``"before"`` (what the option meant first)."""
+    if value is True:
+        return "before"
+    if value is False or value in ("", "off"):
+        return ""
+    if value in FIRST_TWICE_MODES:
+        return str(value)
+    raise ValueError(f"ordered_first_delivery_twice must be a bool or one of "
+                     f"{FIRST_TWICE_MODES}, not {value!r}")
 
 
 @dataclass(frozen=True)
@@ -43,7 +64,12 @@ class NsqdOptions:
     allow_ext_compatible: bool = False
     allow_sub_ext_compatible: bool = False
     max_connections: int = 0  # youzan's max_conn_for_client; 0 = no limit
-    ordered_first_delivery_twice: bool = False  # real-cluster.md: a fresh ordered channel
+    # real-cluster.md: a fresh ordered channel's first message goes out twice (True: the copy
+    # while the original is in flight; "after", "both", "random": FIRST_TWICE_MODES)
+    ordered_first_delivery_twice: bool | str = False
+
+    def __post_init__(self) -> None:
+        first_twice_mode(self.ordered_first_delivery_twice)  # a ValueError names the choices
 
     def resolved(self, classic: bool) -> Settings:
         """Every option with a value: the flavour's defaults fill the ``None`` ones."""
@@ -59,6 +85,8 @@ class NsqdOptions:
         for key, default in defaults.items():
             if values[key] is None:
                 values[key] = default
+        values["ordered_first_delivery_twice"] = first_twice_mode(
+            self.ordered_first_delivery_twice)
         return Settings(**values)
 
 
@@ -86,4 +114,4 @@ class Settings:
     allow_ext_compatible: bool
     allow_sub_ext_compatible: bool
     max_connections: int
-    ordered_first_delivery_twice: bool
+    ordered_first_delivery_twice: str  # "" (off) or one of FIRST_TWICE_MODES

@@ -20,6 +20,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from .nsqd_options import first_twice_mode
+
 __all__ = ["OFF", "PROFILES", "REALISTIC", "FaultProfile", "Span", "profile_named"]
 
 Span = tuple[float, float]
@@ -55,7 +57,9 @@ class FaultProfile:
 
     ``ordered_first_delivery_twice`` turns on the nsqd behaviour of the same name (the first
     ``SUB_ORDERED`` of a channel with a backlog delivers its first message twice) where the
-    nsqd implementation has it. ``seed`` seeds the picks from the spans.
+    nsqd implementation has it: ``True`` or a mode of ``NsqdOptions`` (``"before"``,
+    ``"after"``, ``"both"``, ``"random"``: where the copy falls against the original's FIN).
+    ``seed`` seeds the picks from the spans.
     """
 
     name: str = "off"
@@ -73,13 +77,14 @@ class FaultProfile:
     check_interval: Span = (0.0, 0.0)
     leader_ready_delay: Span = (0.0, 0.0)
     create_resend: Span = (0.0, 0.0)
-    ordered_first_delivery_twice: bool = False
+    ordered_first_delivery_twice: bool | str = False
     scale: float = 1.0
     seed: int = 0
 
     def __post_init__(self) -> None:
         if not self.scale > 0:
             raise ValueError(f"scale must be > 0, not {self.scale!r}")
+        first_twice_mode(self.ordered_first_delivery_twice)  # a ValueError names the modes
         for name in _SPANS:
             low, high = getattr(self, name)
             if not 0 <= low <= high:
@@ -102,7 +107,7 @@ class FaultProfile:
     def nsqd_options(self) -> dict[str, Any]:
         """The nsqd options this profile turns on (``NsqdOptions`` fields)."""
         if self.ordered_first_delivery_twice:
-            return {"ordered_first_delivery_twice": True}
+            return {"ordered_first_delivery_twice": self.ordered_first_delivery_twice}
         return {}
 
     def describe(self) -> dict[str, Any]:
@@ -133,7 +138,9 @@ REALISTIC = FaultProfile(
     check_interval=(60.0, 120.0),       # otherwise the periodic check: 60-120 s
     leader_ready_delay=(0.5, 0.5),      # read lookups list a leader that is not serving yet
     create_resend=(6.0, 6.0),           # re-sending every ~5-7 s made topics usable in 1-10 s
-    ordered_first_delivery_twice=True,
+    # the copy before the original's FIN (not in flight) in most channels, after it (in
+    # flight: issue 20's 60 s stall) or both in others: picked per channel
+    ordered_first_delivery_twice="random",
 )
 """The real youzan 0.3.7-HA.1.13.0 figures of real-cluster.md (a loaded 2-core machine)."""
 

@@ -120,7 +120,7 @@ def test_profiles_are_values_with_a_scale() -> None:
     fast = profile_named("realistic", scale=0.01)
     assert fast.seconds("replica_stall") == pytest.approx(0.12)
     assert fast.longest("leaderless_window") == pytest.approx(0.49)
-    assert fast.nsqd_options() == {"ordered_first_delivery_twice": True}
+    assert fast.nsqd_options() == {"ordered_first_delivery_twice": "random"}
     assert profile_named("off").nsqd_options() == {}
     with pytest.raises(ValueError, match="scale"):
         REALISTIC.scaled(0)

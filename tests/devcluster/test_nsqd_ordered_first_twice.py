@@ -2,21 +2,28 @@
 "the duplicate first delivery"; ``real-cluster.md``, "Ordered channels deliver their first
 message twice"): the first SUB_ORDERED of a channel with a backlog delivers its first message
 twice (same id, same attempts, even with RDY 1), and FIN of the copy answers E_FIN_FAILED
-without closing the connection."""
+without closing the connection.
+
+Issue 20, defect 1: on the real server the copy can also come *after* the original's FIN was
+accepted, and is then in flight: unanswered, it holds the ordered channel until msg_timeout
+(``ordered_first_delivery_twice="after"``; ``"both"`` sends one copy of each kind, as the
+drain that stalled for 60 s logged one dropped copy more than usual)."""
 
 from __future__ import annotations
 
 import pytest
 from nsqd_helpers import running
 
+from smartnsq.devcluster.channels import Channel
 from smartnsq.devcluster.nsqd import NsqdOptions
+from smartnsq.devcluster.state import PartitionInfo
 from smartnsq.protocol import ErrorFrame, Response, commands
 from smartnsq.protocol.frames import Message
 
 
-@pytest.mark.parametrize("twice", [True, False])
+@pytest.mark.parametrize("twice", [True, "before", False])
 async def test_first_sub_ordered_with_a_backlog_delivers_the_first_message_twice(
-        twice: bool) -> None:
+        twice: bool | str) -> None:
     options = NsqdOptions(ordered_first_delivery_twice=twice)
     async with running(1, options=options) as nodes:
         nodes.topic("ord", ordered=True, channels=["ch"])
@@ -64,3 +71,104 @@ async def test_only_the_first_sub_ordered_duplicates() -> None:
         consumer.send(commands.fin(got.id))
         following = await consumer.message()
         assert isinstance(following, Message) and following.body == b"m1"
+
+
+async def _ordered_backlog(nodes: object, bodies: tuple[bytes, ...] = (b"m0", b"m1"),
+                           **identify: object) -> tuple[object, object]:
+    """An ordered topic with ``bodies`` waiting; a SUB_ORDERED consumer at RDY 1."""
+    nodes.topic("ord", ordered=True, channels=["ch"])  # type: ignore[attr-defined]
+    leader = nodes.leader("ord")  # type: ignore[attr-defined]
+    producer = await nodes.client(leader)  # type: ignore[attr-defined]
+    for body in bodies:
+        assert await producer.call(commands.pub("ord", body, 0)) == Response(b"OK")
+    consumer = await nodes.client(leader, **identify)  # type: ignore[attr-defined]
+    assert await consumer.call(commands.sub_ordered("ord", "ch", 0)) == Response(b"OK")
+    consumer.expect(detail=True)
+    consumer.send(commands.rdy(1))
+    return producer, consumer
+
+
+async def test_a_late_copy_follows_the_fin_and_is_in_flight() -> None:
+    """``after``: nothing comes behind the original while it is in flight; once its FIN is
+    accepted the copy comes (same id, same attempts), in flight: its FIN succeeds and only
+    then does the next message come."""
+    async with running(1, options=NsqdOptions(ordered_first_delivery_twice="after")) as nodes:
+        _, consumer = await _ordered_backlog(nodes)
+        channel = nodes.state.partition("ord", 0).channels["ch"]
+        first = await consumer.message()
+        assert (first.body, first.attempts) == (b"m0", 1)
+        assert channel.in_flight == 1 and channel.late_copy is not None
+        consumer.send(commands.fin(first.id))
+        copy = await consumer.message()
+        assert (copy.id, copy.attempts, copy.body) == (first.id, 1, b"m0")
+        assert channel.in_flight == 1 and channel.finish_count == 1  # the copy holds it
+        consumer.send(commands.fin(copy.id))  # accepted: no error frame before m1
+        following = await consumer.message()
+        assert (following.body, following.attempts) == (b"m1", 1)
+        assert channel.finish_count == 2
+
+
+async def test_an_unanswered_late_copy_holds_the_channel_until_msg_timeout() -> None:
+    """The stall of issue 20: the copy nobody answers is redelivered (attempts 2) when the
+    consumer's msg_timeout expires, and the next message waits for it."""
+    async with running(1, options=NsqdOptions(ordered_first_delivery_twice="after")) as nodes:
+        _, consumer = await _ordered_backlog(nodes, msg_timeout=1000)
+        channel = nodes.state.partition("ord", 0).channels["ch"]
+        first = await consumer.message()
+        consumer.send(commands.fin(first.id))
+        copy = await consumer.message()
+        assert (copy.id, copy.attempts) == (first.id, 1)
+        again = await consumer.message()  # not m1: the copy timed out and comes back
+        assert (again.id, again.attempts, again.body) == (first.id, 2, b"m0")
+        assert channel.timeout_count == 1
+        consumer.send(commands.fin(again.id))
+        assert (await consumer.message()).body == b"m1"
+
+
+async def test_both_copies() -> None:
+    """``both``: a copy while the original is in flight (its FIN fails) and one after the
+    original's FIN (in flight: its FIN is accepted)."""
+    async with running(1, options=NsqdOptions(ordered_first_delivery_twice="both")) as nodes:
+        _, consumer = await _ordered_backlog(nodes)
+        first = await consumer.message()
+        early = await consumer.message()
+        assert (early.id, early.attempts) == (first.id, 1)
+        consumer.send(commands.fin(first.id))
+        late = await consumer.message()
+        assert (late.id, late.attempts) == (first.id, 1)
+        consumer.send(commands.fin(late.id))
+        assert (await consumer.message()).body == b"m1"
+        answer = await consumer.call(commands.fin(early.id))  # nothing of m0 in flight now
+        assert isinstance(answer, ErrorFrame) and answer.payload.startswith(b"E_FIN_FAILED")
+
+
+async def test_a_late_copy_also_follows_a_req() -> None:
+    """The copy comes once the original leaves flight, whatever the answer: after a REQ it
+    comes first (attempts as the original's), then the requeued original (attempts + 1)."""
+    async with running(1, options=NsqdOptions(ordered_first_delivery_twice="after")) as nodes:
+        _, consumer = await _ordered_backlog(nodes)
+        first = await consumer.message()
+        consumer.send(commands.req(first.id, 0))
+        copy = await consumer.message()
+        assert (copy.id, copy.attempts) == (first.id, 1)
+        consumer.send(commands.fin(copy.id))
+        requeued = await consumer.message()
+        assert (requeued.id, requeued.attempts) == (first.id, 2)
+
+
+def test_the_mode_is_checked_and_random_picks_per_channel() -> None:
+    with pytest.raises(ValueError, match="ordered_first_delivery_twice"):
+        NsqdOptions(ordered_first_delivery_twice="sometimes")
+    assert NsqdOptions(ordered_first_delivery_twice=True).resolved(False) \
+        .ordered_first_delivery_twice == "before"
+    picks = []
+    for partition in range(16):
+        p = PartitionInfo("rnd", partition, "n1", ["n1"])
+        p.log.append(b"m")
+        channel = Channel(p, "ch", ordered_topic=True, first_twice="random", start=0)
+        channel.set_ordered(True)
+        again = Channel(p, "ch", ordered_topic=True, first_twice="random", start=0)
+        again.set_ordered(True)
+        assert again.send_twice == channel.send_twice  # the same channel, the same pick
+        picks.append(channel.send_twice)
+    assert set(picks) == {"before", "after", "both"}

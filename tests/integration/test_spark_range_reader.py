@@ -8,8 +8,10 @@ and the server's in-flight window (RDY) stops the rest.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 from support import WAIT, wait_until
 
 from smartnsq import Producer
@@ -93,5 +95,32 @@ async def test_held_messages_redelivered_after_msg_timeout_stay_held(nsq_cluster
         while batch := await reader.next_batch(WAIT):
             taken += [m.queue_offset for m in batch if m.queue_offset is not None]
         assert len(taken) == 100 and taken == sorted(set(taken))
+    finally:
+        await reader.close()
+
+
+@pytest.mark.parametrize("mode", ["before", "after", "both"])
+async def test_an_ordered_read_answers_the_duplicate_first_delivery_quietly(
+        nsq_cluster_factory: Any, mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 20, defect 1, for the range reader (a fresh channel and SUB_ORDERED on every
+    read, so the real server's duplicated first delivery comes on every read): the copy that
+    comes after the original's FIN is in flight and must be answered, or the read stalls for
+    msg_timeout (30 s here, longer than the 10 s each wait allows); the copy that came while
+    the original was in flight makes its FIN fail, which is expected and not a warning."""
+    cluster = await nsq_cluster_factory(nodes=1, lookupds=1, nsqd_options={
+        "ordered_first_delivery_twice": mode, "msg_timeout": 30_000})
+    caplog.set_level(logging.DEBUG, logger="smartnsq")
+    reader = await open_reader(cluster, f"dup{mode}", 20, ordered=True, rdy=1,
+                               max_buffered=1 << 20)
+    try:
+        channel = cluster.state.topics[f"dup{mode}"].partitions[0].channels["reader"]
+        offsets: list[int] = []
+        while batch := await reader.next_batch(10.0):
+            offsets += [m.queue_offset for m in batch if m.queue_offset is not None]
+        assert len(offsets) == 20 and offsets == sorted(set(offsets))
+        assert channel.timeout_count == 0
+        await wait_until(lambda: channel.in_flight == 0 and channel.depth == 0)
+        assert not [r for r in caplog.records
+                    if r.levelno >= logging.WARNING and r.name.startswith("smartnsq")]
     finally:
         await reader.close()

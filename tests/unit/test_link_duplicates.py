@@ -1,0 +1,110 @@
+"""The duplicated first delivery of a fresh ordered channel, as the subscription's link answers
+it (issue 20, defect 1). The link is real; its connection is a list of sent commands, its
+flow control and dispatch queue are stand-ins that record what reaches them.
+
+The rule (nsqd records a message in flight before writing it, and writes it even when the id
+is in flight already): a copy that comes before any answer to the original left is not in
+flight and is not answered; one that comes after the original's FIN may be, and is FINed;
+one that comes after its REQ may be, and is handled as a delivery.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from smartnsq.consumer import ConsumerConfig
+from smartnsq.consumer.link import Link, Runtime
+from smartnsq.errors import error_from_payload
+from smartnsq.message import FINISHED, PENDING, REQUEUED, Message, claimed
+from smartnsq.protocol import commands
+
+ID = bytes([0, 0, 0, 0, 0, 0, 0, 2]) + bytes(8)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.queued: list[Message] = []
+        rt = Runtime("t", "c", ConsumerConfig())
+        rt.trace = False
+        rt.loop_thread_id = -1
+        rt.flow = SimpleNamespace(  # type: ignore[assignment]
+            on_message=lambda *a: None, on_answer=lambda *a: None,
+            on_ordered_requeue=lambda *a: None)
+        rt.queue = SimpleNamespace(push=self.queued.append, pending=0)  # type: ignore[assignment]
+        self.rt = rt
+
+        def send(data: bytes, now: bool = False) -> None:
+            self.sent.append(data)
+
+        conn: Any = SimpleNamespace(send=send, address_text="127.0.0.1:4150", is_youzan=True,
+                                    local_address="127.0.0.1:1", is_closed=False,
+                                    last_receive=0.0)
+        self.link = Link(rt, conn, 0, ordered=True, detail=True)
+
+    def deliver(self, attempts: int = 1, msg_id: bytes = ID, offset: int = 0) -> Message:
+        msg = Message(0, attempts, msg_id, b"body", queue_offset=offset, raw_size=34)
+        self.link.on_message(msg)
+        return msg
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+def test_a_copy_while_the_original_is_pending_is_not_answered(h: Harness) -> None:
+    original = h.deliver()
+    assert h.queued == [original]
+    h.deliver()  # the copy: same id, same attempts
+    assert h.queued == [original] and h.sent == [] and h.rt.duplicates == 1
+    assert original._state == PENDING and h.link.in_flight == 1
+    h.link.settle(original, FINISHED, None, False)  # the handler succeeded
+    assert h.sent == [commands.fin(ID)]  # one FIN: the original's
+
+
+def test_a_copy_while_another_thread_claims_the_original_is_not_answered(h: Harness) -> None:
+    """The sync facade's handler thread claimed the FIN; the loop has not sent it yet: the
+    copy came before it and is not in flight."""
+    original = h.deliver()
+    original._state = claimed(FINISHED)
+    h.deliver()
+    assert h.sent == [] and h.rt.duplicates == 1
+
+
+def test_a_copy_after_the_fin_is_fined_and_its_failure_is_expected(h: Harness) -> None:
+    original = h.deliver()
+    h.link.settle(original, FINISHED, None, False)
+    h.deliver()
+    assert h.sent == [commands.fin(ID), commands.fin(ID)]
+    assert h.queued == [original] and h.rt.duplicates == 1 and h.link.in_flight == 0
+    assert h.rt.finished == 1  # the copy's FIN is not an answer to a delivery
+    youzan = error_from_payload(b"E_FIN_FAILED FIN [0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0] failed "
+                                b"ErrType:7 ErrCode:0 : Message ID not in flight", "FIN")
+    other = error_from_payload(b"E_FIN_FAILED FIN [0 0 0 0 0 0 0 3 0 0 0 0 0 0 0 0] failed "
+                               b"ErrType:7 ErrCode:0 : Message ID not in flight", "FIN")
+    assert not h.link.expected_error(other)
+    assert h.link.expected_error(youzan)
+    assert not h.link.expected_error(youzan)  # one FIN of a copy, one expected failure
+
+
+def test_a_copy_after_the_req_is_handled_as_a_delivery(h: Harness) -> None:
+    original = h.deliver()
+    h.link.settle(original, REQUEUED, 0.0, False)
+    copy = h.deliver()
+    assert h.queued == [original, copy] and h.rt.duplicates == 0
+    assert copy._state == PENDING and h.link.in_flight == 1
+    again = h.deliver(attempts=2)  # the requeued original, once the copy was answered
+    h.link.settle(copy, FINISHED, None, False)
+    assert h.queued == [original, copy, again]
+
+
+def test_a_redelivery_after_a_timeout_is_handled(h: Harness) -> None:
+    original = h.deliver()
+    h.link.settle(original, FINISHED, None, False)
+    h.deliver()  # the late copy, FINed
+    redelivered = h.deliver(attempts=2)  # (had the copy timed out)
+    assert redelivered in h.queued and h.rt.duplicates == 1
