@@ -90,6 +90,7 @@ YOUZAN_TOPICS = (
     TopicSpec("do", partitions=2, ordered=True),     # ordered
     TopicSpec("de", partitions=1, ext=True),         # ext headers
     TopicSpec("dx", partitions=1, channels=()),      # no channel yet: hidden from writers
+    TopicSpec("ds", partitions=1, channels=()),      # for /stats counters
 )
 CLASSIC_TOPICS = (TopicSpec("cn"),)
 
@@ -224,6 +225,7 @@ class Http:
     keep: tuple[str, ...] | None = None   # compare only these top-level keys of a JSON body
     schema: bool = False                  # compare keys and value types, not values
     topic: str | None = None              # /stats: keep only this topic's entries
+    merge_producers: bool = False         # /nodes: one union of what every nsqd hosts
 
 
 @dataclass(frozen=True)
@@ -243,10 +245,11 @@ def tcp(name: str, *steps: Step, to: str | dict[str, str] = "any", magic: bool =
 
 def http(name: str, method: str, to: str, path: str, params: dict[str, str] | None = None,
          *, v1: bool = True, body: bytes = b"", keep: Sequence[str] | None = None,
-         schema: bool = False, topic: str | None = None, **kw: Any) -> Exchange:
+         schema: bool = False, topic: str | None = None, merge_producers: bool = False,
+         **kw: Any) -> Exchange:
     return Exchange(name, Http(method, to, path, dict(params or {}), v1, body,
-                               tuple(keep) if keep is not None else None, schema, topic),
-                    **kw)
+                               tuple(keep) if keep is not None else None, schema, topic,
+                               merge_producers), **kw)
 
 
 # -- running a TCP exchange --------------------------------------------------------------------
@@ -431,7 +434,7 @@ MASKED_KEYS = frozenset({
     "id", "remote_address", "hostname", "broadcast_address", "version", "distributed_id",
     "start_time", "ID", "NodeIP", "Epoch", "client_id", "user_agent", "uptime",
     "uptime_seconds", "connect_ts", "last_update", "node_id", "data_path", "identity",
-    "depth_ts", "depth_ts_nano", "delayed_queue_recent", "delayed_queue_recent_nano",
+    "depth_ts", "depth_ts_nano", "last_pub_ts", "delayed_queue_recent", "delayed_queue_recent_nano",
 })
 TIMING_HISTOGRAMS = frozenset({"msg_write_latency_stats", "msg_consume_latency_stats",
                                "msg_delivery_latency_stats"})
@@ -446,7 +449,9 @@ def mask(value: Any, side: Side, key: str | None = None) -> Any:
         return f"<{sum(v for v in value if isinstance(v, int))} timed>"
     if isinstance(value, list):
         items = [mask(v, side, key) for v in value]
-        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+        if all(isinstance(v, (int, float, bool)) or v is None for v in items):
+            return items   # positional (histograms, flags beside a list)
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))  # Go map order
     if key in MASKED_KEYS and value not in (None, "", 0):
         return "<masked>"
     if key in PORT_KEYS and value not in (None, ""):
@@ -501,10 +506,30 @@ async def run_http(side: Side, exchange: Http) -> dict[str, Any]:
         if exchange.keep is not None and isinstance(body, dict):
             body = {k: body.get(k, "<absent>") for k in exchange.keep}
         body = schema_of(body) if exchange.schema else mask(body, side)
+        if exchange.merge_producers:
+            body = _merge_producers(body)
     else:
         body = _mask_text(body, side)
     out["body"] = body
     return out
+
+
+def _merge_producers(body: Any) -> Any:
+    """/nodes lists each nsqd with the partitions it leads; the two clusters place them
+    differently, so compare the nsqd (without those) and the union of the placements."""
+    if not isinstance(body, dict) or not isinstance(body.get("producers"), list):
+        return body
+    placed: list[str] = []
+    producers = []
+    for producer in body["producers"]:
+        for topic, partitions in (producer.pop("partitions", None) or {}).items():
+            placed += [f"{topic}:{pid}" for pid in partitions]
+        topics = producer.pop("topics", None) or []
+        tombstones = producer.pop("tombstones", None) or []
+        placed += [f"{topic} tombstoned" for topic, dead in zip(topics, tombstones, strict=False)
+                   if dead]
+        producers.append(producer)
+    return {**body, "producers": producers, "placed": sorted(placed)}
 
 
 def _only_topic(body: Any, topic: str) -> Any:
@@ -591,6 +616,15 @@ def touch(conn: str = "a", index: int = -1) -> Callable[[TcpRun], bytes]:
 def raw_sized(header: bytes, size: int, body: bytes = b"") -> bytes:
     """A command line and a length prefix the codec would refuse to build (errors on purpose)."""
     return header + _U32.pack(size) + body
+
+
+def stats(topic: str, channel: str | None = None, partition: int = 0) -> Step:
+    """An HTTP step: the partition leader's /stats of ``topic`` (of one channel)."""
+    params = {"format": "json", "topic": topic}
+    if channel is not None:
+        params["channel"] = channel
+    return Step("http", Http("GET", f"leader:{topic}:{partition}", "/stats", params,
+                             topic=topic))
 
 
 def consume(name: str, topic: str, partition: int, publish: Sequence[bytes], *tail: Step,
@@ -692,6 +726,11 @@ YOUZAN_TCP = [
     consume("sub_rdy_fin", "dn", 0, [b"one", b"two"], send(fin(S), 1, S), send(fin(S), 0, S)),
     consume("touch_then_fin", "dn", 1, [b"t1"], send(touch(S), 0, S), send(fin(S), 0, S)),
     consume("req_redelivers", "dn", 0, [b"again"], send(req(S), 1, S), send(fin(S), 0, S)),
+    consume("req_0_with_more_waiting", "dn", 0, [b"q1", b"q2", b"q3"], send(req(S), 1, S),
+            send(fin(S), 1, S), send(fin(S), 1, S), send(fin(S), 0, S),
+            deviation="REQ 0 while later messages wait: the real nsqd delivers the next waiting "
+                      "message first and the requeued one after it; the dev cluster redelivers "
+                      "the requeued one at once"),
     consume("fin_twice", "dn", 0, [b"twice"], send(fin(S), 0, S), send(fin(S), 1, S)),
     consume("cls_after_sub", "dn", 0, [b"bye"], send(c.cls(), 1, S), send(fin(S), 0, S)),
     consume("rdy_2_two_in_flight", "dn", 1, [b"r1", b"r2", b"r3"], send(fin(S, 0), 1, S),
@@ -733,7 +772,29 @@ YOUZAN_TCP = [
             identify=ident()),
     tcp("extend_support_on_normal_topic", send(ident(extend_support=True)),
         send(c.sub("dn", "extnormal", 0)), to="leader:dn:0"),
+    # -- counters in /stats while clients are connected
+    tcp("stats_clients_and_publishers",
+        send(c.sub("ds", "st_anon", 0), 1, "s1"),
+        send(ident(output_buffer_size=8192, output_buffer_timeout=5, msg_timeout=30000), 1,
+             "s2"),
+        send(c.sub("ds", "st_named", 0), 1, "s2"),
+        send(c.pub("ds", b"s" * 10, 0), 1, P), send(c.pub("ds", b"m" * 200, 0), 1, P),
+        send(c.pub("ds", b"l" * 5000, 0), 1, P), send(c.mpub("ds", [b"a", b"b" * 3000], 0), 1, P),
+        stats("ds"), send(c.rdy(1), 1, "s1"), send(fin("s1"), 1, "s1"),
+        stats("ds", "st_anon"),
+        to={"s1": "leader:ds:0", "s2": "leader:ds:0", P: "leader:ds:0"},
+        fixed="youzan channel depth counts from the confirmed position (in flight included); "
+              "backlogs; topic client_num counts publishers; client_pub_stats; the extra "
+              "fields of a client; consume and delivery counts"),
+    tcp("stats_requeue_on_disconnect",
+        send(c.sub("ds", "st_gone", 0), 1, S), send(c.pub("ds", b"gone", 0), 1, P),
+        send(c.rdy(1), 1, S), send(b"HELLO\n", 1, S), send(c.nop(), 0, P),
+        stats("ds", "st_gone"),
+        to={S: "leader:ds:0", P: "leader:ds:0"},
+        deviation="a message in flight when its consumer goes away counts as a requeue in "
+                  "the real nsqd's channel requeue_count; the dev cluster does not count it"),
 ]
+
 
 YOUZAN_HTTP = [
     # -- nsqlookupd
@@ -768,10 +829,11 @@ YOUZAN_HTTP = [
     http("lookup_bad_partition", "GET", "lookupd:leader", "/lookup",
          {"topic": "dn", "partition": "x"}),
     http("topics", "GET", "lookupd:leader", "/topics"),
-    http("topics_metainfo", "GET", "lookupd:follower", "/topics", {"metaInfo": "true"}),
+    http("topics_metainfo", "GET", "lookupd:follower", "/topics", {"metaInfo": "true"},
+         fixed="registered_channels is null (a Go nil slice) until a channel is registered"),
     http("channels", "GET", "lookupd:leader", "/channels", {"topic": "dn"}),
     http("channels_missing_topic", "GET", "lookupd:leader", "/channels"),
-    http("nodes", "GET", "lookupd:leader", "/nodes"),
+    http("nodes", "GET", "lookupd:leader", "/nodes", merge_producers=True),
     http("lookupd_unknown_path", "GET", "lookupd:leader", "/nosuch"),
     http("topic_create_missing_partition_num", "POST", "lookupd:leader", "/topic/create",
          {"topic": "tc1", "replicator": "1"}),
@@ -790,7 +852,7 @@ YOUZAN_HTTP = [
     http("topic_create_same_again", "POST", "lookupd:leader", "/topic/create",
          {"topic": "dn", "partition_num": "2", "replicator": "1"}),
     http("topic_create_other_partition_num", "POST", "lookupd:leader", "/topic/create",
-         {"topic": "dr", "partition_num": "3", "replicator": "2"},
+         {"topic": "dn", "partition_num": "3", "replicator": "1"},
          deviation="re-creating an existing topic with another partition_num: the real "
                    "lookupd answers 400 already exist, the dev cluster 200"),
     http("topic_create_get_method", "GET", "lookupd:leader", "/topic/create",
@@ -802,7 +864,9 @@ YOUZAN_HTTP = [
     http("nsqd_stats_topic", "GET", "leader:dn:0", "/stats", {"format": "json", "topic": "dn"},
          topic="dn", schema=True),
     http("nsqd_stats_counts", "GET", "leader:dr:0", "/stats",
-         {"format": "json", "topic": "dr"}, topic="dr"),
+         {"format": "json", "topic": "dr"}, topic="dr",
+         fixed="channel message_count counts the partition's messages; msg_size_stats and "
+               "msg_write_latency_stats count every message written"),
     http("nsqd_pub", "POST", "leader:dn:1", "/pub", {"topic": "dn", "partition": "1"},
          body=b"http-body"),
     http("nsqd_pub_v0", "POST", "leader:dn:1", "/pub", {"topic": "dn", "partition": "1"},

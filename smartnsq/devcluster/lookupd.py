@@ -413,7 +413,8 @@ class Lookupd:
                 "ordered": meta["ordered"],
                 "multi_part": meta["multi_part"],
                 "disable_channel_auto_create": meta["disable_channel_auto_create"],
-                "registered_channels": list(self._registered_channels(info)),
+                # a Go nil slice until a channel is registered
+                "registered_channels": list(self._registered_channels(info)) or None,
             })
         return {"topics": names, "meta_info": meta_info}
 

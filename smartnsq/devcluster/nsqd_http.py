@@ -12,6 +12,7 @@ route style.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import re
 import time
@@ -48,6 +49,46 @@ def _go_time(ns: int) -> str:
     if nanos:
         text += "." + f"{nanos:09d}".rstrip("0")
     return text + " +0000 UTC"
+
+
+def _first_unconfirmed(channel: Channel, messages: list[Any]) -> int:
+    """The index of the oldest message of the channel not finished yet (in flight, requeued,
+    deferred or unread)."""
+    offsets = [entry.msg.queue_offset
+               for consumer in [*channel.consumers, *channel.lingering]
+               for entry in consumer.in_flight.values()]
+    offsets += [entry.msg.queue_offset for queue in channel.queues.values() for entry in queue]
+    offsets += [entry.msg.queue_offset for _, _, entry in channel.deferred]
+    first = min(channel.cursor, len(messages))
+    if offsets:
+        lowest = min(offsets)
+        first = min(first, bisect.bisect_left(messages, lowest,
+                                              key=lambda m: m.queue_offset))
+    return first
+
+
+def _size_bucket(size: int) -> int:
+    """The ``msg_size_stats`` bucket of a body size, as the real nsqd counts (measured):
+    below 100 bytes, below 1 KiB, then one bucket per power of two from 1 KiB, the last
+    from 512 KiB up."""
+    if size < 100:
+        return 0
+    if size < 1024:
+        return 1
+    return min(11, (size // 1024).bit_length() + 1)
+
+
+def _size_histogram(p: PartitionInfo) -> list[int]:
+    counts = [0] * 16
+    for msg in p.log.messages:
+        counts[_size_bucket(len(msg.body))] += 1
+    return counts
+
+
+def _write_histogram(p: PartitionInfo) -> list[int]:
+    """``msg_write_latency_stats``: one count per written message; a dev cluster writes to
+    memory, so every write falls in the fastest bucket."""
+    return [len(p.log)] + [0] * 15
 
 
 class NsqdHTTP:
@@ -505,7 +546,27 @@ class NsqdHTTP:
             if not self.node.classic:
                 stats["timeout_count"] = consumer.stats[3]
                 stats["desired_tag"] = conn.desired_tag
+                if not conn._identified:  # youzan names a client by its address until then
+                    stats["client_id"] = stats["hostname"] = conn.remote
+                stats.update({
+                    "name": stats["client_id"], "deferred_count": 0,
+                    "output_buffer_size": conn.asked_buffer_size or 4096,
+                    "output_buffer_timeout": conn.output_buffer_timeout * 1_000_000,
+                    "msg_timeout": conn.msg_timeout * 1_000_000,
+                    "ext_filter": conn.ext_filter_spec, "limited_rdy": 50000,
+                })
             out.append(stats)
+        return out
+
+    def _pub_stats(self, p: PartitionInfo) -> list[dict[str, Any]]:
+        """The connected clients that published to the partition (TCP only)."""
+        out = []
+        for conn in sorted(self.node.connections, key=lambda c: c.remote):
+            entry = getattr(conn, "pub_stats", {}).get((p.topic, p.partition))
+            if entry is not None:
+                out.append({"remote_address": conn.remote, "user_agent": conn.user_agent,
+                            "protocol": "tcp", "pub_count": entry[0], "err_count": entry[1],
+                            "last_pub_ts": entry[2]})
         return out
 
     def _channels(self, p: PartitionInfo, only: str) -> list[Channel]:
@@ -521,39 +582,48 @@ class NsqdHTTP:
         for channel in self._channels(p, only):
             clients = self._clients(channel)
             messages = p.log.messages
-            if channel.depth and channel.cursor < len(messages):
-                depth_ts = messages[channel.cursor].timestamp
-            elif channel.cursor > 0 and messages:
-                depth_ts = messages[min(channel.cursor, len(messages)) - 1].timestamp
+            # youzan measures a channel from its confirmed position: every message not yet
+            # finished counts, in flight ones included
+            first = _first_unconfirmed(channel, messages)
+            waiting = len(messages) - first
+            if waiting and first < len(messages):
+                depth_ts = messages[first].timestamp
+            elif first > 0 and messages:
+                depth_ts = messages[min(first, len(messages)) - 1].timestamp
             else:
                 depth_ts = 0
-            depth_size = sum(m.raw_size for m in messages[channel.cursor:])
+            depth_size = sum(m.raw_size for m in messages[first:])
+            # what the channel's reader has not taken from the backend yet (it holds one)
+            backlogs = max(0, waiting - channel.in_flight - 1)
+            finished = [channel.finish_count] + [0] * 11
             channels.append({
-                "channel_name": channel.name, "backlogs": 0, "depth": channel.depth,
+                "channel_name": channel.name, "backlogs": backlogs, "depth": waiting,
                 "depth_size": depth_size, "depth_ts": _go_time(depth_ts),
-                "depth_ts_nano": depth_ts, "backend_depth": max(0, len(messages) -
-                                                                channel.cursor),
+                "depth_ts_nano": depth_ts, "backend_depth": waiting,
                 "hourly_subsize": 0, "in_flight_count": channel.in_flight,
                 "deferred_count": channel.deferred_count, "deferred_from_delay_count": 0,
-                "message_count": channel.message_count, "requeue_count": channel.requeue_count,
+                # youzan counts the messages up to the channel's end, as the topic does
+                "message_count": len(p.log), "requeue_count": channel.requeue_count,
                 "timeout_count": channel.timeout_count,
                 "clients": clients if clients or filtered else None,
                 "client_num": len(clients), "paused": channel.paused, "skipped": False,
                 "zan_test_skipped": False, "delayed_queue_count": 0,
                 "delayed_queue_recent": _ZERO_TIME, "delayed_queue_recent_nano": 0,
-                "e2e_processing_latency": _E2E, "msg_consume_latency_stats": [0] * 12,
-                "msg_delivery_latency_stats": [0] * 12,
+                "e2e_processing_latency": _E2E, "msg_consume_latency_stats": finished,
+                "msg_delivery_latency_stats": list(finished),
             })
         statsd = f"{p.topic}.{p.partition}" if ordered or multipart else p.topic
+        publishers = self._pub_stats(p)
         return {
             "topic_name": p.topic, "topic_full_name": f"{p.topic}-{p.partition}",
             "topic_partition": str(p.partition), "channels": channels,
-            "channel_num": len(channels), "depth": p.log.end_offset,
+            "channel_num": len(self._channels(p, "")), "depth": p.log.end_offset,
             "backend_depth": p.log.end_offset, "backend_start": p.log.start_offset,
             "message_count": len(p.log), "is_leader": p.leader == self.node.node_id,
-            "hourly_pubsize": 0, "client_pub_stats": [] if filtered else None,
-            "client_num": sum(c["client_num"] for c in channels),
-            "msg_size_stats": [0] * 16, "msg_write_latency_stats": [0] * 16,
+            "hourly_pubsize": 0,
+            "client_pub_stats": publishers or ([] if filtered else None),
+            "client_num": len(publishers),  # youzan counts a topic's publishers here
+            "msg_size_stats": _size_histogram(p), "msg_write_latency_stats": _write_histogram(p),
             "is_multi_ordered": ordered, "is_multi_part": multipart,
             "is_ext": bool(info and info.ext),
             "is_channel_auto_create_disabled": bool(info and info.disable_channel_auto_create),

@@ -103,6 +103,14 @@ class PublishCommands:
         raise NotImplementedError
 
     _hold_on: PartitionInfo | None
+    pub_stats: dict[tuple[str, int], list[int]]
+
+    def _count_pub(self, p: PartitionInfo, messages: int) -> None:
+        """What youzan's /stats lists under ``client_pub_stats`` while this client is
+        connected: messages it published to the partition, and when it last did."""
+        entry = self.pub_stats.setdefault((p.topic, p.partition), [0, 0, 0])
+        entry[0] += messages
+        entry[2] = int(time.time())
 
     def _writable(self, p: PartitionInfo) -> None:
         raise NotImplementedError
@@ -203,6 +211,7 @@ class PublishCommands:
             body = body[2 + length:]
         yield from self._await_writable(p)
         msg = p.log.append(body, trace_id, stored_ext, ext_topic=info.ext, tag=tag)
+        self._count_pub(p, 1)
         if traced:
             return encode_publish_receipt(PublishReceipt(msg.internal_id, trace_id,
                                                          msg.queue_offset, msg.raw_size))
@@ -244,6 +253,7 @@ class PublishCommands:
             items.append((data, trace_id, stored_ext, tag))
         yield from self._await_writable(p)
         msgs = p.log.append_batch(items, ext_topic=info.ext)
+        self._count_pub(p, len(msgs))
         if trace:
             first = msgs[0]
             return encode_publish_receipt(PublishReceipt(
