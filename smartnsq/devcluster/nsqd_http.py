@@ -67,24 +67,6 @@ def _first_unconfirmed(channel: Channel, messages: list[Any]) -> int:
     return first
 
 
-def _size_bucket(size: int) -> int:
-    """The ``msg_size_stats`` bucket of a body size, as the real nsqd counts (measured):
-    below 100 bytes, below 1 KiB, then one bucket per power of two from 1 KiB, the last
-    from 512 KiB up."""
-    if size < 100:
-        return 0
-    if size < 1024:
-        return 1
-    return min(11, (size // 1024).bit_length() + 1)
-
-
-def _size_histogram(p: PartitionInfo) -> list[int]:
-    counts = [0] * 16
-    for msg in p.log.messages:
-        counts[_size_bucket(len(msg.body))] += 1
-    return counts
-
-
 def _write_histogram(p: PartitionInfo) -> list[int]:
     """``msg_write_latency_stats``: one count per written message; a dev cluster writes to
     memory, so every write falls in the fastest bucket."""
@@ -122,6 +104,7 @@ class NsqdHTTP:
             r("POST", "/channel/unpause", self._channel_pause, V1)
             r("POST", "/channel/setoffset", self._channel_setoffset, V1)
             r("POST", "/channel/setorder", self._channel_setorder, V1)
+            r("GET", "/message/get", self._message_get, V1)
 
     @property
     def port(self) -> int:
@@ -291,6 +274,7 @@ class NsqdHTTP:
             raise HTTPError(400, "E_FAILED_ON_NOT_WRITABLE")
         msg = p.log.append(req.body, trace_id, stored if info.ext else None, ext_topic=info.ext,
                            tag=tag)
+        p.count_size(len(req.body))
         if traced:
             return {"status": "OK", "id": msg.internal_id, "trace_id": trace_text,
                     "queue_offset": msg.queue_offset, "rawsize": msg.raw_size}
@@ -324,6 +308,8 @@ class NsqdHTTP:
         items: list[BatchItem] = [(body, 0, None, "") for body in bodies]
         if items:
             p.log.append_batch(items, ext_topic=info.ext)
+            for body in bodies:
+                p.count_size(len(body))
         return "OK"
 
     async def _channel_create(self, req: Request) -> None:
@@ -363,6 +349,39 @@ class NsqdHTTP:
             channel.reset_to(channel.search(parts[0].decode(), value))
         except ValueError as exc:
             raise HTTPError(500, str(exc)) from None
+
+    async def _message_get(self, req: Request) -> dict[str, Any]:
+        """``/message/get``: one stored message by count, queue offset or internal id."""
+        topic = req.arg("topic")
+        if not topic or topic not in self.node.state.topics:
+            raise HTTPError(400, "topic does not exist")
+        p, _ = self._held(req)
+        mode = req.arg("search_mode")
+        if mode not in ("id", "count", "virtual_offset"):
+            raise HTTPError(400, "search mode should be one of id/count/virtual_offset")
+        text = req.arg("search_pos")
+        if _DIGITS.fullmatch(text) is None or int(text) >= 1 << 63:
+            raise HTTPError(400, f"strconv.ParseInt: parsing {json.dumps(text)}: "
+                                 f"invalid syntax")
+        pos = int(text)
+        messages = p.log.messages[p.log.retained:]
+        if not messages:
+            raise HTTPError(404, "commit log end of file")
+        if mode == "count":  # the message that brings the count past pos (the first for 0)
+            index = max(pos, 1) - 1
+        elif mode == "virtual_offset":
+            index = bisect.bisect_left(messages, pos, key=lambda m: m.queue_offset)
+        else:
+            index = bisect.bisect_left(messages, pos, key=lambda m: m.internal_id)
+        if index >= len(messages):
+            raise HTTPError(500, "INTERNAL_ERROR")
+        msg = messages[index]
+        want_ext = req.arg("needext") == "true" and msg.ext is not None
+        return {"id": msg.internal_id, "trace_id": msg.trace_id,
+                "body": msg.body.decode("utf-8", "replace"), "timestamp": msg.timestamp,
+                "attempts": 0, "offset": msg.queue_offset,
+                "queue_cnt_index": p.log.retained + index + 1,
+                "ext": msg.ext.decode("utf-8", "replace") if want_ext and msg.ext else ""}
 
     async def _channel_setorder(self, req: Request) -> None:
         p, _, name = self._channel_args(req)
@@ -507,7 +526,8 @@ class NsqdHTTP:
         if node.classic:
             topics = [self._classic_topic_stats(p, channel_filter) for p in parts]
             return {"version": node.version, "health": "OK", "start_time": node.start_time,
-                    "topics": topics, "memory": _MEMORY, "producers": None}
+                    "topics": topics, "memory": _MEMORY,
+                    "producers": self._classic_producers(topic_filter) or None}
         topics = [self._youzan_topic_stats(p, channel_filter, filtered) for p in parts]
         return {"version": node.version, "health": "OK", "start_time": node.start_time,
                 "topics": topics}
@@ -532,8 +552,9 @@ class NsqdHTTP:
             consumer = conn.consumer
             if conn.channel is not channel or consumer is None:
                 continue
+            client_id, hostname = self._names(conn)
             stats = {
-                "client_id": conn.client_id, "hostname": conn.hostname, "version": "V2",
+                "client_id": client_id, "hostname": hostname, "version": "V2",
                 "remote_address": conn.remote, "state": conn.client_state,
                 "ready_count": consumer.rdy, "in_flight_count": len(consumer.in_flight),
                 "message_count": consumer.stats[0], "finish_count": consumer.stats[1],
@@ -546,8 +567,6 @@ class NsqdHTTP:
             if not self.node.classic:
                 stats["timeout_count"] = consumer.stats[3]
                 stats["desired_tag"] = conn.desired_tag
-                if not conn._identified:  # youzan names a client by its address until then
-                    stats["client_id"] = stats["hostname"] = conn.remote
                 stats.update({
                     "name": stats["client_id"], "deferred_count": 0,
                     "output_buffer_size": conn.asked_buffer_size or 4096,
@@ -557,6 +576,41 @@ class NsqdHTTP:
                 })
             out.append(stats)
         return out
+
+    def _classic_producers(self, topic: str) -> list[dict[str, Any]]:
+        """Classic /stats ``producers``: every connected client that published, with its
+        counts for ``topic`` (all topics without a filter; no ``pub_counts`` when none)."""
+        out = []
+        for conn in sorted(self.node.connections, key=lambda c: c.remote):
+            published = getattr(conn, "pub_stats", {})
+            if not published:
+                continue
+            counts = [{"topic": name, "count": entry[0]}
+                      for (name, _), entry in sorted(published.items())
+                      if not topic or name == topic]
+            client_id, hostname = self._names(conn)
+            entry: dict[str, Any] = {
+                "client_id": client_id, "hostname": hostname, "version": "V2",
+                "remote_address": conn.remote, "state": conn.client_state, "ready_count": 0,
+                "in_flight_count": 0, "message_count": 0, "finish_count": 0,
+                "requeue_count": 0, "connect_ts": conn.connect_time,
+                "sample_rate": conn.sample_rate, "deflate": conn.deflate,
+                "snappy": conn.snappy, "user_agent": conn.user_agent,
+                "tls": conn.tls, "tls_cipher_suite": "", "tls_version": "",
+                "tls_negotiated_protocol": "", "tls_negotiated_protocol_is_mutual": False,
+            }
+            if counts:
+                entry["pub_counts"] = counts
+            out.append(entry)
+        return out
+
+    def _names(self, conn: Any) -> tuple[str, str]:
+        """(client_id, hostname) as /stats shows them: what IDENTIFY said, or before an
+        IDENTIFY the remote address (youzan) or its host (classic)."""
+        if conn._identified:
+            return conn.client_id, conn.hostname
+        name = conn.remote.rsplit(":", 1)[0] if self.node.classic else conn.remote
+        return name, name
 
     def _pub_stats(self, p: PartitionInfo) -> list[dict[str, Any]]:
         """The connected clients that published to the partition (TCP only)."""
@@ -579,6 +633,11 @@ class NsqdHTTP:
         ordered = bool(info and info.ordered)
         multipart = bool(info and info.multipart and not info.ordered)
         channels = []
+        listed = filtered
+        if only and not self._channels(p, only):
+            # the real nsqd lists every channel when the named one does not exist (with a
+            # null client list each)
+            only, listed = "", False
         for channel in self._channels(p, only):
             clients = self._clients(channel)
             messages = p.log.messages
@@ -588,7 +647,8 @@ class NsqdHTTP:
             waiting = len(messages) - first
             if waiting and first < len(messages):
                 depth_ts = messages[first].timestamp
-            elif first > 0 and messages:
+            elif first > 0 and messages and channel.finish_count:
+                # caught up: the last message it confirmed (none yet: zero)
                 depth_ts = messages[min(first, len(messages)) - 1].timestamp
             else:
                 depth_ts = 0
@@ -605,7 +665,7 @@ class NsqdHTTP:
                 # youzan counts the messages up to the channel's end, as the topic does
                 "message_count": len(p.log), "requeue_count": channel.requeue_count,
                 "timeout_count": channel.timeout_count,
-                "clients": clients if clients or filtered else None,
+                "clients": clients if clients or listed else None,
                 "client_num": len(clients), "paused": channel.paused, "skipped": False,
                 "zan_test_skipped": False, "delayed_queue_count": 0,
                 "delayed_queue_recent": _ZERO_TIME, "delayed_queue_recent_nano": 0,
@@ -623,7 +683,7 @@ class NsqdHTTP:
             "hourly_pubsize": 0,
             "client_pub_stats": publishers or ([] if filtered else None),
             "client_num": len(publishers),  # youzan counts a topic's publishers here
-            "msg_size_stats": _size_histogram(p), "msg_write_latency_stats": _write_histogram(p),
+            "msg_size_stats": list(p.size_stats), "msg_write_latency_stats": _write_histogram(p),
             "is_multi_ordered": ordered, "is_multi_part": multipart,
             "is_ext": bool(info and info.ext),
             "is_channel_auto_create_disabled": bool(info and info.disable_channel_auto_create),
