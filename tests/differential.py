@@ -904,8 +904,14 @@ YOUZAN_HTTP = [
          {"topic": "dn", "partition_num": "2", "replicator": "1"}),
     http("topic_create_other_partition_num", "POST", "lookupd:leader", "/topic/create",
          {"topic": "dn", "partition_num": "3", "replicator": "1"},
-         deviation="re-creating an existing topic with another partition_num: the real "
-                   "lookupd answers 400 already exist, the dev cluster 200"),
+         fixed="re-creating an existing topic with other meta answers 400 already exist "
+               "(the same create again stays 200)"),
+    http("topic_create_other_replicator", "POST", "lookupd:leader", "/topic/create",
+         {"topic": "dn", "partition_num": "2", "replicator": "2"}),
+    http("topic_create_now_ext", "POST", "lookupd:leader", "/topic/create",
+         {"topic": "dn", "partition_num": "2", "replicator": "1", "extend": "true"}),
+    http("topic_create_ordered_again", "POST", "lookupd:leader", "/topic/create",
+         {"topic": "do", "partition_num": "2", "replicator": "1", "orderedmulti": "true"}),
     http("topic_create_get_method", "GET", "lookupd:leader", "/topic/create",
          {"topic": "tc4", "partition_num": "1", "replicator": "1"}),
     http("lookup_partition_0_read", "GET", "lookupd:follower", "/lookup",
