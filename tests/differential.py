@@ -109,6 +109,7 @@ class Side:
     leaders: dict[tuple[str, int], int] = field(default_factory=dict)   # -> node index
     replicas: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     outsiders: dict[str, list[int]] = field(default_factory=dict)
+    quiet: float = QUIET  # how long the end of a TCP exchange waits for more
 
     @property
     def youzan(self) -> bool:
@@ -358,7 +359,7 @@ class TcpRun:
     async def _tail(self, conn: str) -> list[Any]:
         extra: list[Any] = []
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + QUIET
+        deadline = loop.time() + self.side.quiet
         while True:
             frame = await self._frame(conn, max(0.0, deadline - loop.time()))
             if frame == "timeout":
@@ -556,20 +557,25 @@ async def run_both(dev: Side, real: Side, exchange: Exchange) -> tuple[Any, Any]
 # -- building the clusters ---------------------------------------------------------------------
 
 
-async def start_sides(mode: str) -> tuple[Side, Side]:
-    """A dev and a real cluster of the mode's shape, started and given the shared topics."""
+async def start_sides(mode: str, *, real_servers: bool = True) -> tuple[Side, Side]:
+    """A dev and a real cluster of the mode's shape, started and given the shared topics
+    (``real_servers=False``: two dev clusters, which checks the harness itself)."""
     from smartnsq.devcluster import DevCluster
     from smartnsq.realcluster import RealCluster
 
     if mode == "youzan":
         dev_cluster: Any = DevCluster(nodes=3, lookupds=2)
-        real_cluster: Any = RealCluster(nodes=3, lookupds=2, mode="youzan")
+        real_cluster: Any = (RealCluster(nodes=3, lookupds=2, mode="youzan") if real_servers
+                             else DevCluster(nodes=3, lookupds=2))
         topics: Sequence[TopicSpec] = YOUZAN_TOPICS
     else:
         dev_cluster = DevCluster(nodes=1, lookupds=1, mode="classic")
-        real_cluster = RealCluster(nodes=1, lookupds=1, mode="classic")
+        real_cluster = (RealCluster(nodes=1, lookupds=1, mode="classic") if real_servers
+                        else DevCluster(nodes=1, lookupds=1, mode="classic"))
         topics = CLASSIC_TOPICS
     dev, real = Side("dev", mode, dev_cluster), Side("real", mode, real_cluster)
+    if not real_servers:  # two in-process clusters answer within milliseconds
+        dev.quiet = real.quiet = 0.05
     started: list[Any] = []
     try:
         for side in (dev, real):

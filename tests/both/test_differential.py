@@ -116,3 +116,27 @@ def test_exchange(clusters: Clusters, mode: str, exchange: Exchange) -> None:
         pytest.fail(f"{mode}/{exchange.name}: the dev cluster answers otherwise than the real "
                     f"servers:\n  " + "\n  ".join(differences(got_dev, got_real)),
                     pytrace=False)
+
+
+@pytest.mark.parametrize("mode", ["youzan", "classic"])
+def test_dev_against_dev(mode: str) -> None:
+    """The harness itself, without the real servers: two dev clusters answer every exchange
+    alike (masking and ordering hide nothing that differs by chance between two runs)."""
+    loop = Loop()
+    try:
+        async def play() -> list[str]:
+            one, two = await start_sides(mode, real_servers=False)
+            try:
+                out = []
+                for exchange in (YOUZAN if mode == "youzan" else CLASSIC):
+                    a, b = await run_both(one, two, exchange)
+                    if a != b:
+                        out.append(f"{exchange.name}: " + "; ".join(differences(a, b)[:3]))
+                return out
+            finally:
+                await stop_sides(one, two)
+
+        different = loop.run(play(), START_TIMEOUT)
+    finally:
+        loop.close()
+    assert not different, "two dev clusters differ:\n" + "\n".join(different)
