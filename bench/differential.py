@@ -22,11 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's smartnsq, and the exchanges
 
-import differential as d
+import differential as d  # noqa: E402
 
-from smartnsq.realcluster import ENV, RealNsqdError, find_binaries
+from smartnsq.realcluster import ENV, RealNsqdError, find_binaries  # noqa: E402
 
 
 async def run_mode(mode: str, only: str | None, verbose: bool) -> tuple[d.Score, list[str]]:
