@@ -413,7 +413,8 @@ class Lookupd:
                 "ordered": meta["ordered"],
                 "multi_part": meta["multi_part"],
                 "disable_channel_auto_create": meta["disable_channel_auto_create"],
-                "registered_channels": list(self._registered_channels(info)),
+                # a Go nil slice until a channel is registered
+                "registered_channels": list(self._registered_channels(info)) or None,
             })
         return {"topics": names, "meta_info": meta_info}
 
@@ -487,14 +488,26 @@ class Lookupd:
                 self._int_arg(req, name, 0 if name == "suggestload" else -(2**63),
                               10000 if name == "suggestload" else 2**63, invalid, invalid)
         self._check_leader()
+        ordered = req.arg("orderedmulti") == "true"
+        ext = req.arg("extend") == "true"
+        multipart = req.arg("multipart") == "true"
+        no_auto = req.arg("disable_channel_auto_create") == "true"
+        existing = self.state.topics.get(topic)
+        if existing is not None and not existing.classic and (
+                (existing.partition_num, existing.replica, existing.ordered, existing.ext,
+                 existing.multipart, existing.disable_channel_auto_create)
+                != (pnum, replica, ordered, ext, multipart or ordered, no_auto)):
+            # re-sending the same create is accepted (it asks for a cluster check); the
+            # same topic with any other meta is refused, after the check for enough nodes
+            nodes = len(self.state.youzan_nodes())
+            if not nodes or replica > nodes or (
+                    not (ordered or multipart) and pnum * replica > nodes):
+                raise HTTPError(400, COORD_TMP_ERR + "No node is available for topic")
+            raise HTTPError(400, "already exist")
         try:
             self.state.create_topic(
-                topic, pnum, replica,
-                ordered=req.arg("orderedmulti") == "true",
-                ext=req.arg("extend") == "true",
-                multipart=req.arg("multipart") == "true",
-                disable_channel_auto_create=req.arg("disable_channel_auto_create") == "true",
-                pending=self.state.slow_creation)
+                topic, pnum, replica, ordered=ordered, ext=ext, multipart=multipart,
+                disable_channel_auto_create=no_auto, pending=self.state.slow_creation)
         except ValueError as exc:
             raise HTTPError(400, COORD_TMP_ERR + str(exc)) from None
         if self.state.creation_check is not None:  # a create, new or re-sent, asks for a check

@@ -118,6 +118,10 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         self.desired_tag = ""
         self.extend_support = False
         self.ext_filter: ExtFilter | None = None
+        self.ext_filter_spec: dict[str, Any] = {}  # as IDENTIFY sent it (/stats shows it)
+        self.asked_buffer_size = 0  # IDENTIFY's output_buffer_size, 0 if none (/stats)
+        # (topic, partition) -> [messages published, errors, last publish unix time]
+        self.pub_stats: dict[tuple[str, int], list[int]] = {}
         self.tls = False
         self.snappy = False
         self.deflate = False
@@ -490,7 +494,10 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         self.desired_tag = tag
         if self.youzan:
             self.extend_support = self.extend_support or data.extend_support
+            if data.output_buffer_size > 0:
+                self.asked_buffer_size = size
             spec = data.ext_filter
+            self.ext_filter_spec = dict(spec or {})
             if spec and spec.get("type"):
                 try:
                     self.ext_filter = ExtFilter(spec)

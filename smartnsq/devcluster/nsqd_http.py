@@ -12,6 +12,7 @@ route style.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import re
 import time
@@ -50,6 +51,28 @@ def _go_time(ns: int) -> str:
     return text + " +0000 UTC"
 
 
+def _first_unconfirmed(channel: Channel, messages: list[Any]) -> int:
+    """The index of the oldest message of the channel not finished yet (in flight, requeued,
+    deferred or unread)."""
+    offsets = [entry.msg.queue_offset
+               for consumer in [*channel.consumers, *channel.lingering]
+               for entry in consumer.in_flight.values()]
+    offsets += [entry.msg.queue_offset for queue in channel.queues.values() for entry in queue]
+    offsets += [entry.msg.queue_offset for _, _, entry in channel.deferred]
+    first = min(channel.cursor, len(messages))
+    if offsets:
+        lowest = min(offsets)
+        first = min(first, bisect.bisect_left(messages, lowest,
+                                              key=lambda m: m.queue_offset))
+    return first
+
+
+def _write_histogram(p: PartitionInfo) -> list[int]:
+    """``msg_write_latency_stats``: one count per written message; a dev cluster writes to
+    memory, so every write falls in the fastest bucket."""
+    return [len(p.log)] + [0] * 15
+
+
 class NsqdHTTP:
     """The HTTP server of one node; routes depend on the node's flavour."""
 
@@ -81,6 +104,7 @@ class NsqdHTTP:
             r("POST", "/channel/unpause", self._channel_pause, V1)
             r("POST", "/channel/setoffset", self._channel_setoffset, V1)
             r("POST", "/channel/setorder", self._channel_setorder, V1)
+            r("GET", "/message/get", self._message_get, V1)
 
     @property
     def port(self) -> int:
@@ -250,6 +274,7 @@ class NsqdHTTP:
             raise HTTPError(400, "E_FAILED_ON_NOT_WRITABLE")
         msg = p.log.append(req.body, trace_id, stored if info.ext else None, ext_topic=info.ext,
                            tag=tag)
+        p.count_size(len(req.body))
         if traced:
             return {"status": "OK", "id": msg.internal_id, "trace_id": trace_text,
                     "queue_offset": msg.queue_offset, "rawsize": msg.raw_size}
@@ -283,6 +308,8 @@ class NsqdHTTP:
         items: list[BatchItem] = [(body, 0, None, "") for body in bodies]
         if items:
             p.log.append_batch(items, ext_topic=info.ext)
+            for body in bodies:
+                p.count_size(len(body))
         return "OK"
 
     async def _channel_create(self, req: Request) -> None:
@@ -322,6 +349,39 @@ class NsqdHTTP:
             channel.reset_to(start_index(channel, parts[0].decode(), value))
         except ValueError as exc:
             raise HTTPError(500, str(exc)) from None
+
+    async def _message_get(self, req: Request) -> dict[str, Any]:
+        """``/message/get``: one stored message by count, queue offset or internal id."""
+        topic = req.arg("topic")
+        if not topic or topic not in self.node.state.topics:
+            raise HTTPError(400, "topic does not exist")
+        p, _ = self._held(req)
+        mode = req.arg("search_mode")
+        if mode not in ("id", "count", "virtual_offset"):
+            raise HTTPError(400, "search mode should be one of id/count/virtual_offset")
+        text = req.arg("search_pos")
+        if _DIGITS.fullmatch(text) is None or int(text) >= 1 << 63:
+            raise HTTPError(400, f"strconv.ParseInt: parsing {json.dumps(text)}: "
+                                 f"invalid syntax")
+        pos = int(text)
+        messages = p.log.messages[p.log.retained:]
+        if not messages:
+            raise HTTPError(404, "commit log end of file")
+        if mode == "count":  # the message that brings the count past pos (the first for 0)
+            index = max(pos, 1) - 1
+        elif mode == "virtual_offset":
+            index = bisect.bisect_left(messages, pos, key=lambda m: m.queue_offset)
+        else:
+            index = bisect.bisect_left(messages, pos, key=lambda m: m.internal_id)
+        if index >= len(messages):
+            raise HTTPError(500, "INTERNAL_ERROR")
+        msg = messages[index]
+        want_ext = req.arg("needext") == "true" and msg.ext is not None
+        return {"id": msg.internal_id, "trace_id": msg.trace_id,
+                "body": msg.body.decode("utf-8", "replace"), "timestamp": msg.timestamp,
+                "attempts": 0, "offset": msg.queue_offset,
+                "queue_cnt_index": p.log.retained + index + 1,
+                "ext": msg.ext.decode("utf-8", "replace") if want_ext and msg.ext else ""}
 
     async def _channel_setorder(self, req: Request) -> None:
         p, _, name = self._channel_args(req)
@@ -466,7 +526,8 @@ class NsqdHTTP:
         if node.classic:
             topics = [self._classic_topic_stats(p, channel_filter) for p in parts]
             return {"version": node.version, "health": "OK", "start_time": node.start_time,
-                    "topics": topics, "memory": _MEMORY, "producers": None}
+                    "topics": topics, "memory": _MEMORY,
+                    "producers": self._classic_producers(topic_filter) or None}
         topics = [self._youzan_topic_stats(p, channel_filter, filtered) for p in parts]
         return {"version": node.version, "health": "OK", "start_time": node.start_time,
                 "topics": topics}
@@ -491,8 +552,9 @@ class NsqdHTTP:
             consumer = conn.consumer
             if conn.channel is not channel or consumer is None:
                 continue
+            client_id, hostname = self._names(conn)
             stats = {
-                "client_id": conn.client_id, "hostname": conn.hostname, "version": "V2",
+                "client_id": client_id, "hostname": hostname, "version": "V2",
                 "remote_address": conn.remote, "state": conn.client_state,
                 "ready_count": consumer.rdy, "in_flight_count": len(consumer.in_flight),
                 "message_count": consumer.stats[0], "finish_count": consumer.stats[1],
@@ -505,7 +567,60 @@ class NsqdHTTP:
             if not self.node.classic:
                 stats["timeout_count"] = consumer.stats[3]
                 stats["desired_tag"] = conn.desired_tag
+                stats.update({
+                    "name": stats["client_id"], "deferred_count": 0,
+                    "output_buffer_size": conn.asked_buffer_size or 4096,
+                    "output_buffer_timeout": conn.output_buffer_timeout * 1_000_000,
+                    "msg_timeout": conn.msg_timeout * 1_000_000,
+                    "ext_filter": conn.ext_filter_spec, "limited_rdy": 50000,
+                })
             out.append(stats)
+        return out
+
+    def _classic_producers(self, topic: str) -> list[dict[str, Any]]:
+        """Classic /stats ``producers``: every connected client that published, with its
+        counts for ``topic`` (all topics without a filter; no ``pub_counts`` when none)."""
+        out = []
+        for conn in sorted(self.node.connections, key=lambda c: c.remote):
+            published = getattr(conn, "pub_stats", {})
+            if not published:
+                continue
+            counts = [{"topic": name, "count": entry[0]}
+                      for (name, _), entry in sorted(published.items())
+                      if not topic or name == topic]
+            client_id, hostname = self._names(conn)
+            entry: dict[str, Any] = {
+                "client_id": client_id, "hostname": hostname, "version": "V2",
+                "remote_address": conn.remote, "state": conn.client_state, "ready_count": 0,
+                "in_flight_count": 0, "message_count": 0, "finish_count": 0,
+                "requeue_count": 0, "connect_ts": conn.connect_time,
+                "sample_rate": conn.sample_rate, "deflate": conn.deflate,
+                "snappy": conn.snappy, "user_agent": conn.user_agent,
+                "tls": conn.tls, "tls_cipher_suite": "", "tls_version": "",
+                "tls_negotiated_protocol": "", "tls_negotiated_protocol_is_mutual": False,
+            }
+            if counts:
+                entry["pub_counts"] = counts
+            out.append(entry)
+        return out
+
+    def _names(self, conn: Any) -> tuple[str, str]:
+        """(client_id, hostname) as /stats shows them: what IDENTIFY said, or before an
+        IDENTIFY the remote address (youzan) or its host (classic)."""
+        if conn._identified:
+            return conn.client_id, conn.hostname
+        name = conn.remote.rsplit(":", 1)[0] if self.node.classic else conn.remote
+        return name, name
+
+    def _pub_stats(self, p: PartitionInfo) -> list[dict[str, Any]]:
+        """The connected clients that published to the partition (TCP only)."""
+        out = []
+        for conn in sorted(self.node.connections, key=lambda c: c.remote):
+            entry = getattr(conn, "pub_stats", {}).get((p.topic, p.partition))
+            if entry is not None:
+                out.append({"remote_address": conn.remote, "user_agent": conn.user_agent,
+                            "protocol": "tcp", "pub_count": entry[0], "err_count": entry[1],
+                            "last_pub_ts": entry[2]})
         return out
 
     def _channels(self, p: PartitionInfo, only: str) -> list[Channel]:
@@ -518,42 +633,57 @@ class NsqdHTTP:
         ordered = bool(info and info.ordered)
         multipart = bool(info and info.multipart and not info.ordered)
         channels = []
+        listed = filtered
+        if only and not self._channels(p, only):
+            # the real nsqd lists every channel when the named one does not exist (with a
+            # null client list each)
+            only, listed = "", False
         for channel in self._channels(p, only):
             clients = self._clients(channel)
             messages = p.log.messages
-            if channel.depth and channel.cursor < len(messages):
-                depth_ts = messages[channel.cursor].timestamp
-            elif channel.cursor > 0 and messages:
-                depth_ts = messages[min(channel.cursor, len(messages)) - 1].timestamp
+            # youzan measures a channel from its confirmed position: every message not yet
+            # finished counts, in flight ones included
+            first = _first_unconfirmed(channel, messages)
+            waiting = len(messages) - first
+            if waiting and first < len(messages):
+                depth_ts = messages[first].timestamp
+            elif first > 0 and messages and channel.finish_count:
+                # caught up: the last message it confirmed (none yet: zero)
+                depth_ts = messages[min(first, len(messages)) - 1].timestamp
             else:
                 depth_ts = 0
-            depth_size = sum(m.raw_size for m in messages[channel.cursor:])
+            depth_size = sum(m.raw_size for m in messages[first:])
+            # what the channel's reader has not taken from the backend yet (it holds one)
+            backlogs = max(0, waiting - channel.in_flight - 1)
+            finished = [channel.finish_count] + [0] * 11
             channels.append({
-                "channel_name": channel.name, "backlogs": 0, "depth": channel.depth,
+                "channel_name": channel.name, "backlogs": backlogs, "depth": waiting,
                 "depth_size": depth_size, "depth_ts": _go_time(depth_ts),
-                "depth_ts_nano": depth_ts, "backend_depth": max(0, len(messages) -
-                                                                channel.cursor),
+                "depth_ts_nano": depth_ts, "backend_depth": waiting,
                 "hourly_subsize": 0, "in_flight_count": channel.in_flight,
                 "deferred_count": channel.deferred_count, "deferred_from_delay_count": 0,
-                "message_count": channel.message_count, "requeue_count": channel.requeue_count,
+                # youzan counts the messages up to the channel's end, as the topic does
+                "message_count": len(p.log), "requeue_count": channel.requeue_count,
                 "timeout_count": channel.timeout_count,
-                "clients": clients if clients or filtered else None,
+                "clients": clients if clients or listed else None,
                 "client_num": len(clients), "paused": channel.paused, "skipped": False,
                 "zan_test_skipped": False, "delayed_queue_count": 0,
                 "delayed_queue_recent": _ZERO_TIME, "delayed_queue_recent_nano": 0,
-                "e2e_processing_latency": _E2E, "msg_consume_latency_stats": [0] * 12,
-                "msg_delivery_latency_stats": [0] * 12,
+                "e2e_processing_latency": _E2E, "msg_consume_latency_stats": finished,
+                "msg_delivery_latency_stats": list(finished),
             })
         statsd = f"{p.topic}.{p.partition}" if ordered or multipart else p.topic
+        publishers = self._pub_stats(p)
         return {
             "topic_name": p.topic, "topic_full_name": f"{p.topic}-{p.partition}",
             "topic_partition": str(p.partition), "channels": channels,
-            "channel_num": len(channels), "depth": p.log.end_offset,
+            "channel_num": len(self._channels(p, "")), "depth": p.log.end_offset,
             "backend_depth": p.log.end_offset, "backend_start": p.log.start_offset,
             "message_count": len(p.log), "is_leader": p.leader == self.node.node_id,
-            "hourly_pubsize": 0, "client_pub_stats": [] if filtered else None,
-            "client_num": sum(c["client_num"] for c in channels),
-            "msg_size_stats": [0] * 16, "msg_write_latency_stats": [0] * 16,
+            "hourly_pubsize": 0,
+            "client_pub_stats": publishers or ([] if filtered else None),
+            "client_num": len(publishers),  # youzan counts a topic's publishers here
+            "msg_size_stats": list(p.size_stats), "msg_write_latency_stats": _write_histogram(p),
             "is_multi_ordered": ordered, "is_multi_part": multipart,
             "is_ext": bool(info and info.ext),
             "is_channel_auto_create_disabled": bool(info and info.disable_channel_auto_create),

@@ -103,6 +103,14 @@ class PublishCommands:
         raise NotImplementedError
 
     _hold_on: PartitionInfo | None
+    pub_stats: dict[tuple[str, int], list[int]]
+
+    def _count_pub(self, p: PartitionInfo, messages: int) -> None:
+        """What /stats lists while this client is connected (youzan ``client_pub_stats``,
+        classic ``producers``): messages it published to the partition, and when it last did."""
+        entry = self.pub_stats.setdefault((p.topic, p.partition), [0, 0, 0])
+        entry[0] += messages
+        entry[2] = int(time.time())
 
     def _writable(self, p: PartitionInfo) -> None:
         raise NotImplementedError
@@ -203,6 +211,8 @@ class PublishCommands:
             body = body[2 + length:]
         yield from self._await_writable(p)
         msg = p.log.append(body, trace_id, stored_ext, ext_topic=info.ext, tag=tag)
+        p.count_size(len(body))
+        self._count_pub(p, 1)
         if traced:
             return encode_publish_receipt(PublishReceipt(msg.internal_id, trace_id,
                                                          msg.queue_offset, msg.raw_size))
@@ -242,8 +252,11 @@ class PublishCommands:
                     trace_id = found or 0
                 data = data[2 + length:]
             items.append((data, trace_id, stored_ext, tag))
+            if p.leader == self.node.node_id:
+                p.count_size(len(data))  # the leader counts as it reads, as the real one does
         yield from self._await_writable(p)
         msgs = p.log.append_batch(items, ext_topic=info.ext)
+        self._count_pub(p, len(msgs))
         if trace:
             first = msgs[0]
             return encode_publish_receipt(PublishReceipt(
@@ -274,7 +287,9 @@ class PublishCommands:
         topic = self._classic_topic(params, "PUB", 2)
         body = yield from self._classic_body("PUB")
         self._check_auth("PUB", topic, "")
-        self.node.classic_partition(topic).log.append(body)
+        p = self.node.classic_partition(topic)
+        p.log.append(body)
+        self._count_pub(p, 1)
         return OK
 
     def cmd_classic_dpub(self, params: list[bytes]) -> Reads:
@@ -289,7 +304,9 @@ class PublishCommands:
         body = yield from self._classic_body("DPUB")
         self._check_auth("DPUB", topic, "")
         deliver_after = time.monotonic() + delay_ms / 1000 if delay_ms else 0.0
-        self.node.classic_partition(topic).log.append(body, deliver_after=deliver_after)
+        p = self.node.classic_partition(topic)
+        p.log.append(body, deliver_after=deliver_after)
+        self._count_pub(p, 1)
         return OK
 
     def cmd_classic_mpub(self, params: list[bytes]) -> Reads:
@@ -317,6 +334,7 @@ class PublishCommands:
             data: bytes = yield n
             items.append((data, 0, None, ""))
         p.log.append_batch(items)
+        self._count_pub(p, len(items))
         return OK
 
 
