@@ -34,7 +34,6 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -178,7 +177,7 @@ class AuthHttpServer:
         self.table = {str(secret): dict(answer) for secret, answer in table.items()}
         self.ttl = ttl
         self.requests = 0
-        self._server: ThreadingHTTPServer | None = None
+        self._server: Any = None  # http.server.ThreadingHTTPServer, imported when started
         self._thread: threading.Thread | None = None
 
     @property
@@ -187,6 +186,8 @@ class AuthHttpServer:
         return f"{HOST}:{self._server.server_address[1]}"
 
     def start(self) -> AuthHttpServer:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
