@@ -311,7 +311,7 @@ async def nsq_any_mixed(request: pytest.FixtureRequest,
                         nsq_cluster_factory: ClusterFactory) -> ClusterPair:
     if request.param == "dev":
         return ClusterPair(youzan=await nsq_cluster_factory(nodes=3, lookupds=2),
-                           classic=await nsq_cluster_factory(mode="classic", nodes=2,
+                           classic=await nsq_cluster_factory(mode="classic", nodes=1,
                                                              lookupds=1))
     _skip_without_real("youzan")
     _skip_without_real("classic")
@@ -319,5 +319,5 @@ async def nsq_any_mixed(request: pytest.FixtureRequest,
     youzan = await _shared_real_cluster(
         {"mode": "youzan", "nodes": 3, "lookupds": 2, **common}, (("auth", "null"),))
     classic = await _shared_real_cluster(
-        {"mode": "classic", "nodes": 2, "lookupds": 1, **common}, (("auth", "null"),))
+        {"mode": "classic", "nodes": 1, "lookupds": 1, **common}, (("auth", "null"),))
     return ClusterPair(youzan=youzan, classic=classic)
