@@ -75,6 +75,8 @@ class Traffic:
     failures: list[tuple[str, float, NSQError]] = field(default_factory=list)
     consumed: set[bytes] = field(default_factory=set)
     fault_at: float | None = None
+    in_flight: int = 0  # publishes awaiting their answer now
+    in_flight_at_fault: int = 0
     watch: Watch = field(default_factory=Watch)
 
     def describe(self) -> str:
@@ -99,26 +101,25 @@ class Traffic:
 
 async def _publisher(producer: Producer, topic: str, worker: int, traffic: Traffic,
                      stop: asyncio.Event) -> None:
-    """Publish to partition ``worker % 2`` until that partition has ``AFTER``
-    acknowledgements in the current phase (before the fault, after it), then wait for the
-    next phase: enough traffic to see the fault, not a flood to consume afterwards."""
+    """Publish to partition ``worker % 2`` without a pause until the fault (so publishes are
+    in flight when it comes) and after it until the partition has ``AFTER`` acknowledgements
+    started after the fault; then wait for the others: enough traffic to see the fault, not
+    a flood to consume afterwards."""
     partition = worker % 2
 
-    def phase_done() -> bool:
+    def done() -> bool:
         since = traffic.fault_at
-        if since is None:
-            return len(traffic.acked_at[partition]) >= AFTER
-        return traffic.acked_after(partition, since) >= AFTER
+        return since is not None and traffic.acked_after(partition, since) >= AFTER
 
     n = 0
     while not stop.is_set():
-        if phase_done():
-            await traffic.watch.until(lambda: stop.is_set() or not phase_done(),
-                                      KILL_BOUND + 60, "the next phase")
+        if done():
+            await traffic.watch.until(stop.is_set, KILL_BOUND + 60, "the end of the test")
             continue
         body = b"w%d-%d" % (worker, n)
         n += 1
         started = time.monotonic()
+        traffic.in_flight += 1
         try:
             with keeps_deadline(PUBLISH_TIMEOUT):
                 result = await producer.publish(topic, body, partition=partition,
@@ -127,6 +128,8 @@ async def _publisher(producer: Producer, topic: str, worker: int, traffic: Traff
             traffic.failures.append((body.decode(), time.monotonic() - started, exc))
             traffic.watch.poke()
             continue
+        finally:
+            traffic.in_flight -= 1
         assert result.partition == partition
         traffic.acked[body] = partition
         traffic.acked_at[partition].append((started, time.monotonic()))
@@ -165,7 +168,7 @@ async def _run_through(cluster: Any, fault: str, replicas: int) -> tuple[Traffic
                 victim = "{}:{}".format(*leader.address)
                 at = time.monotonic()
                 traffic.fault_at = at
-                traffic.watch.poke()
+                traffic.in_flight_at_fault = traffic.in_flight
                 if fault == "kill":
                     await cluster.kill_node(_node_index(cluster, victim))
                 else:
@@ -203,12 +206,14 @@ def _lost(traffic: Traffic) -> list[bytes]:
 @pytest.mark.nsq_cluster(nodes=3, lookupds=2, fresh=True, profile=FAST)
 async def test_leader_sigkill_while_publishing_and_consuming(nsq_any_cluster: Any) -> None:
     traffic, at = await _run_through(nsq_any_cluster, "kill", replicas=2)
+    assert traffic.in_flight_at_fault > 0
     assert _lost(traffic) == []
     wrong = [(body, exc) for body, _, exc in traffic.failures
              if not isinstance(exc, DOCUMENTED) or not exc.retriable]
     assert wrong == [], wrong
     paused = max(traffic.longest_gap(p, at) for p in (0, 1))
-    print(f"\nSIGKILL: {len(traffic.acked)} acknowledged, {len(traffic.failures)} failed "
+    print(f"\nSIGKILL: {traffic.in_flight_at_fault} publishes in flight at the kill, "
+          f"{len(traffic.acked)} acknowledged, {len(traffic.failures)} failed "
           f"({sorted({type(e).__name__ for _, _, e in traffic.failures})}), longest pause "
           f"{paused:.1f}s")
 
@@ -222,6 +227,7 @@ async def test_leader_sigterm_while_publishing_and_consuming(nsq_any_cluster: An
     print(f"\nSIGTERM: {len(traffic.acked)} acknowledged, longest pause per partition "
           + ", ".join(f"p{p} {gap:.2f}s" for p, gap in gaps.items()) + "; "
           + traffic.describe())
+    assert traffic.in_flight_at_fault > 0
     assert _lost(traffic) == []
     assert traffic.failures == []
     assert max(gaps.values()) < LEAVE_COST, gaps
