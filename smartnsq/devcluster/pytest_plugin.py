@@ -300,6 +300,7 @@ async def nsq_any_cluster(request: pytest.FixtureRequest,
         try:
             yield cluster
         finally:
+            cluster.kill_all()  # its data goes with it: no graceful exit to wait for
             await cluster.stop()
         return
     yield await _shared_real_cluster(
