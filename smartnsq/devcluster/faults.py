@@ -274,7 +274,7 @@ class FaultClock:
         if not self._quorum(p):
             # below its write quorum (replica 2 with one left): the new leader is listed for
             # reads at once but takes no write until a spare has caught up, as after a kill
-            # (real: ~110 s for a 2-replica topic on 3 nodes, tests/both/test_faults.py)
+            # (real: ~110 s for a 2-replica topic on 3 nodes, tests/both/test_cluster_faults.py)
             self._set_writable(p, False)
             self._later(self.seconds("replica_catchup"), self._catch_up, p)
 
