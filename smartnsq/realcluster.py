@@ -29,9 +29,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -41,7 +42,8 @@ from .admin import AdminError, AsyncAdmin
 from .errors import NSQError, Timeout
 from .http import HttpClient
 
-__all__ = ["ENV", "RealCluster", "RealMember", "RealNsqdError", "find_binaries"]
+__all__ = ["ENV", "AuthHttpServer", "RealCluster", "RealMember", "RealNsqdError",
+           "find_binaries"]
 
 log = logging.getLogger("smartnsq.realcluster")
 
@@ -161,6 +163,78 @@ class RealMember:
         return f"<{self.kind} {self.name} {self.ports} {state}>"
 
 
+class AuthHttpServer:
+    """A loopback auth server for nsqd's ``--auth-http-address``, answering from a table.
+
+    The table is the dev cluster's (``DevCluster(auth=...)``): secret -> the auth server's
+    answer (``identity``, ``identity_url``, ``authorizations``). ``GET /auth?secret=S`` answers
+    200 with that answer and a ``ttl``, an unknown secret 403 (nsqd then answers
+    ``E_AUTH_FAILED``). It serves from a thread of its own, so it answers while the caller's
+    event loop is busy. ``requests`` counts the questions asked.
+    """
+
+    def __init__(self, table: Mapping[str, Any], ttl: int = 3600) -> None:
+        self.table = {str(secret): dict(answer) for secret, answer in table.items()}
+        self.ttl = ttl
+        self.requests = 0
+        self._server: Any = None  # http.server.ThreadingHTTPServer, imported when started
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        assert self._server is not None, "not started"
+        return f"{HOST}:{self._server.server_address[1]}"
+
+    def start(self) -> AuthHttpServer:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                from urllib.parse import parse_qs, urlsplit
+
+                owner.requests += 1
+                url = urlsplit(self.path)
+                secret = parse_qs(url.query).get("secret", [""])[0]
+                answer = owner.table.get(secret) if url.path == "/auth" else None
+                if answer is None:
+                    self._reply(403, {"message": "NOT_AUTHORIZED"})
+                    return
+                self._reply(200, {"ttl": owner.ttl, "identity": answer.get("identity", ""),
+                                  "identity_url": answer.get("identity_url", ""),
+                                  "authorizations": list(answer.get("authorizations") or [])})
+
+            def _reply(self, status: int, body: Any) -> None:
+                import json
+
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("auth server: " + format, *args)
+
+        self._server = ThreadingHTTPServer((HOST, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="smartnsq-auth-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+
 _LIVE: weakref.WeakSet[RealCluster] = weakref.WeakSet()
 
 
@@ -177,14 +251,16 @@ class RealCluster:
     ``nodes`` nsqd of one youzan cluster. ``mode="classic"``: ``lookupds`` classic
     nsqlookupds and ``nodes`` classic nsqd registered with them. ``nsqd_args`` are extra
     command-line flags for every nsqd (``["--msg-timeout=5s"]``, TLS files, ``--snappy``).
-    ``start_timeout`` bounds the whole start.
+    ``auth`` is a secrets table in ``DevCluster(auth=...)``'s format: an
+    :class:`AuthHttpServer` answering from it runs beside the cluster and every nsqd gets its
+    ``--auth-http-address``. ``start_timeout`` bounds the whole start.
     """
 
     def __init__(self, nodes: int = 3, lookupds: int = 2, mode: str = "youzan", *,
                  binaries: str | os.PathLike[str] | None = None, etcd: str | None = None,
                  nsqd_args: Sequence[str] = (), lookupd_args: Sequence[str] = (),
-                 start_timeout: float = 60.0, workdir: str | os.PathLike[str] | None = None,
-                 ) -> None:
+                 auth: Mapping[str, Any] | None = None, start_timeout: float = 60.0,
+                 workdir: str | os.PathLike[str] | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if nodes < 1 or lookupds < 1:
@@ -198,6 +274,8 @@ class RealCluster:
         self._lookupd_count = lookupds
         self.nsqd_args = list(nsqd_args)
         self.lookupd_args = list(lookupd_args)
+        self.auth = auth
+        self.auth_server: AuthHttpServer | None = None
         self.start_timeout = start_timeout
         self._workdir_arg = workdir
         self.root: Path | None = None
@@ -226,6 +304,8 @@ class RealCluster:
                                           dir=self._workdir_arg))
         deadline = time.monotonic() + self.start_timeout
         try:
+            if self.auth is not None:
+                self.auth_server = AuthHttpServer(self.auth).start()
             if self.mode == "youzan":
                 self.etcd = self._etcd_member()
                 await self._launch(self.etcd, deadline)
@@ -254,6 +334,7 @@ class RealCluster:
                 member.signal(signal.SIGKILL)
                 await member.wait_exit(5.0)
         self.kill_all()
+        self._stop_auth()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
@@ -272,11 +353,17 @@ class RealCluster:
                 except subprocess.TimeoutExpired:
                     member.signal(signal.SIGKILL)
         self.kill_all()
+        self._stop_auth()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
         _LIVE.discard(self)
         self._started = False
+
+    def _stop_auth(self) -> None:
+        if self.auth_server is not None:
+            self.auth_server.stop()
+            self.auth_server = None
 
     @property
     def healthy(self) -> bool:
@@ -395,6 +482,8 @@ class RealCluster:
         else:
             argv += [f"--lookupd-tcp-address={lk.tcp_address}" for lk in self.lookupds]
             argv.append(f"--node-id={i + 1}")
+        if self.auth_server is not None:
+            argv.append(f"--auth-http-address={self.auth_server.address}")
         (workdir / "data").mkdir(parents=True, exist_ok=True)
         return RealMember(name, "nsqd", [*argv, *self.nsqd_args], workdir, env=env, ports=ports)
 

@@ -564,6 +564,13 @@ class NsqdHTTP:
                 "tls_cipher_suite": "", "tls_version": "", "tls_negotiated_protocol": "",
                 "tls_negotiated_protocol_is_mutual": False,
             }
+            identity = conn.identity
+            if identity is not None:  # nsqd's omitempty fields: only for an authed client
+                stats["authed"] = True
+                if identity.identity:
+                    stats["auth_identity"] = identity.identity
+                if identity.identity_url:
+                    stats["auth_identity_url"] = identity.identity_url
             if not self.node.classic:
                 stats["timeout_count"] = consumer.stats[3]
                 stats["desired_tag"] = conn.desired_tag

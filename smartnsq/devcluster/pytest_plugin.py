@@ -39,12 +39,36 @@ Fixtures (function-scoped, need an asyncio test runner such as pytest-asyncio):
     flags of the real nsqd.
 
     ``-m real`` selects the real cases, ``-m 'not real'`` leaves them out.
+
+    Shape keys both clusters take:
+
+    * ``tls=True``: every nsqd serves TLS with a certificate for ``127.0.0.1`` from a
+      throwaway CA (``trustme``), ``tls="require-verify"`` also demands a client certificate
+      from that CA (the real nsqd's ``--tls-client-auth-policy``) and refuses clients
+      without TLS on TCP (``--tls-required=tcp-https``: HTTP stays plain). The
+      ``nsq_test_tls`` fixture (:class:`TestTLS`) gives the client side: its contexts and
+      files.
+    * ``auth={secret: answer, ...}``: the dev cluster's secrets table; the real nsqd ask an
+      :class:`~smartnsq.realcluster.AuthHttpServer` answering from the same table
+      (``--auth-http-address``).
+
+    ``profile=`` (a fault timing) goes to the dev cluster only: the real servers have their
+    own timing, which the profile models.
+
+``nsq_any_mixed``
+    a youzan cluster and a classic cluster side by side (:class:`ClusterPair`), on the dev
+    clusters (``dev``) and on the real servers (``real``: the session's shared youzan and
+    classic real clusters), for tests of one client given both kinds of lookupd.
 """
 
 from __future__ import annotations
 
+import json
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -63,10 +87,80 @@ DEFAULT_SHAPE: dict[str, Any] = {"nodes": 3, "lookupds": 2}
 REAL_ONLY = ("fresh", "nsqd_args", "lookupd_args")
 """Marker arguments that only the real cluster takes (the dev cluster ignores them)."""
 
-DEV_ONLY = ("nsqd_options",)
-"""Marker arguments that only the dev cluster takes (the real cluster ignores them): the dev
-nodes' options that make them behave as the real servers do by default, e.g.
+DEV_ONLY = ("profile", "nsqd_options")
+"""Marker arguments that only the dev cluster takes (the real cluster ignores them): the fault
+profile models the real servers' timing, which they have anyway; ``nsqd_options`` gives the
+dev nodes what the real servers do by default, e.g.
 ``nsqd_options={"ordered_first_delivery_twice": True}``."""
+
+TLS_POLICIES = (True, "require-verify")
+
+
+class TestTLS:
+    """A throwaway CA (``trustme``) with a server certificate for 127.0.0.1 and a client
+    certificate, as PEM files in ``folder`` and as ``ssl`` contexts."""
+
+    __test__ = False  # not a test class, whatever pytest thinks of the name
+
+    def __init__(self, folder: Path) -> None:
+        import trustme
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.ca = trustme.CA()
+        self.server = self.ca.issue_cert("127.0.0.1", "localhost")
+        self.client = self.ca.issue_cert("smartnsq-test-client")
+        self.ca_file = str(folder / "ca.pem")
+        self.cert_file = str(folder / "server.pem")
+        self.key_file = str(folder / "server.key")
+        self.client_cert_file = str(folder / "client.pem")
+        self.client_key_file = str(folder / "client.key")
+        self.ca.cert_pem.write_to_path(self.ca_file)
+        self.server.cert_chain_pems[0].write_to_path(self.cert_file)
+        for pem in self.server.cert_chain_pems[1:]:
+            pem.write_to_path(self.cert_file, append=True)
+        self.server.private_key_pem.write_to_path(self.key_file)
+        self.client.cert_chain_pems[0].write_to_path(self.client_cert_file)
+        self.client.private_key_pem.write_to_path(self.client_key_file)
+
+    def server_context(self, verify_clients: bool = False) -> ssl.SSLContext:
+        """The nsqd side (for ``DevCluster(tls=...)``)."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.server.configure_cert(context)
+        if verify_clients:
+            self.ca.configure_trust(context)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    def client_context(self, with_cert: bool = True) -> ssl.SSLContext:
+        """A verifying client context trusting the CA (with the client certificate)."""
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        self.ca.configure_trust(context)
+        if with_cert:
+            self.client.configure_cert(context)
+        return context
+
+    def nsqd_args(self, policy: bool | str) -> list[str]:
+        """The real nsqd's flags for a ``tls=`` shape value."""
+        args = [f"--tls-cert={self.cert_file}", f"--tls-key={self.key_file}"]
+        if policy == "require-verify":
+            # a client auth policy makes nsqd 1.3 require TLS on every port, its plain HTTP
+            # too (403), unless told otherwise: TLS on TCP only keeps /ping and /stats plain
+            args += ["--tls-client-auth-policy=require-verify",
+                     f"--tls-root-ca-file={self.ca_file}", "--tls-required=tcp-https"]
+        return args
+
+
+@dataclass
+class ClusterPair:
+    """A youzan and a classic cluster side by side (dev or real)."""
+
+    youzan: Any
+    classic: Any
+
+    @property
+    def lookupd_http_addresses(self) -> list[str]:
+        """Both clusters' lookupds, youzan's first: what a client of both is given."""
+        return [*self.youzan.lookupd_http_addresses, *self.classic.lookupd_http_addresses]
 
 _shared_real: dict[tuple[Any, ...], Any] = {}
 
@@ -118,57 +212,119 @@ async def nsq_cluster(request: pytest.FixtureRequest,
     return await nsq_cluster_factory(**kwargs)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _on_dev_and_real(function: F) -> F:
+    """An async fixture run twice: ``dev`` and ``real`` (marked ``real``)."""
+    fixture: F = _async_fixture(params=[
+        pytest.param("dev", id="dev"),
+        pytest.param("real", id="real", marks=pytest.mark.real),
+    ])(function)
+    return fixture
+
+
 def _shape(request: pytest.FixtureRequest) -> dict[str, Any]:
     marker = request.node.get_closest_marker("nsq_cluster")
-    return dict(marker.kwargs) if marker is not None else {}
+    shape = dict(marker.kwargs) if marker is not None else {}
+    tls = shape.get("tls")
+    if tls is not None and tls is not False and tls not in TLS_POLICIES:
+        raise pytest.UsageError(f"nsq_cluster tls= takes True or 'require-verify', not {tls!r}"
+                                " (with nsq_any_cluster; nsq_cluster takes an SSLContext)")
+    return shape
 
 
-@_async_fixture(params=[  # type: ignore[untyped-decorator]
-    pytest.param("dev", id="dev"),
-    pytest.param("real", id="real", marks=pytest.mark.real),
-])
-async def nsq_any_cluster(request: pytest.FixtureRequest,
-                          nsq_cluster_factory: ClusterFactory) -> AsyncIterator[Any]:
-    shape = _shape(request)
-    if request.param == "dev":
-        yield await nsq_cluster_factory(
-            **{k: v for k, v in shape.items() if k not in REAL_ONLY})
-        return
+@pytest.fixture(scope="session")
+def nsq_test_tls(tmp_path_factory: pytest.TempPathFactory) -> TestTLS:
+    """The session's throwaway CA and certificates (see :class:`TestTLS`)."""
+    return TestTLS(tmp_path_factory.mktemp("nsq-tls"))
+
+
+def _skip_without_real(mode: str) -> None:
     import os
 
-    from ..realcluster import ENV, RealCluster, RealNsqdError, find_binaries
+    from ..realcluster import ENV, RealNsqdError, find_binaries
 
-    mode = shape.get("mode", "youzan")
     if not os.environ.get(ENV):
         pytest.skip(f"real NSQ servers: set {ENV} to the folder of their binaries")
     try:
         find_binaries(None, mode)
     except RealNsqdError as exc:
         pytest.skip(str(exc))
-    unknown = set(shape) - {"mode", "nodes", "lookupds", *REAL_ONLY, *DEV_ONLY}
+
+
+async def _shared_real_cluster(kwargs: dict[str, Any], key_extra: tuple[Any, ...] = ()) -> Any:
+    """The session's real cluster of this shape (started anew if a test damaged it)."""
+    from ..realcluster import RealCluster
+
+    key = (*sorted((k, v) for k, v in kwargs.items() if k != "auth"), *key_extra)
+    cluster = _shared_real.get(key)
+    if cluster is not None and not cluster.healthy:
+        await cluster.stop()
+        cluster = None
+    if cluster is None:
+        cluster = RealCluster(**kwargs)
+        await cluster.start()
+        _shared_real[key] = cluster
+    return cluster
+
+
+@_on_dev_and_real
+async def nsq_any_cluster(request: pytest.FixtureRequest,
+                          nsq_cluster_factory: ClusterFactory) -> AsyncIterator[Any]:
+    shape = _shape(request)
+    tls = shape.pop("tls", None)
+    tls_files = request.getfixturevalue("nsq_test_tls") if tls else None
+    if request.param == "dev":
+        dev = {k: v for k, v in shape.items() if k not in REAL_ONLY}
+        if tls_files is not None:
+            dev["tls"] = tls_files.server_context(verify_clients=tls == "require-verify")
+            if tls == "require-verify":  # as the real nsqd: TLS required on TCP
+                dev["nsqd_options"] = {**dev.get("nsqd_options", {}), "tls_required": True}
+        yield await nsq_cluster_factory(**dev)
+        return
+    from ..realcluster import RealCluster
+
+    mode = shape.get("mode", "youzan")
+    _skip_without_real(mode)
+    unknown = set(shape) - {"mode", "nodes", "lookupds", "auth", *REAL_ONLY, *DEV_ONLY}
     if unknown:
         raise pytest.UsageError(f"the real cluster has no {sorted(unknown)}: use nsq_cluster")
-    kwargs = {"mode": mode, "nodes": shape.get("nodes", DEFAULT_SHAPE["nodes"]),
-              "lookupds": shape.get("lookupds", DEFAULT_SHAPE["lookupds"]),
-              "nsqd_args": tuple(shape.get("nsqd_args", ())),
-              "lookupd_args": tuple(shape.get("lookupd_args", ()))}
+    nsqd_args = list(shape.get("nsqd_args", ()))
+    if tls_files is not None:
+        nsqd_args += tls_files.nsqd_args(tls)
+    kwargs: dict[str, Any] = {
+        "mode": mode, "nodes": shape.get("nodes", DEFAULT_SHAPE["nodes"]),
+        "lookupds": shape.get("lookupds", DEFAULT_SHAPE["lookupds"]),
+        "nsqd_args": tuple(nsqd_args), "lookupd_args": tuple(shape.get("lookupd_args", ())),
+        "auth": shape.get("auth")}
     if mode == "classic":
         kwargs["lookupds"] = shape.get("lookupds", 1)
     if shape.get("fresh"):
-        own = RealCluster(**kwargs)
-        await own.start()
+        cluster = RealCluster(**kwargs)
+        await cluster.start()
         try:
-            yield own
+            yield cluster
         finally:
-            await own.stop()
+            cluster.kill_all()  # its data goes with it: no graceful exit to wait for
+            await cluster.stop()
         return
-    key = tuple(sorted(kwargs.items()))
-    shared: RealCluster | None = _shared_real.get(key)
-    if shared is not None and not shared.healthy:
-        await shared.stop()
-        shared = None
-    if shared is None:
-        shared = RealCluster(**kwargs)
-        await shared.start()
-        _shared_real[key] = shared
-    yield shared
+    yield await _shared_real_cluster(
+        kwargs, (("auth", json.dumps(kwargs["auth"], sort_keys=True)),))
+
+
+@_on_dev_and_real
+async def nsq_any_mixed(request: pytest.FixtureRequest,
+                        nsq_cluster_factory: ClusterFactory) -> ClusterPair:
+    if request.param == "dev":
+        return ClusterPair(youzan=await nsq_cluster_factory(nodes=3, lookupds=2),
+                           classic=await nsq_cluster_factory(mode="classic", nodes=1,
+                                                             lookupds=1))
+    _skip_without_real("youzan")
+    _skip_without_real("classic")
+    common: dict[str, Any] = {"nsqd_args": (), "lookupd_args": (), "auth": None}
+    youzan = await _shared_real_cluster(
+        {"mode": "youzan", "nodes": 3, "lookupds": 2, **common}, (("auth", "null"),))
+    classic = await _shared_real_cluster(
+        {"mode": "classic", "nodes": 1, "lookupds": 1, **common}, (("auth", "null"),))
+    return ClusterPair(youzan=youzan, classic=classic)

@@ -1,0 +1,116 @@
+"""The Spark connector (``format("nsq")``) on the dev cluster and on the real youzan servers.
+
+A small batch read of a topic published by a ``Producer``, and a small batch write through the
+sink checked by a ``Consumer``. Spark's Python workers are other processes: they reach either
+cluster over loopback. The Spark calls block, so they run in a thread while the test's event
+loop keeps serving the dev cluster. One test each: a SparkSession is slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support import Watch, bounded, fresh_name
+
+from smartnsq.consumer import Consumer
+from smartnsq.message import Message
+from smartnsq.producer import Producer
+from smartnsq.sharding import murmur3_partition
+
+pytestmark = pytest.mark.spark
+
+HAVE_SPARK = all(importlib.util.find_spec(m) is not None for m in ("pyspark", "pyarrow"))
+SPARK_WAIT = 180.0  # a JVM on a shared 2-core machine; nothing waits this long when it works
+
+
+@pytest.fixture(scope="module")
+def spark_session() -> Iterator[Any]:
+    """A local SparkSession for this module (tests/spark's settings), stopped after it."""
+    if not HAVE_SPARK:
+        pytest.skip("pyspark/pyarrow not installed (pip install -e '.[spark]')")
+    from smartnsq.spark.testing import python_for_workers
+
+    python_for_workers()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import smartnsq.spark
+
+    session = (SparkSession.builder.master("local[2]").appName("smartnsq-tests-both")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.python.authenticate.socketTimeout", "60s")
+               .config("spark.driver.extraJavaOptions",
+                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    smartnsq.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+async def test_spark_reads_a_topic(nsq_any_cluster: Any, spark_session: Any) -> None:
+    cluster = nsq_any_cluster
+    topic = fresh_name("spark-read")
+    await cluster.create_topic(topic, partitions=2, replicas=1, channels=["ch"])
+    bodies = [b"row-%d" % i for i in range(20)]
+    async with Producer(lookupd=cluster.lookupd_http_addresses) as producer:
+        for i, body in enumerate(bodies):
+            async with bounded(10):
+                await producer.publish(topic, body, partition=i % 2, timeout=10)
+    lookupd = ",".join(cluster.lookupd_http_addresses)
+
+    def read() -> list[Any]:
+        frame = (spark_session.read.format("nsq").option("lookupd", lookupd)
+                 .option("topic", topic).load())
+        return list(frame.collect())
+
+    rows = await asyncio.wait_for(asyncio.to_thread(read), SPARK_WAIT)
+    assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
+    for row in rows:
+        assert row.topic == topic and row.partition == int(bytes(row.body)[4:]) % 2, row
+        assert row.raw_size > 0
+
+
+async def test_spark_writes_a_topic(nsq_any_cluster: Any, spark_session: Any) -> None:
+    cluster = nsq_any_cluster
+    topic = fresh_name("spark-write")
+    await cluster.create_topic(topic, partitions=2, replicas=1, channels=["ch"])
+    rows = [(f"user-{i % 5}", b"event-%d" % i) for i in range(30)]
+    lookupd = ",".join(cluster.lookupd_http_addresses)
+
+    def write() -> None:
+        frame = spark_session.createDataFrame(rows, "key STRING, body BINARY").repartition(2)
+        (frame.write.format("nsq").option("lookupd", lookupd).option("topic", topic)
+         .option("shardingKeyColumn", "key").mode("append").save())
+
+    await asyncio.wait_for(asyncio.to_thread(write), SPARK_WAIT)
+    got: dict[bytes, int] = {}
+    watch = Watch()
+
+    def handle(message: Message) -> None:
+        assert message.internal_id is not None
+        got[bytes(message.body)] = message.internal_id >> 50  # youzan: the partition's bits
+        watch.poke()
+
+    consumer = Consumer(topic, "ch", lookupd=cluster.lookupd_http_addresses, handler=handle)
+    async with bounded(10):
+        await consumer.start()
+    try:
+        await watch.until(lambda: len(got) >= len(rows), 30, f"{len(rows)} messages")
+    finally:
+        async with bounded(10):
+            await consumer.close(timeout=5)
+    assert sorted(got) == sorted(body for _, body in rows)
+    key_of = {body: key for key, body in rows}
+    for body, partition in got.items():  # routed as the Producer routes a sharding key
+        assert partition == murmur3_partition(key_of[body], 2), body
