@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -130,7 +131,7 @@ def _key_of(body: bytes, path: list[str], where: str) -> str | int:
 
 
 async def run_pub(args: argparse.Namespace) -> int:
-    from ..errors import InvalidArgument, LookupFailed, NSQError, TopicNotFound
+    from ..errors import InvalidArgument, LookupFailed, NSQError, Timeout, TopicNotFound
     from ..producer import Producer
     from ..sharding import make_router
 
@@ -160,17 +161,24 @@ async def run_pub(args: argparse.Namespace) -> int:
                         sharding=args.sharding, connect_timeout=min(timeout, 5.0),
                         lookup_options=lookup_options)
     try:
-        async with producer:
+        # not `async with producer`: its start (lookupd discovery) would come before, and
+        # outside, the deadline of the first lookup; routes() starts it within its timeout
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(producer.close, min(2.0, timeout))
             try:
-                routes = await asyncio.wait_for(producer.routes(topic), timeout)
+                routes = await producer.routes(topic, timeout=timeout)
             except TopicNotFound:
                 raise CLIError(f"topic {topic!r} does not exist") from None
-            except LookupFailed as exc:
+            except (LookupFailed, Timeout, asyncio.TimeoutError) as exc:
+                if isinstance(exc, Timeout | asyncio.TimeoutError):
+                    where = (f"lookupd {', '.join(lookupd)}" if lookupd
+                             else f"nsqd {', '.join(nsqd)}")
+                    hint = ("--lookupd takes nsqlookupd's HTTP address, port 4161 by default"
+                            if lookupd else
+                            "--nsqd takes nsqd's TCP address, port 4150 by default")
+                    raise CLIError(f"cannot look up topic {topic!r}: no answer from {where} "
+                                   f"within {timeout:g} s (hint: {hint})") from None
                 raise CLIError(f"cannot look up topic {topic!r}: {exc}") from None
-            except asyncio.TimeoutError:
-                where = f"lookupd {', '.join(lookupd)}" if lookupd else f"nsqd {', '.join(nsqd)}"
-                raise CLIError(f"cannot look up topic {topic!r}: no answer from {where} "
-                               f"within {timeout:g} s") from None
             partition_num = routes.partition_num
             if routes.ordered and args.partition is None and args.sharding_key is None \
                     and key_path is None:
