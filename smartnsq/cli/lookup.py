@@ -24,6 +24,7 @@ from .util import (
     lookup_failure,
     lookup_manager,
     split_addresses,
+    warn,
 )
 
 __all__ = ["register", "run_lookup"]
@@ -31,7 +32,7 @@ __all__ = ["register", "run_lookup"]
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("lookup", "show a topic's partitions, leaders, replicas and meta")
-    p.add_argument("topic")
+    p.add_argument("topic", help="the topic to look up")
     p.add_argument("--access", choices=("r", "w"), default="r",
                    help="look up for reading (default, every partition with a leader) or "
                         "writing (only writable partitions)")
@@ -161,5 +162,5 @@ async def run_lookup(args: argparse.Namespace) -> int:
                                [[f"{n.broadcast_address}:{n.tcp_port}", n.http_address,
                                  n.version] for n in view.producers]) + "\n")
     if failed:
-        args.err.write(f"warning: replicas unknown: no /stats answer from {', '.join(failed)}\n")
+        warn(args, f"replicas unknown: no /stats answer from {', '.join(failed)}")
     return 0

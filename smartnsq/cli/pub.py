@@ -27,7 +27,7 @@ __all__ = ["register", "run_pub"]
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("pub", "publish lines from stdin or files",
                 description="Publish each non-empty line as one message (MPUB batches).")
-    p.add_argument("topic")
+    p.add_argument("topic", help="the topic to publish to (it must exist)")
     p.add_argument("files", nargs="*", metavar="FILE", default=[],
                    help="files to read ('-' or none: stdin)")
     key = p.add_mutually_exclusive_group()
@@ -149,8 +149,8 @@ async def run_pub(args: argparse.Namespace) -> int:
         raise CLIError(f"bad --key-field {args.key_field!r}")
     sources = _sources(args)
     total_size = sum(s.size or 0 for s in sources) if all(s.size for s in sources) else None
-    progress = Progress(args.progress if args.progress is not None else
-                        (None if total_size else False), stream=args.err)
+    progress = Progress(False if args.quiet else args.progress if args.progress is not None
+                        else (None if total_size else False), stream=args.err)
     router = make_router(args.sharding)
     totals = _Totals()
     started = time.monotonic()

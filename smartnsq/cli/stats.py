@@ -13,7 +13,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .util import CLIError, Deadline, admin_client, check_topic, dumps, format_table, split_addresses
+from .util import (
+    CLIError,
+    Deadline,
+    admin_client,
+    check_topic,
+    dumps,
+    format_table,
+    split_addresses,
+    warn,
+)
 
 __all__ = ["register", "run_stats"]
 
@@ -108,7 +117,7 @@ async def run_stats(args: argparse.Namespace) -> int:
             ["topic", "partition", "node", "channel", "depth", "in-flight", "deferred",
              "clients", "messages"], table, right=(1, 4, 5, 6, 7, 8)) + "\n")
     for error in errors:
-        args.err.write(f"warning: {error}\n")
+        warn(args, error)
     return 0
 
 

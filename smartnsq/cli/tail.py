@@ -42,7 +42,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("tail", "print messages of a topic as they arrive",
                 description="Consume a topic on an ephemeral channel (nothing is left behind) "
                             "and print each message.")
-    p.add_argument("topic")
+    p.add_argument("topic", help="the topic to read")
     p.add_argument("--channel", help="consume this channel instead of a new ephemeral one "
                                      "(its messages are then finished!)")
     p.add_argument("--ordered", action="store_true",

@@ -187,6 +187,12 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False, default=str)
 
 
+def warn(args: Any, text: str) -> None:
+    """A warning line of the command's own on stderr (not with ``-q``)."""
+    if not getattr(args, "quiet", False):
+        args.err.write(f"warning: {text}\n")
+
+
 def cluster_addresses(args: Any) -> tuple[list[str], list[str]]:
     """The ``--lookupd`` and ``--nsqd`` addresses of a command; exactly one kind is required."""
     lookupd = split_addresses(getattr(args, "lookupd", None), "lookupd")
