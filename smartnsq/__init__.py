@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from . import logs as _logs  # noqa: E402 - the fallback handler and repeat filter (docs/logging.md)
+
+_logs.install()
+
 _EXPORTS = {
     "Admin": "smartnsq.admin",
     "AsyncAdmin": "smartnsq.admin",
