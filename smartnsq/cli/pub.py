@@ -19,7 +19,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .util import CLIError, Progress, bar, check_topic, cluster_addresses, format_table
+from .util import (
+    CLIError,
+    Progress,
+    bar,
+    check_topic,
+    cluster_addresses,
+    dumps,
+    format_table,
+)
 
 __all__ = ["register", "run_pub"]
 
@@ -46,6 +54,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="messages per MPUB (default 200; 1 sends PUB)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line on stderr for files (default: when a terminal)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object (for scripts)")
     p.set_defaults(handler=run_pub)
 
 _CHUNK_BATCHES = 8  # batches per partition read ahead before sending
@@ -296,6 +306,17 @@ def _show(progress: Progress, totals: _Totals, total_size: int | None, started: 
 def _summary(args: argparse.Namespace, topic: str, totals: _Totals, elapsed: float) -> None:
     out = args.out
     rate = totals.messages / elapsed if elapsed > 0 else 0.0
+    if args.json:
+        out.write(dumps({
+            "topic": topic, "messages": totals.messages, "commands": totals.batches,
+            "seconds": round(elapsed, 3),
+            "partitions": [{"partition": p, "node": row.node, "messages": row.messages,
+                            "commands": row.batches, "first_id": row.first_internal_id,
+                            "first_offset": row.first_offset}
+                           for p, row in sorted(totals.partitions.items(),
+                                                key=lambda item: -1 if item[0] is None
+                                                else item[0])]}) + "\n")
+        return
     out.write(f"published {_plural(totals.messages, 'message')} to {topic} in "
               f"{_plural(totals.batches, 'command')}, {elapsed:.2f} s ({rate:,.0f} msg/s)\n")
     if not totals.messages:

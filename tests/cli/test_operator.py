@@ -69,6 +69,20 @@ async def test_options_and_positionals_in_any_order(nsq_cluster: Any, tmp_path: 
     code, out, err = await smartnsq("lookup", "--json", "--lookupd", lookupd, "orders")
     assert code == 0, err
     assert json.loads(out)["topic"] == "orders"
+    code, out, err = await smartnsq("pub", "--json", "orders", "--partition", "1", str(first),
+                                    "--lookupd", lookupd)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert (summary["messages"], summary["partitions"][0]["partition"]) == (3, 1)
+
+
+async def test_demo_json_report() -> None:
+    code, out, err = await smartnsq("demo", "--orders", "20", "--duration", "0", "--json",
+                                    "--no-failover")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["ok"] and report["consumed"] == report["total"] == 100
+    assert len(report["partitions"]) == 4
 
 
 def _actions(parser: argparse.ArgumentParser, name: str) -> list[tuple[str, argparse.Action]]:
