@@ -206,7 +206,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
     args.err = err
     if getattr(args, "passthrough", False):
         return int(args.handler(args) or 0)  # dev-cluster: its own options, logging, errors
-    if args.lookupd is None and os.environ.get(_DEFAULT_LOOKUPD_ENV):
+    if args.lookupd is None and not getattr(args, "nsqd", None) \
+            and os.environ.get(_DEFAULT_LOOKUPD_ENV):
         args.lookupd = [os.environ[_DEFAULT_LOOKUPD_ENV]]
     restore_logging = _setup_logging(args.verbose, args.debug, err)
     try:

@@ -24,6 +24,7 @@ from .util import (
     lookup_failure,
     lookup_manager,
     split_addresses,
+    topic_missing,
     warn,
 )
 
@@ -92,13 +93,13 @@ async def run_lookup(args: argparse.Namespace) -> int:
         view = await manager.view(topic, args.access, refresh=True, timeout=deadline.left())
         lookupds = list(manager.lookupds)
     except TopicNotFound:
-        raise CLIError(f"topic {topic!r} not found") from None
+        raise topic_missing(topic) from None
     except LookupFailed as exc:
         raise lookup_failure(exc, topic, lookupd, deadline.seconds) from None
     finally:
         await manager.close()
     if not view.partitions and not view.producers:
-        raise CLIError(f"topic {topic!r} not found (no partition and no node serves it)")
+        raise topic_missing(topic)
     replicas: dict[int, list[str]] = {}
     failed: list[str] = []
     if view.youzan and view.partitions:

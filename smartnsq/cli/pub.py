@@ -27,6 +27,7 @@ from .util import (
     cluster_addresses,
     dumps,
     format_table,
+    topic_missing,
 )
 
 __all__ = ["register", "run_pub"]
@@ -178,7 +179,7 @@ async def run_pub(args: argparse.Namespace) -> int:
             try:
                 routes = await producer.routes(topic, timeout=timeout)
             except TopicNotFound:
-                raise CLIError(f"topic {topic!r} does not exist") from None
+                raise topic_missing(topic) from None
             except (LookupFailed, Timeout, asyncio.TimeoutError) as exc:
                 if isinstance(exc, Timeout | asyncio.TimeoutError):
                     where = (f"lookupd {', '.join(lookupd)}" if lookupd
@@ -190,6 +191,10 @@ async def run_pub(args: argparse.Namespace) -> int:
                                    f"within {timeout:g} s (hint: {hint})") from None
                 raise CLIError(f"cannot look up topic {topic!r}: {exc}") from None
             partition_num = routes.partition_num
+            if headers and routes.youzan is not False and not routes.ext:
+                raise CLIError(f"--header needs an ext topic, and {topic!r} is not one "
+                               f"(create a topic with ext enabled, or publish without "
+                               f"headers)")
             if routes.ordered and args.partition is None and args.sharding_key is None \
                     and key_path is None:
                 raise CLIError(f"topic {topic!r} is ordered: give --sharding-key, --key-field "

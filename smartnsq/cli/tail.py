@@ -33,6 +33,7 @@ from .util import (
     dumps,
     lookup_failure,
     lookup_manager,
+    topic_missing,
 )
 
 __all__ = ["parse_start", "register", "run_tail"]
@@ -168,13 +169,13 @@ async def run_tail(args: argparse.Namespace) -> int:
             view = await manager.view(topic, "r", refresh=True, timeout=deadline.left())
         except TopicNotFound:
             await manager.close()
-            raise CLIError(f"topic {topic!r} not found") from None
+            raise topic_missing(topic) from None
         except LookupFailed as exc:
             await manager.close()
             raise lookup_failure(exc, topic, lookupd, deadline.seconds) from None
         if not view.partitions and not view.producers:
             await manager.close()
-            raise CLIError(f"topic {topic!r} not found (no node serves it)")
+            raise topic_missing(topic)
         options["lookup"] = manager
         if start is not None and not view.youzan:
             await manager.close()

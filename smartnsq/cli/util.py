@@ -71,6 +71,14 @@ def lookup_failure(exc: BaseException, topic: str, lookupd: Sequence[str],
     return CLIError(f"lookup of {topic!r} failed: {text}")
 
 
+def topic_missing(topic: str) -> CLIError:
+    """The one line for a topic the cluster does not have: youzan topics are created by an
+    operator (nsqlookupd's /topic/create), not by the first publish as on classic NSQ."""
+    return CLIError(f"topic {topic!r} does not exist: create it first (a dev cluster: "
+                    f"smartnsq dev-cluster fault create-topic {topic}:PARTITIONS:REPLICAS; a "
+                    f"youzan cluster: nsqlookupd's /topic/create, docs/admin.md)")
+
+
 def split_addresses(values: Iterable[str] | str | None, what: str) -> list[str]:
     """``["a:1,b:2", "c:3"]`` -> ``["a:1", "b:2", "c:3"]``; an ``http://`` prefix is dropped.
 

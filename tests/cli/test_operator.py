@@ -165,3 +165,21 @@ async def test_completion_scripts() -> None:
     assert code == 0 and "bashcompinit" in zsh and "complete -F _smartnsq smartnsq" in zsh
     code, _, err = await smartnsq("completion", "fish")
     assert code == 2 and "invalid choice" in err
+
+
+async def test_server_refusals_are_one_sentence_saying_what_to_change(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("plain", partitions=1, channels=["default"])
+    lookupd = nsq_cluster.lookupd_http_addresses[0]
+    code, _, err = await smartnsq("pub", "plain", "--header", "a=b", "--lookupd", lookupd,
+                                  stdin="x\n")
+    assert code == 1 and err.strip().splitlines() == [
+        "smartnsq pub: error: --header needs an ext topic, and 'plain' is not one (create a "
+        "topic with ext enabled, or publish without headers)"]
+    # SMARTNSQ_LOOKUPD in the environment does not clash with an explicit --nsqd
+    node = nsq_cluster.nsqd_tcp_addresses[0]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "smartnsq", "pub", "plain", "--nsqd", node, cwd=ROOT,
+        env={**env(), "SMARTNSQ_LOOKUPD": lookupd}, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(b"x\n"), BOUND)
+    assert proc.returncode == 0, err
