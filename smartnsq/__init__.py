@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from . import logs as _logs  # noqa: E402 - the fallback handler and repeat filter (docs/logging.md)
+from . import logs as _logs
 
 _logs.install()
 

@@ -63,6 +63,9 @@ this list and docs/logging.md in step with them)."""
 
 FORMAT = "%(levelname)s %(name)s: %(message)s"
 
+clock = time.monotonic
+"""The repeat filter's clock (tests replace it)."""
+
 
 def summary(exc: BaseException) -> str:
     """An exception in one line: ``Type: first line of its message``."""
@@ -88,7 +91,7 @@ class RepeatFilter(logging.Filter):
             key = (record.name, record.levelno, str(record.msg), repr(record.args))
         except Exception:  # an argument whose repr fails: never hold that back
             return True
-        now = time.monotonic()
+        now = clock()
         with self._lock:
             seen = self._seen.get(key)
             if seen is not None and now - seen[0] < self.window:
@@ -134,10 +137,10 @@ class Fallback(logging.Handler):
                 return True
             if not logger.propagate or logger.name == "smartnsq":
                 return False
-            logger = logger.parent  # type: ignore[assignment]
+            logger = logger.parent
         return False
 
-    def handle(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
+    def handle(self, record: logging.LogRecord) -> bool:
         if self._configured(record):
             return False
         return bool(super().handle(record))

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from .. import __version__, event_loop
 from . import completion, demo, devcluster, lookup, pub, stats, tail
-from .util import CLIError, one_line
+from .util import CLIError, Deadline, one_line
 
 __all__ = ["build_parser", "main"]
 
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                            **kwargs)
         if not passthrough:
             _add_global_options(p, top=False)
-            p.intermixed = True  # type: ignore[attr-defined]
+            p.intermixed = True
         return p
 
     for register in COMMANDS:
@@ -169,11 +169,13 @@ def _setup_logging(verbose: int, debug: bool, stderr: TextIO) -> Callable[[], No
             add(asyncio_logger, handler)
             set_level(asyncio_logger, logging.DEBUG)
     elif not logging.getLogger().handlers:
-        # the library logs retries and failovers as warnings (and asyncio its own complaints
-        # at shutdown); the command says what matters itself, in one line, so keep the
-        # library's fallback handler (smartnsq.logs) and Python's last resort quiet
-        add(logger, logging.NullHandler())
-        add(asyncio_logger, logging.NullHandler())
+        # the library logs retries and failovers as warnings (and asyncio its own complaints,
+        # some at shutdown, after main() returned: these handlers stay); the command says
+        # what matters itself, in one line, so keep the library's fallback handler
+        # (smartnsq.logs) and Python's last resort quiet
+        for target in (logger, asyncio_logger):
+            if not any(isinstance(h, logging.NullHandler) for h in target.handlers):
+                target.addHandler(logging.NullHandler())
 
     def restore() -> None:
         for step in reversed(undo):
@@ -209,6 +211,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
     if args.lookupd is None and not getattr(args, "nsqd", None) \
             and os.environ.get(_DEFAULT_LOOKUPD_ENV):
         args.lookupd = [os.environ[_DEFAULT_LOOKUPD_ENV]]
+    # the command's deadline starts now: the library's imports count against --timeout too
+    args.deadline = Deadline(args.timeout)
     restore_logging = _setup_logging(args.verbose, args.debug, err)
     try:
         return _run(args, err, out)

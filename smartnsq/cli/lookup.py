@@ -19,6 +19,7 @@ from .util import (
     Deadline,
     admin_client,
     check_topic,
+    deadline_of,
     dumps,
     format_table,
     lookup_failure,
@@ -87,7 +88,7 @@ async def run_lookup(args: argparse.Namespace) -> int:
     lookupd = split_addresses(args.lookupd, "lookupd")
     if not lookupd:
         raise CLIError("lookup needs --lookupd HOST:PORT (or SMARTNSQ_LOOKUPD)")
-    deadline = Deadline(args.timeout)
+    deadline = deadline_of(args)
     manager = lookup_manager(args, lookupd)
     try:  # not `async with`: its start (discovery) must count against the deadline too
         view = await manager.view(topic, args.access, refresh=True, timeout=deadline.left())

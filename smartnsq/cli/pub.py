@@ -25,6 +25,7 @@ from .util import (
     bar,
     check_topic,
     cluster_addresses,
+    deadline_of,
     dumps,
     format_table,
     topic_missing,
@@ -166,6 +167,7 @@ async def run_pub(args: argparse.Namespace) -> int:
     totals = _Totals()
     started = time.monotonic()
     timeout = max(0.1, float(args.timeout))
+    deadline = deadline_of(args)
     lookup_options = {"timeout": timeout, "connect_timeout": min(2.0, timeout),
                       "attempts": 2} if lookupd else None
     producer = Producer(lookupd=lookupd or None, nsqd=nsqd or None, timeout=timeout,
@@ -175,9 +177,14 @@ async def run_pub(args: argparse.Namespace) -> int:
         # not `async with producer`: its start (lookupd discovery) would come before, and
         # outside, the deadline of the first lookup; routes() starts it within its timeout
         async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_callback(producer.close, min(2.0, timeout))
+            # a failed command does not wait for answers it will not report
+            async def close(failure: type[BaseException] | None, *_: Any) -> bool:
+                await producer.close(0.1 if failure is not None else min(2.0, timeout))
+                return False
+
+            stack.push_async_exit(close)
             try:
-                routes = await producer.routes(topic, timeout=timeout)
+                routes = await producer.routes(topic, timeout=deadline.left())
             except TopicNotFound:
                 raise topic_missing(topic) from None
             except (LookupFailed, Timeout, asyncio.TimeoutError) as exc:

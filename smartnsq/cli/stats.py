@@ -15,9 +15,9 @@ from typing import Any
 
 from .util import (
     CLIError,
-    Deadline,
     admin_client,
     check_topic,
+    deadline_of,
     dumps,
     format_table,
     split_addresses,
@@ -69,7 +69,7 @@ async def run_stats(args: argparse.Namespace) -> int:
     if not nodes and not lookupd:
         raise CLIError("stats needs --lookupd HOST:PORT (or SMARTNSQ_LOOKUPD) or "
                        "--nsqd-http HOST:PORT")
-    deadline = Deadline(args.timeout)
+    deadline = deadline_of(args)
     async with admin_client(args, lookupd, deadline) as admin:
         if not nodes:
             try:

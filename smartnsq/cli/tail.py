@@ -30,6 +30,7 @@ from .util import (
     admin_client,
     check_topic,
     cluster_addresses,
+    deadline_of,
     dumps,
     lookup_failure,
     lookup_manager,
@@ -160,7 +161,7 @@ async def run_tail(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(f"bad --channel {channel!r}: {exc}") from None
     options: dict[str, Any] = {}
-    deadline = Deadline(args.timeout)  # for the lookup and the first subscription
+    deadline = deadline_of(args)  # for the lookup and the first subscription
     if lookupd:
         # one lookup first: an unknown topic or a dead lookupd is an error now, not a silent
         # consumer retrying for ever
@@ -206,7 +207,7 @@ async def run_tail(args: argparse.Namespace) -> int:
     consumer = Consumer(topic, channel, handler=None,
                         max_in_flight=max(1, min(args.count or 200, 200)),
                         ordered=True if args.ordered else None, start=start,
-                        partitions=args.partition, drain_timeout=min(5.0, args.timeout),
+                        partitions=args.partition, drain_timeout=min(1.0, args.timeout),
                         connect_timeout=deadline.seconds, request_timeout=deadline.seconds,
                         **options)
     out = args.out

@@ -56,6 +56,12 @@ class Deadline:
         return time.monotonic() >= self.end
 
 
+def deadline_of(args: Any) -> Deadline:
+    """The command's deadline: the one ``main`` started when it was called, else a new one."""
+    deadline = getattr(args, "deadline", None)
+    return deadline if isinstance(deadline, Deadline) else Deadline(args.timeout)
+
+
 def lookup_failure(exc: BaseException, topic: str, lookupd: Sequence[str],
                    timeout: float) -> CLIError:
     """The one line for a failed lookup: the library's reason, and a hint when it timed out

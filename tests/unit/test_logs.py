@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import channel_reaches
 
 from smartnsq import logs
 from smartnsq.connection import Connection
 from smartnsq.consumer import Consumer
 from smartnsq.protocol import commands
-from support import channel_reaches
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def test_every_logger_is_listed_and_documented() -> None:
 def test_repeats_are_held_back_and_counted(caplog: pytest.LogCaptureFixture,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr(logs.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(logs, "clock", lambda: now[0])
     logs.reset()
     log = logging.getLogger("smartnsq.pool")
     with caplog.at_level(logging.DEBUG, "smartnsq"):
