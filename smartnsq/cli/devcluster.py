@@ -10,6 +10,7 @@ from collections.abc import Callable
 __all__ = ["register", "run_devcluster"]
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -28,6 +29,9 @@ def run_devcluster(args: argparse.Namespace) -> int:
             return int(devcluster_main(args.extra, prog="smartnsq dev-cluster") or 0)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        except KeyboardInterrupt:  # Ctrl-C during a fault request: as every command
+            args.err.write("interrupted\n")
+            return EXIT_INTERRUPTED
         except BrokenPipeError:  # `... fault status | head`: the reader went away
             with contextlib.suppress(OSError, ValueError):
                 devnull = os.open(os.devnull, os.O_WRONLY)

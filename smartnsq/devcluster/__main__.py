@@ -16,12 +16,13 @@ import logging
 import os
 import signal
 import sys
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
+from ..errors import NSQError, Timeout
+from ..http import HttpClient
 from .admin import AdminServer, check_loopback, cluster_status, replicas_error
 from .cluster import MODES, DevCluster
 from .profile import PROFILES, profile_named
@@ -376,23 +377,24 @@ def fault_main(argv: Sequence[str], prog: str) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     params = {k: v for k, v in params.items() if v != ""}
-    try:
-        resp = httpx.request(method, f"http://{host}:{port}{path}", params=params,
-                             timeout=args.timeout)
-    except httpx.TimeoutException:
+    query = urllib.parse.urlencode(params, doseq=True)
+    url = f"http://{host}:{port}{path}" + (f"?{query}" if query else "")
+    try:  # the library's client: the whole answer within --timeout, however it trickles
+        status, text = asyncio.run(_request(method, url, args.timeout))
+    except Timeout:
         print(f"fault {args.action}: no answer from the admin endpoint {args.admin} within "
               f"{args.timeout:g} s", file=sys.stderr)
         return 1
-    except httpx.HTTPError as exc:
+    except (NSQError, OSError) as exc:
         print(f"fault {args.action}: cannot reach the admin endpoint {args.admin} "
-              f"({exc or type(exc).__name__}): is the dev cluster running? "
-              f"(its banner prints DEVCLUSTER_ADMIN)", file=sys.stderr)
+              f"({' '.join(str(exc).split()) or type(exc).__name__}): is the dev cluster "
+              f"running? (its banner prints DEVCLUSTER_ADMIN)", file=sys.stderr)
         return 1
     try:
-        body = resp.json()
+        body = json.loads(text)
     except ValueError:
-        body = {"message": resp.text}
-    if resp.status_code != 200:
+        body = {"message": text}
+    if status != 200:
         message = body.get("message", body) if isinstance(body, dict) else body
         print(f"fault {args.action}: {message}", file=sys.stderr)
         return 1
@@ -403,6 +405,12 @@ def fault_main(argv: Sequence[str], prog: str) -> int:
     else:
         print(_done_line(args, body))
     return 0
+
+
+async def _request(method: str, url: str, timeout: float) -> tuple[int, str]:
+    async with HttpClient(connect_timeout=min(timeout, 5.0)) as client:
+        resp = await client.request(method, url, timeout=timeout, max_body=16 * 1024 * 1024)
+    return resp.status, resp.body.decode("utf-8", "replace")
 
 
 def _node_text(index: Any, node: Any = None) -> str:

@@ -94,6 +94,7 @@ def env() -> dict[str, str]:
 TIMED = ("import sys, time\n"
          "from smartnsq.cli import main\n"
          "import smartnsq.admin, smartnsq.consumer, smartnsq.lookup, smartnsq.producer\n"
+         "import smartnsq.devcluster.__main__\n"
          "started = time.monotonic()\n"
          "code = main(sys.argv[1:])\n"
          "print(f'@@took {time.monotonic() - started:.3f}', flush=True)\n"
@@ -213,3 +214,30 @@ async def test_ctrl_c_exit_status(command: str, expected: int) -> None:
                 await proc.wait()
     assert proc.returncode == expected, err
     assert b"Traceback" not in err
+
+
+async def test_fault_against_a_silent_admin_endpoint_ends_within_its_timeout() -> None:
+    async with _Noticed() as admin:
+        code, err, took = await smartnsq("dev-cluster", "fault", "--admin", admin.address,
+                                         "--timeout", "1", "status")
+        assert code == 1 and took < 1 + ALLOWANCE
+        assert err.strip().splitlines() == [
+            f"fault status: no answer from the admin endpoint {admin.address} within 1 s"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
+async def test_ctrl_c_during_a_fault_request_exits_130() -> None:
+    async with _Noticed() as admin:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "smartnsq", "dev-cluster", "fault", "--admin",
+            admin.address, "status", cwd=ROOT, env=env(), stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        try:
+            await asyncio.wait_for(admin.asked.wait(), BOUND)
+            proc.send_signal(signal.SIGINT)
+            _, err = await asyncio.wait_for(proc.communicate(), BOUND)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 130 and b"Traceback" not in err, err
