@@ -11,7 +11,7 @@ blocks) and a local SparkSession, then:
    totals of a customer land in the same partition as its orders would;
 5. reads ``customer_totals`` back and prints it.
 
-    pip install 'smartnsq[spark]'      # pyspark >= 4.0 and pyarrow; needs Java 17+
+    pip install -e '.[spark]'          # from the clone; pyspark >= 4.0 and pyarrow; Java 17+
     python examples/spark_pipeline.py
 """
 

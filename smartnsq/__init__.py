@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from . import logs as _logs
+
+_logs.install()
+
 _EXPORTS = {
     "Admin": "smartnsq.admin",
     "AsyncAdmin": "smartnsq.admin",

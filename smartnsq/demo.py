@@ -65,6 +65,7 @@ class DemoOptions:
     seed: int = 7
     timeout: float = 10.0
     create_timeout: float = 120.0
+    json: bool = False
 
     def check(self) -> None:
         if not 1 <= self.orders <= 1_000_000:
@@ -674,6 +675,35 @@ def render(report: DemoReport, options: DemoOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_json(report: DemoReport) -> dict[str, Any]:
+    """The report as one JSON object (``smartnsq demo --json``)."""
+    r = report
+    return {
+        "ok": r.ok, "cluster": r.cluster, "orders_topic": r.orders_topic,
+        "audit_topic": r.audit_topic, "channel": r.channel, "total": r.total,
+        "published": r.published, "consumed": r.consumed, "duplicates": r.duplicates,
+        "missing": r.missing, "redelivered": r.redelivered, "order_errors": r.order_errors,
+        "wrong_partition": r.wrong_partition, "audit_expected": r.audit_expected,
+        "audit_received": r.audit_received,
+        "partitions": [{"partition": p, "published": row.published, "consumed": row.consumed,
+                        "redelivered": row.redelivered, "order_ids": len(row.keys),
+                        "order_errors": row.order_errors, "leaders": row.leaders}
+                       for p, row in sorted(r.partitions.items())],
+        "failover": None if r.failover_at is None else {
+            "partition": r.failover_partition, "at": round(r.failover_at, 3),
+            "from": r.failover_from, "to": r.failover_to,
+            "publish_pause": r.publish_pause, "consume_pause": r.consume_pause},
+        "publish_seconds": round(r.publish_seconds, 3),
+        "consume_seconds": round(r.consume_seconds, 3),
+        "total_seconds": round(r.total_seconds, 3),
+        "latency_ms": None if not r.latencies else {
+            "p50": round(_percentile(r.latencies, .5) * 1000, 2),
+            "p99": round(_percentile(r.latencies, .99) * 1000, 2),
+            "max": round(max(r.latencies) * 1000, 2)},
+        "problems": list(r.problems),
+    }
+
+
 async def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> DemoReport:
     """Run the demo and print its report on ``out`` (progress on ``err``)."""
     options.check()
@@ -697,7 +727,10 @@ async def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> DemoReport
             raise CLIError(f"the demo did not finish within {limit:.0f} s") from None
     finally:
         await lab.close()
-    out.write(render(report, options))
+    if options.json:
+        out.write(json.dumps(report_json(report), separators=(",", ":")) + "\n")
+    else:
+        out.write(render(report, options))
     out.flush()
     return report
 
@@ -707,8 +740,10 @@ def options_from_args(args: argparse.Namespace) -> DemoOptions:
     return DemoOptions(orders=args.orders, events=args.events, duration=args.duration,
                        cluster=cluster, topic_prefix=args.topic_prefix,
                        partitions=args.partitions, failover=not args.no_failover,
-                       progress=args.progress, seed=args.seed, timeout=args.timeout,
-                       create_timeout=getattr(args, "create_timeout", 120.0))
+                       progress=False if getattr(args, "quiet", False) else args.progress,
+                       seed=args.seed, timeout=args.timeout,
+                       create_timeout=getattr(args, "create_timeout", 120.0),
+                       json=getattr(args, "json", False))
 
 
 async def run_cli(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.sharding": 1,
     "smartnsq.message": 1,
     "smartnsq.trace": 1,
+    "smartnsq.logs": 1,
     "smartnsq.backoff": 1,
     "smartnsq.rdy": 1,
     # 2: the asyncio shell: one connection; the loop thread the blocking facades run on

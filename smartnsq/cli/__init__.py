@@ -1,6 +1,7 @@
 """``smartnsq``: the command line (``smartnsq ...`` and ``python -m smartnsq ...``).
 
-Commands: ``demo``, ``dev-cluster``, ``lookup``, ``pub``, ``tail``, ``stats`` (docs/cli.md).
+Commands: ``demo``, ``dev-cluster``, ``lookup``, ``pub``, ``tail``, ``stats``, ``completion``
+(docs/cli.md).
 Each lives in its own module, ``smartnsq.cli.<command>``, which declares its arguments and its
 handler (``register``); what they share is in ``smartnsq.cli.util``, and no command imports
 another. A command module imports the library only when its handler runs, so
@@ -25,8 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from .. import __version__, event_loop
-from . import demo, devcluster, lookup, pub, stats, tail
-from .util import CLIError, one_line
+from . import completion, demo, devcluster, lookup, pub, stats, tail
+from .util import CLIError, Deadline, one_line
 
 __all__ = ["build_parser", "main"]
 
@@ -41,7 +42,7 @@ _DEFAULT_LOOKUPD_ENV = "SMARTNSQ_LOOKUPD"
 
 COMMANDS: tuple[Callable[[Callable[..., argparse.ArgumentParser]], None], ...] = (
     demo.register, devcluster.register, lookup.register, pub.register, tail.register,
-    stats.register)
+    stats.register, completion.register)
 """Each command module's ``register(command)``: it adds its sub-parser and sets its handler
 (a function; the module imports the library only when the handler runs)."""
 
@@ -52,6 +53,21 @@ _streams = threading.local()  # where argparse writes during one main() call, pe
 class _Parser(argparse.ArgumentParser):
     """argparse writing to ``main``'s streams instead of the process-wide ``sys.stdout``/
     ``sys.stderr``, so concurrent in-process calls (tests, embedding) do not mix outputs."""
+
+    intermixed = False  # a command's parser: options and positionals in any order
+    _mixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # argparse matches positionals greedily: `pub t --key-field id f.jsonl` gave TOPIC
+        # and an empty FILE list before the option, then refused f.jsonl; intermixed parsing
+        # reads the options first and the positionals from what is left
+        if self.intermixed and not self._mixing:
+            self._mixing = True
+            try:
+                return self.parse_known_intermixed_args(args, namespace)
+            finally:
+                self._mixing = False
+        return super().parse_known_args(args, namespace)
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if not message:
@@ -86,6 +102,11 @@ def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
                        help="deadline of each network operation (default 10)")
     group.add_argument("--debug", action="store_true", default=default(False),
                        help="debug logging, and a traceback on errors")
+    group.add_argument("-v", "--verbose", action="count", default=default(0),
+                       help="show the library's log: -v warnings and info, -vv debug too "
+                            "(each line with time, level and logger)")
+    group.add_argument("-q", "--quiet", action="store_true", default=default(False),
+                       help="only the error line: no warnings or progress from the command")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,9 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+        passthrough = kwargs.pop("passthrough", False)
         p = sub.add_parser(name, help=help, description=kwargs.pop("description", help),
                            **kwargs)
-        _add_global_options(p, top=False)
+        if not passthrough:
+            _add_global_options(p, top=False)
+            p.intermixed = True
         return p
 
     for register in COMMANDS:
@@ -108,22 +132,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(debug: bool, stderr: TextIO) -> None:
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s"
+LOG_DATE_FORMAT = "%H:%M:%S"
+
+
+def _setup_logging(verbose: int, debug: bool, stderr: TextIO) -> Callable[[], None]:
+    """The command's logging: the library's records on stderr with time, level and logger
+    from ``-v`` (WARNING and INFO) or ``-vv``/``--debug`` (DEBUG too); without them the
+    command says what matters in its own lines (one on failure), so nothing else prints.
+    Returns what undoes it (``main`` is also called in-process, by tests and programs).
+    """
     logger = logging.getLogger("smartnsq")
+    asyncio_logger = logging.getLogger("asyncio")
+    undo: list[Callable[[], None]] = []
+
+    def add(target: logging.Logger, handler: logging.Handler) -> None:
+        target.addHandler(handler)
+        undo.append(lambda: target.removeHandler(handler))
+
+    def set_level(target: logging.Logger, level: int) -> None:
+        old = target.level
+        target.setLevel(level)
+        undo.append(lambda: target.setLevel(old))
+
     if debug:
+        verbose = max(verbose, 2)
+    if verbose:
         handler: logging.Handler = logging.StreamHandler(stderr)
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(name)s %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-    elif not logger.handlers and not logging.getLogger().handlers:
-        # the library logs retries and failovers as warnings (and asyncio its own complaints
-        # at shutdown); without --debug the CLI says what matters itself, in one line, so
-        # keep Python's last-resort handler quiet
-        logger.addHandler(logging.NullHandler())
-        asyncio_logger = logging.getLogger("asyncio")
-        if not asyncio_logger.handlers:
-            asyncio_logger.addHandler(logging.NullHandler())
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
+        add(logger, handler)
+        set_level(logger, logging.DEBUG if verbose >= 2 else logging.INFO)
+        propagate = logger.propagate
+        logger.propagate = False  # not twice when the program embedding main() logs too
+        undo.append(lambda: setattr(logger, "propagate", propagate))
+        if verbose >= 2:
+            add(asyncio_logger, handler)
+            set_level(asyncio_logger, logging.DEBUG)
+    elif not logging.getLogger().handlers:
+        # the library logs retries and failovers as warnings (and asyncio its own complaints,
+        # some at shutdown, after main() returned: these handlers stay); the command says
+        # what matters itself, in one line, so keep the library's fallback handler
+        # (smartnsq.logs) and Python's last resort quiet
+        for target in (logger, asyncio_logger):
+            if not any(isinstance(h, logging.NullHandler) for h in target.handlers):
+                target.addHandler(logging.NullHandler())
+
+    def restore() -> None:
+        for step in reversed(undo):
+            step()
+
+    return restore
 
 
 def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
@@ -150,9 +208,19 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
     args.err = err
     if getattr(args, "passthrough", False):
         return int(args.handler(args) or 0)  # dev-cluster: its own options, logging, errors
-    if args.lookupd is None and os.environ.get(_DEFAULT_LOOKUPD_ENV):
+    if args.lookupd is None and not getattr(args, "nsqd", None) \
+            and os.environ.get(_DEFAULT_LOOKUPD_ENV):
         args.lookupd = [os.environ[_DEFAULT_LOOKUPD_ENV]]
-    _setup_logging(args.debug, err)
+    # the command's deadline starts now: the library's imports count against --timeout too
+    args.deadline = Deadline(args.timeout)
+    restore_logging = _setup_logging(args.verbose, args.debug, err)
+    try:
+        return _run(args, err, out)
+    finally:
+        restore_logging()
+
+
+def _run(args: argparse.Namespace, err: TextIO, out: TextIO) -> int:
     handler = args.handler
     try:
         result = handler(args)

@@ -35,6 +35,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="live progress line on stderr (default: when stderr is a terminal)")
     p.add_argument("--seed", type=int, default=7, help="random seed of the event stream")
+    p.add_argument("--json", action="store_true",
+                   help="print the report as one JSON object (for scripts)")
     p.set_defaults(handler=run_demo)
 
 

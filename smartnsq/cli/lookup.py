@@ -9,18 +9,24 @@ best effort: a node that does not answer leaves its replicas out, and the comman
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from .util import (
     CLIError,
+    Deadline,
     admin_client,
     check_topic,
+    deadline_of,
     dumps,
     format_table,
+    lookup_failure,
     lookup_manager,
     split_addresses,
+    topic_missing,
+    warn,
 )
 
 __all__ = ["register", "run_lookup"]
@@ -28,7 +34,7 @@ __all__ = ["register", "run_lookup"]
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("lookup", "show a topic's partitions, leaders, replicas and meta")
-    p.add_argument("topic")
+    p.add_argument("topic", help="the topic to look up")
     p.add_argument("--access", choices=("r", "w"), default="r",
                    help="look up for reading (default, every partition with a leader) or "
                         "writing (only writable partitions)")
@@ -45,15 +51,24 @@ def _node(node: Any) -> dict[str, Any] | None:
 
 
 async def _replicas(args: argparse.Namespace, lookupd: list[str], holders: set[str],
-                    topic: str) -> tuple[dict[int, list[str]], list[str]]:
+                    topic: str, deadline: Deadline) -> tuple[dict[int, list[str]], list[str]]:
     """partition -> HTTP addresses of the nodes holding it without leading it (every node
-    lookupd knows, and the leaders, asked for their ``/stats``); the nodes that failed."""
+    lookupd knows, and the leaders, asked for their ``/stats``); the nodes that failed.
+    Within what is left of the command's deadline: a node still silent then is a failure."""
     from ..errors import NSQError
 
-    async with admin_client(args, lookupd) as admin:
-        with contextlib.suppress(NSQError):  # without the list, the leaders are still asked
-            holders |= {n.http_address for n in await admin.nodes()}
-        answers = await admin.cluster_stats(topic, nsqd=sorted(holders))
+    async with admin_client(args, lookupd, deadline) as admin:
+        # without the list, the leaders are still asked
+        with contextlib.suppress(NSQError, asyncio.TimeoutError):
+            admin.timeout = deadline.left() / 2
+            nodes = await asyncio.wait_for(admin.nodes(), deadline.left() / 2)
+            holders |= {n.http_address for n in nodes}
+        admin.timeout = deadline.left()
+        try:
+            answers = await asyncio.wait_for(
+                admin.cluster_stats(topic, nsqd=sorted(holders)), deadline.left() + 0.2)
+        except asyncio.TimeoutError:
+            return {}, sorted(holders)
     out: dict[int, list[str]] = {}
     failed: list[str] = []
     for node, answer in answers.items():
@@ -73,23 +88,26 @@ async def run_lookup(args: argparse.Namespace) -> int:
     lookupd = split_addresses(args.lookupd, "lookupd")
     if not lookupd:
         raise CLIError("lookup needs --lookupd HOST:PORT (or SMARTNSQ_LOOKUPD)")
-    async with lookup_manager(args, lookupd) as manager:
-        try:
-            view = await manager.view(topic, args.access, refresh=True)
-        except TopicNotFound:
-            raise CLIError(f"topic {topic!r} not found") from None
-        except LookupFailed as exc:
-            raise CLIError(f"lookup of {topic!r} failed: {exc}") from None
+    deadline = deadline_of(args)
+    manager = lookup_manager(args, lookupd)
+    try:  # not `async with`: its start (discovery) must count against the deadline too
+        view = await manager.view(topic, args.access, refresh=True, timeout=deadline.left())
         lookupds = list(manager.lookupds)
+    except TopicNotFound:
+        raise topic_missing(topic) from None
+    except LookupFailed as exc:
+        raise lookup_failure(exc, topic, lookupd, deadline.seconds) from None
+    finally:
+        await manager.close()
     if not view.partitions and not view.producers:
-        raise CLIError(f"topic {topic!r} not found (no partition and no node serves it)")
+        raise topic_missing(topic)
     replicas: dict[int, list[str]] = {}
     failed: list[str] = []
     if view.youzan and view.partitions:
         holders = ({n.http_address for n in view.producers}
                    | {p.leader.http_address for p in view.partitions.values()
                       if p.leader is not None})
-        replicas, failed = await _replicas(args, lookupd, holders, topic)
+        replicas, failed = await _replicas(args, lookupd, holders, topic, deadline)
     meta = view.meta
     partitions = []
     for pid in sorted(view.partitions):
@@ -146,5 +164,5 @@ async def run_lookup(args: argparse.Namespace) -> int:
                                [[f"{n.broadcast_address}:{n.tcp_port}", n.http_address,
                                  n.version] for n in view.producers]) + "\n")
     if failed:
-        args.err.write(f"warning: replicas unknown: no /stats answer from {', '.join(failed)}\n")
+        warn(args, f"replicas unknown: no /stats answer from {', '.join(failed)}")
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -18,7 +19,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .util import CLIError, Progress, bar, check_topic, cluster_addresses, format_table
+from .util import (
+    CLIError,
+    Progress,
+    bar,
+    check_topic,
+    cluster_addresses,
+    deadline_of,
+    dumps,
+    format_table,
+    topic_missing,
+)
 
 __all__ = ["register", "run_pub"]
 
@@ -26,7 +37,7 @@ __all__ = ["register", "run_pub"]
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("pub", "publish lines from stdin or files",
                 description="Publish each non-empty line as one message (MPUB batches).")
-    p.add_argument("topic")
+    p.add_argument("topic", help="the topic to publish to (it must exist)")
     p.add_argument("files", nargs="*", metavar="FILE", default=[],
                    help="files to read ('-' or none: stdin)")
     key = p.add_mutually_exclusive_group()
@@ -45,6 +56,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="messages per MPUB (default 200; 1 sends PUB)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line on stderr for files (default: when a terminal)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object (for scripts)")
     p.set_defaults(handler=run_pub)
 
 _CHUNK_BATCHES = 8  # batches per partition read ahead before sending
@@ -130,7 +143,7 @@ def _key_of(body: bytes, path: list[str], where: str) -> str | int:
 
 
 async def run_pub(args: argparse.Namespace) -> int:
-    from ..errors import InvalidArgument, LookupFailed, NSQError, TopicNotFound
+    from ..errors import InvalidArgument, LookupFailed, NSQError, Timeout, TopicNotFound
     from ..producer import Producer
     from ..sharding import make_router
 
@@ -148,30 +161,47 @@ async def run_pub(args: argparse.Namespace) -> int:
         raise CLIError(f"bad --key-field {args.key_field!r}")
     sources = _sources(args)
     total_size = sum(s.size or 0 for s in sources) if all(s.size for s in sources) else None
-    progress = Progress(args.progress if args.progress is not None else
-                        (None if total_size else False), stream=args.err)
+    progress = Progress(False if args.quiet else args.progress if args.progress is not None
+                        else (None if total_size else False), stream=args.err)
     router = make_router(args.sharding)
     totals = _Totals()
     started = time.monotonic()
     timeout = max(0.1, float(args.timeout))
+    deadline = deadline_of(args)
     lookup_options = {"timeout": timeout, "connect_timeout": min(2.0, timeout),
                       "attempts": 2} if lookupd else None
     producer = Producer(lookupd=lookupd or None, nsqd=nsqd or None, timeout=timeout,
                         sharding=args.sharding, connect_timeout=min(timeout, 5.0),
                         lookup_options=lookup_options)
     try:
-        async with producer:
+        # not `async with producer`: its start (lookupd discovery) would come before, and
+        # outside, the deadline of the first lookup; routes() starts it within its timeout
+        async with contextlib.AsyncExitStack() as stack:
+            # a failed command does not wait for answers it will not report
+            async def close(failure: type[BaseException] | None, *_: Any) -> bool:
+                await producer.close(0.1 if failure is not None else min(2.0, timeout))
+                return False
+
+            stack.push_async_exit(close)
             try:
-                routes = await asyncio.wait_for(producer.routes(topic), timeout)
+                routes = await producer.routes(topic, timeout=deadline.left())
             except TopicNotFound:
-                raise CLIError(f"topic {topic!r} does not exist") from None
-            except LookupFailed as exc:
+                raise topic_missing(topic) from None
+            except (LookupFailed, Timeout, asyncio.TimeoutError) as exc:
+                if isinstance(exc, Timeout | asyncio.TimeoutError):
+                    where = (f"lookupd {', '.join(lookupd)}" if lookupd
+                             else f"nsqd {', '.join(nsqd)}")
+                    hint = ("--lookupd takes nsqlookupd's HTTP address, port 4161 by default"
+                            if lookupd else
+                            "--nsqd takes nsqd's TCP address, port 4150 by default")
+                    raise CLIError(f"cannot look up topic {topic!r}: no answer from {where} "
+                                   f"within {timeout:g} s (hint: {hint})") from None
                 raise CLIError(f"cannot look up topic {topic!r}: {exc}") from None
-            except asyncio.TimeoutError:
-                where = f"lookupd {', '.join(lookupd)}" if lookupd else f"nsqd {', '.join(nsqd)}"
-                raise CLIError(f"cannot look up topic {topic!r}: no answer from {where} "
-                               f"within {timeout:g} s") from None
             partition_num = routes.partition_num
+            if headers and routes.youzan is not False and not routes.ext:
+                raise CLIError(f"--header needs an ext topic, and {topic!r} is not one "
+                               f"(create a topic with ext enabled, or publish without "
+                               f"headers)")
             if routes.ordered and args.partition is None and args.sharding_key is None \
                     and key_path is None:
                 raise CLIError(f"topic {topic!r} is ordered: give --sharding-key, --key-field "
@@ -288,6 +318,17 @@ def _show(progress: Progress, totals: _Totals, total_size: int | None, started: 
 def _summary(args: argparse.Namespace, topic: str, totals: _Totals, elapsed: float) -> None:
     out = args.out
     rate = totals.messages / elapsed if elapsed > 0 else 0.0
+    if args.json:
+        out.write(dumps({
+            "topic": topic, "messages": totals.messages, "commands": totals.batches,
+            "seconds": round(elapsed, 3),
+            "partitions": [{"partition": p, "node": row.node, "messages": row.messages,
+                            "commands": row.batches, "first_id": row.first_internal_id,
+                            "first_offset": row.first_offset}
+                           for p, row in sorted(totals.partitions.items(),
+                                                key=lambda item: -1 if item[0] is None
+                                                else item[0])]}) + "\n")
+        return
     out.write(f"published {_plural(totals.messages, 'message')} to {topic} in "
               f"{_plural(totals.batches, 'command')}, {elapsed:.2f} s ({rate:,.0f} msg/s)\n")
     if not totals.messages:

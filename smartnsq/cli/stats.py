@@ -9,10 +9,20 @@ are not the ones consumers see).
 from __future__ import annotations
 
 import argparse
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .util import CLIError, admin_client, check_topic, dumps, format_table, split_addresses
+from .util import (
+    CLIError,
+    admin_client,
+    check_topic,
+    deadline_of,
+    dumps,
+    format_table,
+    split_addresses,
+    warn,
+)
 
 __all__ = ["register", "run_stats"]
 
@@ -59,15 +69,27 @@ async def run_stats(args: argparse.Namespace) -> int:
     if not nodes and not lookupd:
         raise CLIError("stats needs --lookupd HOST:PORT (or SMARTNSQ_LOOKUPD) or "
                        "--nsqd-http HOST:PORT")
-    async with admin_client(args, lookupd) as admin:
+    deadline = deadline_of(args)
+    async with admin_client(args, lookupd, deadline) as admin:
         if not nodes:
             try:
-                nodes = [n.http_address for n in await admin.nodes()]
+                nodes = [n.http_address for n in await asyncio.wait_for(
+                    admin.nodes(), deadline.left() + 0.2)]
+            except asyncio.TimeoutError:
+                raise CLIError(f"nsqlookupd /nodes: no answer from {', '.join(lookupd)} "
+                               f"within {deadline.seconds:g} s (hint: --lookupd takes "
+                               f"nsqlookupd's HTTP address, port 4161 by default)") from None
             except NSQError as exc:
                 raise CLIError(str(exc)) from None
             if not nodes:
                 raise CLIError("lookupd knows no nsqd nodes")
-        answers = await admin.cluster_stats(topic, args.channel, nsqd=nodes)
+        admin.timeout = deadline.left()  # the nodes are asked at once, in what is left
+        try:
+            answers = await asyncio.wait_for(
+                admin.cluster_stats(topic, args.channel, nsqd=nodes), deadline.left() + 0.2)
+        except asyncio.TimeoutError:
+            raise CLIError(f"nsqd /stats: no answer from {', '.join(nodes)} within "
+                           f"{deadline.seconds:g} s") from None
     rows: list[dict[str, Any]] = []
     errors = []
     for node, answer in answers.items():
@@ -95,7 +117,7 @@ async def run_stats(args: argparse.Namespace) -> int:
             ["topic", "partition", "node", "channel", "depth", "in-flight", "deferred",
              "clients", "messages"], table, right=(1, 4, 5, 6, 7, 8)) + "\n")
     for error in errors:
-        args.err.write(f"warning: {error}\n")
+        warn(args, error)
     return 0
 
 

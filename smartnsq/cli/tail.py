@@ -24,7 +24,18 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .util import CLIError, admin_client, check_topic, cluster_addresses, dumps, lookup_manager
+from .util import (
+    CLIError,
+    Deadline,
+    admin_client,
+    check_topic,
+    cluster_addresses,
+    deadline_of,
+    dumps,
+    lookup_failure,
+    lookup_manager,
+    topic_missing,
+)
 
 __all__ = ["parse_start", "register", "run_tail"]
 
@@ -33,7 +44,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("tail", "print messages of a topic as they arrive",
                 description="Consume a topic on an ephemeral channel (nothing is left behind) "
                             "and print each message.")
-    p.add_argument("topic")
+    p.add_argument("topic", help="the topic to read")
     p.add_argument("--channel", help="consume this channel instead of a new ephemeral one "
                                      "(its messages are then finished!)")
     p.add_argument("--ordered", action="store_true",
@@ -150,21 +161,22 @@ async def run_tail(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CLIError(f"bad --channel {channel!r}: {exc}") from None
     options: dict[str, Any] = {}
+    deadline = deadline_of(args)  # for the lookup and the first subscription
     if lookupd:
         # one lookup first: an unknown topic or a dead lookupd is an error now, not a silent
         # consumer retrying for ever
         manager = lookup_manager(args, lookupd)
         try:
-            view = await manager.view(topic, "r", refresh=True)
+            view = await manager.view(topic, "r", refresh=True, timeout=deadline.left())
         except TopicNotFound:
             await manager.close()
-            raise CLIError(f"topic {topic!r} not found") from None
+            raise topic_missing(topic) from None
         except LookupFailed as exc:
             await manager.close()
-            raise CLIError(f"lookup of {topic!r} failed: {exc}") from None
+            raise lookup_failure(exc, topic, lookupd, deadline.seconds) from None
         if not view.partitions and not view.producers:
             await manager.close()
-            raise CLIError(f"topic {topic!r} not found (no node serves it)")
+            raise topic_missing(topic)
         options["lookup"] = manager
         if start is not None and not view.youzan:
             await manager.close()
@@ -175,7 +187,7 @@ async def run_tail(args: argparse.Namespace) -> int:
             # the server refuses SUB_ADVANCED on ordered subscriptions: position the channel
             # over HTTP on each partition's leader first, then SUB_ORDERED reads from there
             try:
-                await _position_channel(view, channel, start, args)
+                await _position_channel(view, channel, start, args, deadline)
             except CLIError:
                 await manager.close()
                 raise
@@ -195,7 +207,8 @@ async def run_tail(args: argparse.Namespace) -> int:
     consumer = Consumer(topic, channel, handler=None,
                         max_in_flight=max(1, min(args.count or 200, 200)),
                         ordered=True if args.ordered else None, start=start,
-                        partitions=args.partition, drain_timeout=min(5.0, args.timeout),
+                        partitions=args.partition, drain_timeout=min(1.0, args.timeout),
+                        connect_timeout=deadline.seconds, request_timeout=deadline.seconds,
                         **options)
     out = args.out
     seen = 0
@@ -217,7 +230,7 @@ async def run_tail(args: argparse.Namespace) -> int:
                 started = time.monotonic()
                 last_message = started
                 while args.count is None or seen < args.count:
-                    wait = 0.5
+                    wait = 0.5 if seen else min(0.5, deadline.left())
                     if args.idle_exit is not None:
                         wait = min(wait, max(0.0, last_message + args.idle_exit
                                              - time.monotonic()))
@@ -230,10 +243,10 @@ async def run_tail(args: argparse.Namespace) -> int:
                         now = time.monotonic()
                         if args.idle_exit is not None and now - last_message >= args.idle_exit:
                             if seen == 0:
-                                _check_subscribed(consumer, topic)
+                                _check_subscribed(consumer, topic, None, bool(nsqd))
                             break
-                        if seen == 0 and now - started > args.timeout:
-                            _check_subscribed(consumer, topic)
+                        if seen == 0 and deadline.passed:
+                            _check_subscribed(consumer, topic, deadline.seconds, bool(nsqd))
                         continue
                     if message is None:
                         break
@@ -262,14 +275,15 @@ async def run_tail(args: argparse.Namespace) -> int:
 
 
 async def _position_channel(view: Any, channel: str, start: Any,
-                            args: argparse.Namespace) -> None:
+                            args: argparse.Namespace, deadline: Deadline) -> None:
     """Create ``channel`` on each partition's leader and move it to ``start`` (nsqd
     ``/channel/create`` then ``/channel/setoffset``, through ``smartnsq.admin``)."""
     from ..errors import NSQError
 
     wanted = set(args.partition or view.partitions)
-    async with admin_client(args) as admin:
+    async with admin_client(args, deadline=deadline) as admin:
         for pid in sorted(wanted):
+            admin.timeout = deadline.left()
             partition = view.partitions.get(pid)
             if partition is None or partition.leader is None:
                 raise CLIError(f"partition {pid} of {view.topic!r} has no leader now")
@@ -282,14 +296,25 @@ async def _position_channel(view: Any, channel: str, start: Any,
                 raise CLIError(f"positioning the channel on partition {pid}: {exc}") from None
 
 
-def _check_subscribed(consumer: Any, topic: str) -> None:
-    """Fail with the servers' reason when no subscription has worked for a while."""
+def _check_subscribed(consumer: Any, topic: str, timeout: float | None,
+                      direct: bool = False) -> None:
+    """Fail with the servers' reason when no subscription has worked for a while.
+
+    ``timeout`` given: the command's deadline has passed, so a subscription still on its
+    way (a node that accepted the connection and said nothing) is a failure too.
+    """
     stats = consumer.stats()
     subs = stats.get("subscriptions") or stats.get("subs") or {}
-    if not isinstance(subs, dict) or not subs:
+    if not isinstance(subs, dict):
         return
     if any(s.get("connected") for s in subs.values()):
         return
     errors = [s.get("last_error") for s in subs.values() if s.get("last_error")]
+    hint = " (hint: --nsqd takes nsqd's TCP address, port 4150 by default)" if direct else ""
     if errors:
-        raise CLIError(f"cannot subscribe to {topic!r}: {errors[0]}")
+        raise CLIError(f"cannot subscribe to {topic!r}: {errors[0]}"
+                       + (hint if timeout is not None else ""))
+    if timeout is not None:
+        where = ", ".join(sorted(subs)) or "any node"
+        raise CLIError(f"cannot subscribe to {topic!r}: no answer from {where} within "
+                       f"{timeout:g} s{hint}")

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 __all__ = [
     "CLIError",
+    "Deadline",
     "Progress",
     "admin_client",
     "format_table",
@@ -31,6 +32,57 @@ class CLIError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
+
+
+class Deadline:
+    """A command's ``--timeout``: one deadline for all its steps (start, lookups, requests).
+
+    Each step gets what is ``left()``, so a command that makes several requests in a row
+    (discovery, a lookup, a retry, ``/stats`` of the nodes) still ends within ``--timeout``
+    instead of within ``--timeout`` per step.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = max(0.1, float(seconds))
+        self.end = time.monotonic() + self.seconds
+
+    def left(self) -> float:
+        """Seconds left, to a tenth (for readable messages), at least 0.1 (a step past the
+        end fails fast rather than at once)."""
+        return max(0.1, round(self.end - time.monotonic(), 1))
+
+    @property
+    def passed(self) -> bool:
+        return time.monotonic() >= self.end
+
+
+def deadline_of(args: Any) -> Deadline:
+    """The command's deadline: the one ``main`` started when it was called, else a new one."""
+    deadline = getattr(args, "deadline", None)
+    return deadline if isinstance(deadline, Deadline) else Deadline(args.timeout)
+
+
+def lookup_failure(exc: BaseException, topic: str, lookupd: Sequence[str],
+                   timeout: float) -> CLIError:
+    """The one line for a failed lookup: the library's reason, and a hint when it timed out
+    (the usual cause: an address that is not nsqlookupd's HTTP port)."""
+    from ..errors import Timeout
+
+    text = one_line(exc)
+    if isinstance(exc, Timeout | TimeoutError):
+        where = ", ".join(lookupd)
+        return CLIError(f"no lookup answer for {topic!r} from {where} within {timeout:g} s "
+                        f"(hint: --lookupd takes nsqlookupd's HTTP address, port 4161 by "
+                        f"default; raise --timeout for a slow cluster)")
+    return CLIError(f"lookup of {topic!r} failed: {text}")
+
+
+def topic_missing(topic: str) -> CLIError:
+    """The one line for a topic the cluster does not have: youzan topics are created by an
+    operator (nsqlookupd's /topic/create), not by the first publish as on classic NSQ."""
+    return CLIError(f"topic {topic!r} does not exist: create it first (a dev cluster: "
+                    f"smartnsq dev-cluster fault create-topic {topic}:PARTITIONS:REPLICAS; a "
+                    f"youzan cluster: nsqlookupd's /topic/create, docs/admin.md)")
 
 
 def split_addresses(values: Iterable[str] | str | None, what: str) -> list[str]:
@@ -149,6 +201,12 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=False, default=str)
 
 
+def warn(args: Any, text: str) -> None:
+    """A warning line of the command's own on stderr (not with ``-q``)."""
+    if not getattr(args, "quiet", False):
+        args.err.write(f"warning: {text}\n")
+
+
 def cluster_addresses(args: Any) -> tuple[list[str], list[str]]:
     """The ``--lookupd`` and ``--nsqd`` addresses of a command; exactly one kind is required."""
     lookupd = split_addresses(getattr(args, "lookupd", None), "lookupd")
@@ -173,7 +231,11 @@ def check_topic(topic: str) -> str:
 
 
 def lookup_manager(args: Any, lookupd: list[str]) -> Any:
-    """A LookupManager tuned for one-shot commands: fail within about ``--timeout``."""
+    """A LookupManager tuned for one-shot commands: each request within ``--timeout``.
+
+    Not started here: the command's first ``view(..., timeout=deadline.left())`` starts it,
+    so the start's discovery (``/listlookup``) counts against the same deadline.
+    """
     from ..lookup import LookupManager
 
     timeout = max(0.1, float(args.timeout))
@@ -181,8 +243,11 @@ def lookup_manager(args: Any, lookupd: list[str]) -> Any:
                          attempts=2, retry_delay=0.1, retry_delay_max=0.5)
 
 
-def admin_client(args: Any, lookupd: Sequence[str] = ()) -> Any:
-    """The commands' ``smartnsq.admin.AsyncAdmin``: every request within ``--timeout``."""
+def admin_client(args: Any, lookupd: Sequence[str] = (), deadline: Deadline | None = None
+                 ) -> Any:
+    """The commands' ``smartnsq.admin.AsyncAdmin``: every request within ``--timeout`` (or
+    within what is left of ``deadline``)."""
     from ..admin import AsyncAdmin
 
-    return AsyncAdmin(list(lookupd), timeout=max(0.1, float(args.timeout)))
+    timeout = deadline.left() if deadline is not None else max(0.1, float(args.timeout))
+    return AsyncAdmin(list(lookupd), timeout=timeout)

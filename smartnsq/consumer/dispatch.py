@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from ..logs import summary
 from ..message import FINISHED, PENDING, REQUEUED, Message
 from .config import Handler
 from .link import Link, Runtime, link_of
@@ -172,20 +173,45 @@ async def worker(rt: Runtime, handler: Handler) -> None:
         except asyncio.CancelledError:
             link.give_back(msg)
             raise
-        except Exception:
-            failed(rt, msg, link)
+        except Exception as exc:
+            failed(rt, msg, link, exc)
             continue
         rt.handled += 1
         if msg._state == PENDING and msg._auto:
             link.settle(msg, FINISHED, None, False)
 
 
-def failed(rt: Runtime, msg: Message, link: Link) -> None:
+def _label(msg: Message) -> str:
+    """The id logs name a message by: youzan's internal id, classic's 16-character id."""
+    if msg.youzan:
+        return str(msg.internal_id)
+    return msg.id.decode("ascii", "replace")
+
+
+def failed(rt: Runtime, msg: Message, link: Link, exc: BaseException) -> None:
     """The handler raised: REQ with the requeue policy's delay, counted for back-off (unless
-    the handler answered the message itself or took the answer over)."""
+    the handler answered the message itself or took the answer over).
+
+    One WARNING line per failed attempt (topic, channel, partition, message id, attempt, the
+    exception in one line); the traceback once, with the attempt ``max_attempts`` allows last
+    (ERROR), and on every attempt at DEBUG.
+    """
     rt.handler_errors += 1
-    log.exception("%s/%s: handler failed on %r (attempt %d); requeueing",
-                  rt.topic, rt.channel, msg, msg.attempts)
+    max_attempts = rt.config.max_attempts
+    where = f"{rt.topic}/{rt.channel}"
+    partition = "-" if msg.partition is None else msg.partition
+    if max_attempts and msg.attempts >= max_attempts:
+        then = ("not skipped (ordered): handled again" if link.ordered
+                else "given up on at its next delivery")
+        log.error("%s partition %s: handler failed on message %s, attempt %d of %d: %s; %s",
+                  where, partition, _label(msg), msg.attempts, max_attempts, summary(exc),
+                  then, exc_info=exc)
+    else:
+        log.warning("%s partition %s: handler failed on message %s, attempt %d: %s; requeued",
+                    where, partition, _label(msg), msg.attempts, summary(exc))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s partition %s: message %s, attempt %d: the handler's traceback",
+                      where, partition, _label(msg), msg.attempts, exc_info=exc)
     if msg._state == PENDING and msg._auto:
         link.settle(msg, REQUEUED, None, True)
 
@@ -206,8 +232,8 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], No
             return
         try:
             result = handler(msg)
-        except Exception:
-            failed(rt, msg, link)
+        except Exception as exc:
+            failed(rt, msg, link, exc)
             return
         except BaseException:
             link.give_back(msg)
@@ -229,12 +255,15 @@ async def give_up(rt: Runtime, msg: Message, link: Link) -> bool:
     hook = rt.config.on_give_up
     if hook is None:
         if link.ordered:
-            log.error("%s/%s: ordered message %r delivered %d times (max_attempts %d); "
-                      "not skipped, handling it again", rt.topic, rt.channel, msg,
-                      msg.attempts, rt.config.max_attempts)
+            log.error("%s/%s partition %s: ordered message %s delivered %d times "
+                      "(max_attempts %d); not skipped, handling it again", rt.topic,
+                      rt.channel, "-" if msg.partition is None else msg.partition,
+                      _label(msg), msg.attempts, rt.config.max_attempts)
             return False
-        log.warning("%s/%s: giving up on %r after %d attempts: FIN", rt.topic,
-                    rt.channel, msg, msg.attempts)
+        log.warning("%s/%s partition %s: giving up on message %s, delivered %d times "
+                    "(max_attempts %d): FIN", rt.topic, rt.channel,
+                    "-" if msg.partition is None else msg.partition, _label(msg),
+                    msg.attempts, rt.config.max_attempts)
         link.settle(msg, FINISHED, None, False)
         return True
     try:

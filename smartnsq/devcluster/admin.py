@@ -31,13 +31,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import time
 from types import TracebackType
 from typing import Any
 
 from .cluster import DevCluster
 from .httpserver import PLAIN, V1, HTTPError, HTTPServer, Request
 
-__all__ = ["AdminServer", "check_loopback"]
+__all__ = ["AdminServer", "check_loopback", "cluster_status", "replicas_error"]
 
 log = logging.getLogger("smartnsq.devcluster.admin")
 
@@ -53,6 +54,45 @@ def check_loopback(host: str) -> None:
         loopback = host == "localhost"
     if not loopback:
         raise ValueError(f"admin host must be a loopback address, not {host!r}")
+
+
+def cluster_status(cluster: DevCluster, timeline: int = TIMELINE_TAIL) -> dict[str, Any]:
+    """What ``GET /status`` answers (and what ``smartnsq dev-cluster`` prints at start): the
+    profile, the nodes (numbered as the fault commands take them), the lookupds, the topics
+    with their leaders and replicas (node ids), and the fault timeline's tail (each event's
+    ``ago``: seconds before this answer)."""
+    c = cluster
+    nodes = []
+    for i, (node, tcp, http) in enumerate(zip(c.nodes, c.nsqd_tcp_addresses,
+                                              c.nsqd_http_addresses, strict=True)):
+        info = c.node_info(node)
+        nodes.append({"index": i, "id": info.node_id, "tcp": tcp, "http": http,
+                      "alive": info.alive, "classic": info.classic,
+                      "exiting": bool(getattr(node, "exiting", False))})
+    topics = {}
+    for name, topic in c.state.topics.items():
+        topics[name] = [{"partition": p.partition, "leader": p.leader,
+                         "replicas": list(p.replicas), "writable": p.writable,
+                         "leader_ready": p.leader_ready, "stalled": p.stalled()}
+                        for p in topic.partitions]
+    now = time.monotonic()
+    events = [{"at": e.at, "ago": round(now - e.at, 3), "what": e.what, **e.details}
+              for e in (c.faults.timeline[-timeline:] if timeline else [])]
+    return {"mode": c.mode, "proxied": bool(c.proxied), "profile": c.profile.describe(),
+            "nodes": nodes,
+            "lookupds": [{"index": i, "http": lk.http_address, "running": lk.running,
+                          "leader": lk.is_leader} for i, lk in enumerate(c.lookupds)],
+            "topics": topics, "busy": c.faults.busy, "timeline": events}
+
+
+def replicas_error(topic: str, partitions: int, replicas: int, nodes: int) -> str | None:
+    """The sentence for a topic needing more nodes than the cluster has (the server's own
+    answer is ``ErrType:9 ErrCode:1 : No node is available for topic``), else ``None``."""
+    if replicas <= nodes:
+        return None
+    return (f"{partitions} partition{'s' if partitions != 1 else ''} x {replicas} replicas "
+            f"need {replicas} nodes; the cluster has {nodes} (lower the replicas of "
+            f"{topic!r}, or start the cluster with --nodes {replicas})")
 
 
 class AdminServer:
@@ -110,7 +150,9 @@ class AdminServer:
         try:
             return self.cluster.node(int(text) if text.isdigit() else text)
         except (LookupError, IndexError):
-            raise HTTPError(400, f"node: no node {text!r}") from None
+            raise HTTPError(400, f"node: no node {text!r} (the cluster's nodes are "
+                                 f"#0..#{len(self.cluster.nodes) - 1}: fault status lists "
+                                 f"them)") from None
 
     @staticmethod
     def _int(req: Request, name: str, default: int | None = None) -> int:
@@ -145,26 +187,13 @@ class AdminServer:
         return "OK"
 
     async def _status(self, req: Request) -> dict[str, Any]:
-        c = self.cluster
-        nodes = []
-        for i, (node, tcp, http) in enumerate(zip(c.nodes, c.nsqd_tcp_addresses,
-                                                  c.nsqd_http_addresses, strict=True)):
-            info = c.node_info(node)
-            nodes.append({"index": i, "id": info.node_id, "tcp": tcp, "http": http,
-                          "alive": info.alive, "classic": info.classic,
-                          "exiting": bool(getattr(node, "exiting", False))})
-        topics = {}
-        for name, topic in c.state.topics.items():
-            topics[name] = [{"partition": p.partition, "leader": p.leader,
-                             "replicas": list(p.replicas), "writable": p.writable,
-                             "leader_ready": p.leader_ready, "stalled": p.stalled()}
-                            for p in topic.partitions]
-        timeline = [{"at": e.at, "what": e.what, **e.details}
-                    for e in c.faults.timeline[-TIMELINE_TAIL:]]
-        return {"profile": c.profile.describe(), "nodes": nodes,
-                "lookupds": [{"index": i, "http": lk.http_address, "running": lk.running,
-                              "leader": lk.is_leader} for i, lk in enumerate(c.lookupds)],
-                "topics": topics, "busy": c.faults.busy, "timeline": timeline}
+        return cluster_status(self.cluster)
+
+    def _node_index(self, node: Any) -> int | None:
+        for i, candidate in enumerate(self.cluster.nodes):
+            if candidate is node:
+                return i
+        return None
 
     async def _node_fault(self, req: Request) -> dict[str, Any]:
         node = self._node(req)
@@ -180,7 +209,8 @@ class AdminServer:
                 await self.cluster.start_node(node)
         except RuntimeError as exc:
             raise HTTPError(400, str(exc)) from None
-        return {"done": action, "node": self.cluster.node_info(node).node_id}
+        return {"done": action, "node": self.cluster.node_info(node).node_id,
+                "index": self._node_index(node)}
 
     async def _move_leader(self, req: Request) -> dict[str, Any]:
         topic = self._topic(req)
@@ -190,7 +220,9 @@ class AdminServer:
             new = self.cluster.move_leader(topic, partition, target)
         except KeyError:
             raise HTTPError(400, f"partition: no partition {topic}/{partition}") from None
-        return {"leader": None if new is None else self.cluster.node_info(new).node_id}
+        return {"topic": topic, "partition": partition,
+                "leader": None if new is None else self.cluster.node_info(new).node_id,
+                "index": None if new is None else self._node_index(new)}
 
     def _node_arg(self, text: str) -> Any:
         try:
@@ -206,7 +238,7 @@ class AdminServer:
             self.cluster.set_writable(topic, partition, writable)
         except KeyError:
             raise HTTPError(400, f"partition: no partition {topic}/{partition}") from None
-        return {"writable": writable}
+        return {"topic": topic, "partition": partition, "writable": writable}
 
     async def _lookupd_fault(self, req: Request) -> dict[str, Any]:
         index = self._int(req, "lookupd")
@@ -221,16 +253,20 @@ class AdminServer:
     async def _connection_fault(self, req: Request) -> dict[str, Any]:
         node = self._node(req, required=False)
         action = req.path.rsplit("/", 1)[1]
+        if not self.cluster.proxied:
+            raise HTTPError(400, "connection faults need a proxied cluster: restart it with "
+                                 "smartnsq dev-cluster --proxied")
         try:
             if action == "cut":
-                return {"cut": self.cluster.cut_connections(node)}
+                return {"cut": self.cluster.cut_connections(node),
+                        "index": None if node is None else self._node_index(node)}
             if action == "stall":
                 self.cluster.stall(node)
             else:
                 self.cluster.resume(node)
         except RuntimeError as exc:
             raise HTTPError(400, str(exc)) from None
-        return {"done": action}
+        return {"done": action, "index": None if node is None else self._node_index(node)}
 
     async def _settle(self, req: Request) -> dict[str, Any]:
         timeout = float(self._int(req, "timeout", 60))
@@ -245,11 +281,17 @@ class AdminServer:
         if not topic:
             raise HTTPError(400, "missing argument: topic")
         channels = req.query.get("channel") or ["default"]
+        partitions, replicas = self._int(req, "partitions", 1), self._int(req, "replicas", 1)
+        if self.cluster.mode != "classic":
+            too_few = replicas_error(topic, partitions, replicas,
+                                     len(self.cluster.state.youzan_nodes()))
+            if too_few:
+                raise HTTPError(400, f"topic {topic}: {too_few}")
         try:
             await self.cluster.create_topic(
-                topic, self._int(req, "partitions", 1), self._int(req, "replicas", 1),
+                topic, partitions, replicas,
                 ordered=self._bool(req, "ordered"), ext=self._bool(req, "ext"),
                 channels=channels)
         except (RuntimeError, ValueError, asyncio.TimeoutError) as exc:
             raise HTTPError(400, f"topic: {exc}") from None
-        return {"topic": topic}
+        return {"topic": topic, "partitions": partitions, "replicas": replicas}

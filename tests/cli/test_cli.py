@@ -205,11 +205,14 @@ async def test_ordered_topic_tail_and_unsharded_pub(nsq_cluster: Any) -> None:
 
 async def test_unknown_topic_is_one_line_error(nsq_cluster: Any) -> None:
     lookupd = nsq_cluster.lookupd_http_addresses[0]
-    for argv in (("lookup", "nope"), ("tail", "nope", "-n", "1"), ("stats", "nope")):
+    for argv in (("lookup", "nope"), ("tail", "nope", "-n", "1")):
         code, _, err = await cli(*argv, "--lookupd", lookupd)
-        assert_one_line_error(code, err, "'nope'", "not found")
+        assert_one_line_error(code, err, "'nope' does not exist: create it first",
+                              "fault create-topic nope:")
+    code, _, err = await cli("stats", "nope", "--lookupd", lookupd)
+    assert_one_line_error(code, err, "'nope'", "not found")
     code, _, err = await cli("pub", "nope", "--lookupd", lookupd, stdin="x\n")
-    assert_one_line_error(code, err, "'nope'")
+    assert_one_line_error(code, err, "'nope' does not exist: create it first")
     code, _, err = await cli("pub", "bad topic!", "--lookupd", lookupd, stdin="x\n")
     assert_one_line_error(code, err, "bad topic name")
 
@@ -260,7 +263,7 @@ async def test_other_bad_arguments(nsq_cluster: Any) -> None:
 
 async def test_debug_shows_the_exception(nsq_cluster: Any) -> None:
     lookupd = nsq_cluster.lookupd_http_addresses[0]
-    with pytest.raises(CLIError, match="not found"):
+    with pytest.raises(CLIError, match="does not exist"):
         await asyncio.to_thread(main, ["lookup", "nope", "--lookupd", lookupd, "--debug"],
                                 stdout=io.StringIO(), stderr=io.StringIO())
 

@@ -68,7 +68,7 @@ def running(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def fault(admin: str, *args: str) -> Any:
-    done = subprocess.run([*SMARTNSQ, "dev-cluster", "fault", "--admin", admin, *args],
+    done = subprocess.run([*SMARTNSQ, "dev-cluster", "fault", "--admin", admin, "--json", *args],
                           capture_output=True, text=True, timeout=BOUND, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -94,7 +94,7 @@ def test_fault_command_kills_a_node_of_a_running_cluster(running: dict[str, str]
     assert status["topics"]["t"][0]["leader"] not in (None, victim)
     assert any(e["what"] == "elected" for e in status["timeline"])
 
-    assert fault(admin, "create-topic", "x:1:1:ordered") == {"topic": "x"}
+    assert fault(admin, "create-topic", "x:1:1:ordered")["topic"] == "x"
     assert fault(admin, "start", victim)["done"] == "start"
 
 
