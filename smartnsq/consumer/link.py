@@ -146,7 +146,7 @@ class Link:
 
     __slots__ = (
         "_fin", "_req", "_send", "_send_now", "channel", "conn", "copy_fin", "copy_fins", "dead",
-        "detail", "in_flight", "lane", "lane_busy", "last", "last_id", "last_offset", "local",
+        "detail", "dropped_copy", "in_flight", "lane", "lane_busy", "last", "last_id", "last_offset", "local",
         "node", "ordered", "partition", "rdy", "rdy_cap", "rt", "topic", "youzan",
     )
 
@@ -174,6 +174,10 @@ class Link:
         # FINs may still be answered E_FIN_FAILED (expected_error)
         self.copy_fin = b""
         self.copy_fins = 0
+        # the id of a copy dropped while its original was unanswered: if the original's FIN
+        # then fails E_FIN_FAILED, the server counts the copy in flight instead (it recorded it
+        # after that FIN): FINed once more (expected_error)
+        self.dropped_copy = b""
         self.local = conn.local_address
         self._send = conn.send
         # an ordered FIN cannot be joined by anything (one in flight; the next message waits
@@ -282,6 +286,7 @@ class Link:
             # PENDING, or claimed by another thread but not sent yet: no FIN has left, so the
             # original was in flight when the server sent this copy
             log.debug("%s: %r delivered twice; the copy is dropped", self.node, msg)
+            self.dropped_copy = msg.id
             return True
         # our FIN left before the copy came. A plain handler answers inside the read that
         # brought the original, so a copy in the same read was sent before that FIN and its
@@ -296,10 +301,25 @@ class Link:
 
     def expected_error(self, error: ServerError) -> bool:
         """True for the ``E_FIN_FAILED`` answering the FIN of a duplicate copy the server had
-        not counted in flight (see :meth:`_duplicate`): expected, not a failure."""
-        if not self.copy_fins or error.code != "E_FIN_FAILED":
+        not counted in flight (see :meth:`_duplicate`): expected, not a failure.
+
+        Also for the FIN of an original whose copy was dropped while it was unanswered: on the
+        real server the copy is then sometimes the one in flight (it was recorded after our
+        FIN, issue 20), and left alone it holds the ordered partition until msg_timeout; the
+        id is FINed once more, and that FIN's own failure is expected too.
+        """
+        if error.code != "E_FIN_FAILED":
             return False
-        if not names_message_id(error.text, self.copy_fin):
+        if self.dropped_copy and names_message_id(error.text, self.dropped_copy):
+            copy, self.dropped_copy = self.dropped_copy, b""
+            if not self.conn.is_closed:
+                log.debug("%s: the FIN of %r failed after its copy was dropped; FINed again",
+                          self.node, copy)
+                self.copy_fin = copy
+                self.copy_fins += 1
+                self._send_now(self._fin(copy))
+            return True
+        if not self.copy_fins or not names_message_id(error.text, self.copy_fin):
             return False
         self.copy_fins -= 1
         return True

@@ -66,6 +66,24 @@ def test_a_copy_while_the_original_is_pending_is_not_answered(h: Harness) -> Non
     assert h.sent == [commands.fin(ID)]  # one FIN: the original's
 
 
+def test_a_dropped_copy_is_fined_once_its_originals_fin_fails(h: Harness) -> None:
+    """Seen on the real server (tests/both/test_ordered.py): the copy came while the original
+    was unanswered, yet the original's FIN failed and the server still held one message in
+    flight: the copy, recorded after that FIN. The id is FINed once more, and the failures of
+    both FINs are expected, not server errors."""
+    original = h.deliver()
+    h.deliver()  # the copy, dropped
+    h.link.settle(original, FINISHED, None, False)
+    assert h.sent == [commands.fin(ID)]
+    failed = error_from_payload(b"E_FIN_FAILED FIN [0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0] failed "
+                                b"ErrType:7 ErrCode:0 : Message ID not in flight", "FIN")
+    assert h.link.expected_error(failed)  # the original's FIN failed: FIN again
+    assert h.sent == [commands.fin(ID), commands.fin(ID)]
+    assert h.link.expected_error(failed)  # that FIN failed too: the copy was not in flight
+    assert not h.link.expected_error(failed)  # nothing else is expected
+    assert h.sent == [commands.fin(ID), commands.fin(ID)]
+
+
 def test_a_copy_while_another_thread_claims_the_original_is_not_answered(h: Harness) -> None:
     """The sync facade's handler thread claimed the FIN; the loop has not sent it yet: the
     copy came before it and is not in flight."""
