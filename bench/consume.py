@@ -549,7 +549,8 @@ def report_real(best: dict[tuple[str, int], dict[str, Any]], clients: list[str],
     titles = ["throughput, msg/s (x smartnsq's Consumer)",
               "client CPU per message, microseconds (whole client process)",
               "nsqd CPU per message, microseconds (/proc/PID/stat over the client's run)",
-              "peak RSS of the client process (Python: ru_maxrss; Go: VmHWM)"]
+              "peak RSS of the client process (VmHWM; Python: the whole worker, which also "
+              "imports bench/_common)"]
     for title, t in zip(titles, tables, strict=True):
         print(f"{title}\n")
         print(table(headers, t))
@@ -567,12 +568,14 @@ def report_real(best: dict[tuple[str, int], dict[str, Any]], clients: list[str],
                               else f"missed ({ratio / REAL_GOAL:.0%})",
                               f"{me['cpu_us']:.1f} vs {ref['cpu_us']:.1f}",
                               f"{me['server_us']:.1f} vs {ref['server_us']:.1f}"])
-    peaks = [best[("smartnsq", m)]["total_kib"] for m in mifs
+    peaks = [best[("smartnsq", m)] for m in mifs
              if "error" not in best.get(("smartnsq", m), {"error": 1})]
     if peaks:
+        top = max(peaks, key=lambda r: r["total_kib"])
         goal_rows.append(["-", "smartnsq", f"peak RSS <= {fmt_kib(RSS_GOAL_KIB)}",
-                          fmt_kib(max(peaks)),
-                          "met" if max(peaks) <= RSS_GOAL_KIB else "missed", "-", "-"])
+                          f"{fmt_kib(top['total_kib'])} (+{fmt_kib(top['peak_kib'])} over the "
+                          "worker after import)",
+                          "met" if top["total_kib"] <= RSS_GOAL_KIB else "missed", "-", "-"])
     print("goals (issue 24 item 1, against the real nsqd)\n")
     print(table(["max_in_flight", "client", "goal", "rate ratio", "verdict",
                  "client CPU us/msg (vs ref)", "nsqd CPU us/msg (vs ref)"], goal_rows))
