@@ -1,6 +1,6 @@
 """Consume throughput: smartnsq's Consumer against the Python peers, same endpoint, same run.
 
-    python bench/consume.py [--quick] [--server minimal|devcluster|nsqd=HOST:PORT[,...]]
+    python bench/consume.py [--quick] [--server minimal|devcluster|real|nsqd=HOST:PORT[,...]]
                             [--messages N] [--max-in-flight 200,2500] [--rounds R]
                             [--clients smartnsq,smartnsq-conn,pynsq,...] [--via nsqd|lookupd]
                             [--loop asyncio|uvloop]
@@ -35,6 +35,12 @@ by MPUB, drained, checked, deleted. With ``--cluster youzan`` the topic has one 
 the given nsqd must lead it (a one-node youzan cluster); ``bench/youzan.py`` covers
 partitioned clusters. ``--loop uvloop`` runs the asyncio clients on uvloop (with ``python
 -O``: see ``bench/publish.py``).
+
+``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``) starts a real
+classic nsqd 1.3.0 here (``bench/_real.py``) and runs smartnsq on asyncio and on uvloop, the
+raw Connection, the Python peers and the Go tools (``nsq_tail``, ``bench_reader``) at
+max_in_flight 200 and 2500, interleaved, with the nsqd's own CPU per message, and prints issue
+24's goals (see ``bench/README.md``).
 
 Clients: ``smartnsq`` is ``smartnsq.consumer.Consumer`` with a plain-function handler (run
 on the event loop, FIN on return); ``smartnsq-conn`` is the raw ``smartnsq.connection``

@@ -1,6 +1,6 @@
 """Publish throughput: smartnsq's Producer against the Python peers, same endpoint, same run.
 
-    python bench/publish.py [--quick] [--server minimal|devcluster|nsqd=HOST:PORT[,...]]
+    python bench/publish.py [--quick] [--server minimal|devcluster|real|nsqd=HOST:PORT[,...]]
                             [--body 100,1024] [--messages N] [--sequential N] [--window W]
                             [--rounds R] [--clients smartnsq,pynsq,...] [--via nsqd|lookupd]
                             [--loop asyncio|uvloop]
@@ -25,6 +25,12 @@ nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]``: a server this script does
 stored message count checked, the topic deleted; with ``lookupd=`` smartnsq finds the node
 through it (``--via``); ``--cluster youzan`` for a youzan server (it needs ``lookupd=`` to
 create topics).
+
+``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``) starts a real
+classic nsqd 1.3.0 here (``bench/_real.py``) and runs smartnsq on asyncio and on uvloop, the
+Python peers, the floor and the Go tools (``to_nsq`` one at a time, ``bench_writer`` MPUB of 1
+and of 100) interleaved, with the nsqd's own CPU per message, and prints issue 24's goals (see
+``bench/README.md``).
 
 ``--loop uvloop`` runs the asyncio clients (smartnsq, smartnsq-sync, ansq, asyncnsq and the
 floor) on uvloop (the ``fast`` extra: ``pip install smartnsq[fast]``) by installing its event

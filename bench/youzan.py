@@ -3,6 +3,7 @@
     python bench/youzan.py [--quick] [--items drain,ordered,...] [--rounds R]
                            [--loop asyncio|uvloop] [--count] [--profile ITEM]
                            [--instructions] [--prefix COMMAND]
+                           [--server devcluster|real] [--real DIR] [--handlers N]
 
 The server is the dev cluster in youzan mode (3 nsqd, 2 nsqlookupd) **in its own process**,
 and every work item runs in a fresh interpreter of its own, so the CPU time a worker reports
@@ -51,6 +52,11 @@ items with one message in flight (ordered, pub-seq*): two runs each, N and 3N me
 difference gives user-space instructions per message, a figure the machine's load does not
 move.
 ``--loop uvloop`` runs the workers on uvloop (the ``fast`` extra), with ``python -O``.
+``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``, etcd on PATH) runs
+every item on the real youzan cluster started here (etcd, 2 nsqlookupd, 3 nsqd) and, for drain,
+ordered, pub-seq(-plain), pub-conc64 and pub-nowait, youzan's Go client ``yzgo`` beside
+smartnsq on a topic of its own, interleaved, with the nsqd processes' CPU per message and
+issue 24's goals.
 
 The reference figures are issue 16's: youzan's Go client (youzan/go-nsq v1.7.2-HA) and
 smartnsq on a real youzan cluster (0.3.7-HA.1.13.0, 2 lookupds, 3 nsqd, 4 partitions x 2
