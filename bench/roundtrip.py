@@ -19,8 +19,9 @@ or ``$SMARTNSQ_REAL_NSQ``) and, for each client, publishes N 100-byte messages o
   -s 400``): **writes per PUB, bytes per write, TCP_NODELAY and the IDENTIFY body** the
   client sends;
 * the gap experiment: ``to_nsq --rate R`` (go-nsq throttled to R msg/s) for each of
-  ``--rates``, nsqd CPU per message against the time between two PUBs, which separates what
-  the server does per PUB from what it does because the next PUB comes later.
+  ``--rates`` and at smartnsq's measured rate, nsqd CPU per message against the time between
+  two PUBs, which separates what the server does per PUB from what it does because the next
+  PUB comes later.
 
 Clients: ``smartnsq`` (asyncio), ``smartnsq-uvloop`` (python -O), ``asyncio-floor`` (the
 thinnest asyncio client of ``bench/publish.py``), ``pynsq``, ``to_nsq`` (go-nsq),
@@ -173,6 +174,8 @@ def main() -> int:
     parser.add_argument("--rates", default="0,8000,4000,2000",
                         help="to_nsq --rate values of the gap experiment (0: unthrottled)")
     parser.add_argument("--no-strace", action="store_true")
+    parser.add_argument("--no-match", action="store_true",
+                        help="skip the matched-pace run (to_nsq --rate at smartnsq's rate)")
     args = parser.parse_args()
     folder = real_dir(args.real)
     go = GoTools(folder)
@@ -181,6 +184,7 @@ def main() -> int:
     use_strace = not args.no_strace and shutil.which("strace") is not None
     rows, sys_rows, srv_rows, wire_rows, idents = [], [], [], [], []
     gap_rows = []
+    measured: dict[str, dict[str, Any]] = {}
     with real_server("classic", folder, nsqd_args=("--mem-queue-size=10000000",)) as cluster, \
             tempfile.TemporaryDirectory(prefix="smartnsq-rt-") as tmp:
         print(f"one-at-a-time PUB round trips on {cluster.describe()}; {n:,} messages of "
@@ -190,6 +194,7 @@ def main() -> int:
             if "error" in r:
                 rows.append([client, r["error"][:80], "-", "-", "-"])
                 continue
+            measured[client] = r
             gap = 1e6 / r["rate"]
             rows.append([client, f"{r['rate']:,.0f}", f"{gap:.0f}", f"{r['cpu_us']:.1f}",
                          f"{r['server_us']:.1f}"])
@@ -228,15 +233,25 @@ def main() -> int:
                               "yes" if w["nodelay"] else "no",
                               " + ".join(map(str, w["setup_writes"]))])
             idents.append((client, w["identify"]))
-        for rate in [int(x) for x in args.rates.split(",") if x]:
+        rates = [int(x) for x in args.rates.split(",") if x]
+        pace = measured.get("smartnsq", {}).get("rate")
+        if pace and not args.no_match:  # go-nsq at smartnsq's pace: the nsqd's cost compared
+            rates.append(round(pace))
+        for rate in rates:
             name = "to_nsq" if rate == 0 else f"to_nsq@{rate}"
             r = run_once(name, cluster, go, n if rate == 0 else min(n, rate * 3), tmp,
                          "bench_rt_gap")
             if "error" in r:
                 gap_rows.append([name, r["error"][:80], "-", "-"])
                 continue
-            gap_rows.append([name, f"{r['rate']:,.0f}", f"{1e6 / r['rate']:.0f}",
+            label = (f"{name} (smartnsq's pace)" if pace and not args.no_match
+                     and rate == round(pace) else name)
+            gap_rows.append([label, f"{r['rate']:,.0f}", f"{1e6 / r['rate']:.0f}",
                              f"{r['server_us']:.1f}"])
+        if pace and "smartnsq" in measured:
+            me = measured["smartnsq"]
+            gap_rows.append(["smartnsq (above)", f"{me['rate']:,.0f}",
+                             f"{1e6 / me['rate']:.0f}", f"{me['server_us']:.1f}"])
         where = cluster.describe()
     print("\nper client, one PUB at a time (rate and client CPU as bench/publish.py takes them; "
           "to_nsq: the whole process)\n")
