@@ -347,10 +347,11 @@ class ServerSpec:
 
 
 def server_arg(value: str) -> str | ServerSpec:
-    """argparse type of ``--server``: ``minimal``, ``devcluster`` or a ServerSpec."""
+    """argparse type of ``--server``: ``minimal``, ``devcluster``, ``real`` (the real servers
+    started here: ``bench/_real.py``) or a ServerSpec."""
     import argparse
 
-    if value in ("minimal", "devcluster"):
+    if value in ("minimal", "devcluster", "real"):
         return value
     fields: dict[str, str] = {}
     for part in value.split(","):
@@ -359,7 +360,7 @@ def server_arg(value: str) -> str | ServerSpec:
         if not sep or key not in ("nsqd", "lookupd", "http") or not colon or not host \
                 or not port.isdigit():
             raise argparse.ArgumentTypeError(
-                f"{value!r}: expected minimal, devcluster or "
+                f"{value!r}: expected minimal, devcluster, real or "
                 "nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]")
         fields[key] = addr
     if "nsqd" not in fields:
@@ -593,8 +594,21 @@ def minimal_endpoint(body: int = 100) -> Iterator[Endpoint]:
 
 
 def max_rss_kib() -> int:
-    """The process's RSS high-water mark in KiB (Linux reports ru_maxrss in KiB)."""
+    """The process's RSS high-water mark in KiB.
+
+    Linux: ``VmHWM`` of /proc/self/status, not ``ru_maxrss``: a worker forked from the
+    orchestrator starts with the orchestrator's high-water mark in ``ru_maxrss`` (the kernel
+    keeps it across exec), so a worker started after a large pre-load reported the
+    orchestrator's size as its own baseline and peak."""
     import resource
+
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak // 1024) if sys.platform == "darwin" else int(peak)

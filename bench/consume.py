@@ -1,6 +1,6 @@
 """Consume throughput: smartnsq's Consumer against the Python peers, same endpoint, same run.
 
-    python bench/consume.py [--quick] [--server minimal|devcluster|nsqd=HOST:PORT[,...]]
+    python bench/consume.py [--quick] [--server minimal|devcluster|real|nsqd=HOST:PORT[,...]]
                             [--messages N] [--max-in-flight 200,2500] [--rounds R]
                             [--clients smartnsq,smartnsq-conn,pynsq,...] [--via nsqd|lookupd]
                             [--loop asyncio|uvloop]
@@ -35,6 +35,12 @@ by MPUB, drained, checked, deleted. With ``--cluster youzan`` the topic has one 
 the given nsqd must lead it (a one-node youzan cluster); ``bench/youzan.py`` covers
 partitioned clusters. ``--loop uvloop`` runs the asyncio clients on uvloop (with ``python
 -O``: see ``bench/publish.py``).
+
+``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``) starts a real
+classic nsqd 1.3.0 here (``bench/_real.py``) and runs smartnsq on asyncio and on uvloop, the
+raw Connection, the Python peers and the Go tools (``nsq_tail``, ``bench_reader``) at
+max_in_flight 200 and 2500, interleaved, with the nsqd's own CPU per message, and prints issue
+24's goals (see ``bench/README.md``).
 
 Clients: ``smartnsq`` is ``smartnsq.consumer.Consumer`` with a plain-function handler (run
 on the event loop, FIN on return); ``smartnsq-conn`` is the raw ``smartnsq.connection``
@@ -296,7 +302,7 @@ def worker(argv: list[str]) -> int:
           "cpu_us": (clock.cpu_last - clock.cpu_first) / (count - 1) * 1e6,
           "first": clock.t_first - clock.created,
           "overall": count / (clock.t_last - clock.created),
-          "peak_kib": max_rss_kib() - baseline})
+          "peak_kib": max_rss_kib() - baseline, "baseline_kib": baseline})
     return 0
 
 
@@ -394,6 +400,205 @@ def report_minimal(best: dict[tuple[str, int], dict[str, Any]], clients: list[st
           "the largest RDY the client sent. RDY sent: RDY commands over the whole run.")
 
 
+# -- --server real: the real classic nsqd, the Python peers and the Go tools in one run ---------
+
+REAL_CLIENTS = ("smartnsq", "smartnsq-uvloop", "smartnsq-conn", *PEERS, "go-nsq_tail",
+                "go-bench_reader")
+REAL_GOAL = 0.9  # issue 24 item 1: smartnsq's Consumer over bench_reader (raw Go)
+RSS_GOAL_KIB = 20 * 1024
+
+
+def channel_left(cluster: Any, topic: str) -> tuple[int, int]:
+    for ch in cluster.stats(topic).get("channels") or []:
+        if ch.get("channel_name") == CHANNEL:
+            return int(ch.get("depth", 0)), int(ch.get("in_flight_count", 0))
+    return -1, -1
+
+
+def real_run(client: str, srv: Any, go: Any, count: int, mif: int, args: argparse.Namespace
+             ) -> dict[str, Any]:
+    from _real import ServerCpu
+
+    topic = f"bench_real_sub_{client.replace('-', '_')}"
+    body = b"x" * args.body
+    load = count
+    if client == "go-bench_reader":  # more than it can read in its window
+        load = max(count, int(args.runfor * args.reader_rate))
+    srv.fresh_topic(topic, CHANNEL)
+    loader = RawClient(srv.tcp)
+    loader.preload(topic, load, body)
+    extra_topic = ""
+    if client == "go-nsq_tail":
+        extra_topic = topic + "_one"
+        srv.fresh_topic(extra_topic, CHANNEL)
+        loader.preload(extra_topic, 1, body)
+    loader.close()
+    cpu = ServerCpu(srv.nsqd_pids)
+    if client == "go-nsq_tail":
+        result = go.nsq_tail(srv.tcp, topic, CHANNEL, count, mif, extra_topic)
+    elif client == "go-bench_reader":
+        result = go.bench_reader(srv.tcp, topic, CHANNEL, mif, args.body, args.runfor)
+    else:
+        worker_client, loop = (("smartnsq", "uvloop") if client == "smartnsq-uvloop"
+                               else (client, args.loop))
+        result = run_worker("consume.py", [worker_client, srv.tcp, "", topic, str(count),
+                                           str(mif), loop], python_flags=OPT[loop])
+        if "error" not in result:
+            result["how"] = ("in-process clock from the first message handled to the N-th "
+                             "(rate over N - 1)")
+            result["total_kib"] = result["peak_kib"] + result.get("baseline_kib", 0)
+    server_s = cpu.used()
+    if "error" not in result:
+        depth, in_flight = channel_left(srv, topic)
+        result["left"] = depth + in_flight
+        result["server_us"] = server_s / max(result["count"], 1) * 1e6
+        result.setdefault("total_kib", result["peak_kib"])
+        if client == "go-bench_reader":
+            taken = load - depth
+            result["verified"] = depth > 0 and abs(taken - result["count"]) <= mif
+            result["check"] = (f"loaded {load:,}, {taken:,} taken off the channel, the tool "
+                               f"counted {result['count']:,}"
+                               + ("; drained before its window ended: a lower bound"
+                                  if depth == 0 else ""))
+        else:
+            result["verified"] = depth == 0
+    srv.drop_topic(topic)
+    if extra_topic:
+        srv.drop_topic(extra_topic)
+    return result
+
+
+def main_real(args: argparse.Namespace) -> int:
+    from _real import GoTools, real_dir, real_server
+
+    folder = real_dir(args.real)
+    go = GoTools(folder, args.go_procs)
+    count = args.messages or (20_000 if args.quick else 100_000)
+    rounds = args.rounds or (1 if args.quick else 2)
+    args.runfor = args.runfor or (1.0 if args.quick else 2.0)
+    args.reader_rate = 400_000  # bench_reader's load: runfor x this (above its rate here)
+    mifs = [int(m) for m in (args.max_in_flight or "200,2500").split(",")]
+    clients = [c for c in (args.clients if args.clients != ",".join(CLIENTS)
+                           else ",".join(REAL_CLIENTS)).split(",") if c]
+    unavailable: dict[str, str] = {}
+    for c in clients:
+        why = (peer_available(c) if c in PEERS else
+               go.available(c.removeprefix("go-")) if c.startswith("go-") else None)
+        if why:
+            unavailable[c] = why
+    clients = [c for c in clients if c not in unavailable]
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    # pre-loaded channels stay in memory (the default --mem-queue-size, 10000, would put
+    # most of them on disk and measure nsqd's disk queue)
+    with real_server("classic", folder, nsqd_args=("--mem-queue-size=10000000",)) as srv:
+        where = srv.describe()
+        print(f"consume from the real nsqd: {count:,} pre-loaded messages of {args.body} "
+              f"bytes per run (bench_reader: {args.runfor:g} s from a larger load), "
+              f"max_in_flight {', '.join(map(str, mifs))}, no-op handler + FIN; best of "
+              f"{rounds} round(s), clients interleaved; server: {where}\n")
+        for rnd in range(rounds):
+            for mif in mifs:
+                shift = rnd % len(clients)
+                for client in clients[shift:] + clients[:shift]:
+                    key = (client, mif)
+                    if "error" in best.get(key, {}):
+                        continue
+                    result = real_run(client, srv, go, count, mif, args)
+                    prev = best.get(key)
+                    best[key] = merge(prev, result)
+                    for k in ("server_us", "total_kib"):
+                        if prev and k in prev and k in result:
+                            best[key][k] = min(prev[k], result[k])
+                    print(f"  round {rnd + 1} max_in_flight {mif:<5} {client:<16} "
+                          + (f"{fmt_rate(result['rate'])} msg/s, {result['cpu_us']:.1f} us "
+                             f"client, {result['server_us']:.1f} us nsqd per msg"
+                             if "error" not in result else result["error"]), flush=True)
+    print()
+    report_real(best, clients, mifs, unavailable)
+    print(f"\ncommand: {command_line()}")
+    print(environment(f"server: {where}\n  event loop  {args.loop} (asyncio clients; the "
+                      f"smartnsq-uvloop row: uvloop, python -O)\n  Go tools    {folder} "
+                      f"(GOMAXPROCS={args.go_procs} for bench_reader)"))
+    return 0
+
+
+def report_real(best: dict[tuple[str, int], dict[str, Any]], clients: list[str],
+                mifs: list[int], unavailable: dict[str, str]) -> None:
+    headers = ["client", *(f"max_in_flight {m}" for m in mifs)]
+    tables: list[list[list[str]]] = [[], [], [], []]
+    notes = []
+    for client in clients:
+        rows: list[list[str]] = [[client], [client], [client], [client]]
+        for mif in mifs:
+            r = best.get((client, mif))
+            if r is None or "error" in r:
+                for row in rows:
+                    row.append("failed")
+                if r is not None:
+                    notes.append(f"{client} {mif}: {r['error']}")
+                continue
+            base = best.get(("smartnsq", mif), {})
+            mark = "" if r.get("verified") else " (!)"
+            if r.get("check"):
+                notes.append(f"{client} {mif}: {r['check']}")
+            elif not r.get("verified"):
+                notes.append(f"{client} {mif}: {r['left']} left in the channel")
+            ratio = fmt_ratio(r["rate"], base.get("rate"))
+            rows[0].append(f"{fmt_rate(r['rate'])}{mark} ({ratio})")
+            rows[1].append(f"{r['cpu_us']:.1f}")
+            rows[2].append(f"{r['server_us']:.1f}")
+            rows[3].append(fmt_kib(r["total_kib"]))
+        for t, row in zip(tables, rows, strict=True):
+            t.append(row)
+    for client, why in unavailable.items():
+        notes.append(f"{client}: not run ({why})")
+    titles = ["throughput, msg/s (x smartnsq's Consumer)",
+              "client CPU per message, microseconds (whole client process)",
+              "nsqd CPU per message, microseconds (/proc/PID/stat over the client's run)",
+              "peak RSS of the client process (VmHWM; Python: the whole worker, which also "
+              "imports bench/_common)"]
+    for title, t in zip(titles, tables, strict=True):
+        print(f"{title}\n")
+        print(table(headers, t))
+        print()
+    goal_rows = []
+    for mif in mifs:
+        ref = best.get(("go-bench_reader", mif), {})
+        for me_name in ("smartnsq", "smartnsq-uvloop"):
+            me = best.get((me_name, mif), {})
+            if not me or "error" in me or not ref or "error" in ref:
+                continue
+            ratio = me["rate"] / ref["rate"]
+            goal_rows.append([str(mif), me_name, f">= {REAL_GOAL:g}x go-bench_reader",
+                              f"{ratio:.2f}x", "met" if ratio >= REAL_GOAL
+                              else f"missed ({ratio / REAL_GOAL:.0%})",
+                              f"{me['cpu_us']:.1f} vs {ref['cpu_us']:.1f}",
+                              f"{me['server_us']:.1f} vs {ref['server_us']:.1f}"])
+    peaks = [best[("smartnsq", m)] for m in mifs
+             if "error" not in best.get(("smartnsq", m), {"error": 1})]
+    if peaks:
+        top = max(peaks, key=lambda r: r["total_kib"])
+        goal_rows.append(["-", "smartnsq", f"peak RSS <= {fmt_kib(RSS_GOAL_KIB)}",
+                          f"{fmt_kib(top['total_kib'])} (+{fmt_kib(top['peak_kib'])} over the "
+                          "worker after import)",
+                          "met" if top["total_kib"] <= RSS_GOAL_KIB else "missed", "-", "-"])
+    print("goals (issue 24 item 1, against the real nsqd)\n")
+    print(table(["max_in_flight", "client", "goal", "rate ratio", "verdict",
+                 "client CPU us/msg (vs ref)", "nsqd CPU us/msg (vs ref)"], goal_rows))
+    print("\nhow each figure was taken:")
+    seen = set()
+    for client in clients:
+        for mif in mifs:
+            how = best.get((client, mif), {}).get("how")
+            if how and (client, how) not in seen:
+                seen.add((client, how))
+                print(f"  - {client}: {how}")
+    if notes:
+        print("\nnotes:")
+        for note in notes:
+            print(f"  - {note}")
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return worker(sys.argv[2:])
@@ -424,7 +629,17 @@ def main() -> int:
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
                         help="devcluster/real server: how smartnsq's Consumer finds the node "
                              "(auto: lookupd when there is one); minimal: always nsqd")
+    parser.add_argument("--real", default=None, metavar="DIR",
+                        help="--server real: the real binaries' folder (default "
+                             "$SMARTNSQ_REAL_NSQ)")
+    parser.add_argument("--runfor", type=float, default=None,
+                        help="--server real: seconds bench_reader runs (default 2, quick 1)")
+    parser.add_argument("--go-procs", type=int, default=1,
+                        help="--server real: GOMAXPROCS of bench_reader (one connection per "
+                             "proc; default 1)")
     args = parser.parse_args()
+    if args.server == "real":
+        return main_real(args)
     minimal = args.server == "minimal"
     if isinstance(args.server, ServerSpec) and not args.server.lookupd:
         if args.via == "lookupd":

@@ -1,6 +1,6 @@
 """Publish throughput: smartnsq's Producer against the Python peers, same endpoint, same run.
 
-    python bench/publish.py [--quick] [--server minimal|devcluster|nsqd=HOST:PORT[,...]]
+    python bench/publish.py [--quick] [--server minimal|devcluster|real|nsqd=HOST:PORT[,...]]
                             [--body 100,1024] [--messages N] [--sequential N] [--window W]
                             [--rounds R] [--clients smartnsq,pynsq,...] [--via nsqd|lookupd]
                             [--loop asyncio|uvloop]
@@ -25,6 +25,12 @@ nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]``: a server this script does
 stored message count checked, the topic deleted; with ``lookupd=`` smartnsq finds the node
 through it (``--via``); ``--cluster youzan`` for a youzan server (it needs ``lookupd=`` to
 create topics).
+
+``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``) starts a real
+classic nsqd 1.3.0 here (``bench/_real.py``) and runs smartnsq on asyncio and on uvloop, the
+Python peers, the floor and the Go tools (``to_nsq`` one at a time, ``bench_writer`` MPUB of 1
+and of 100) interleaved, with the nsqd's own CPU per message, and prints issue 24's goals (see
+``bench/README.md``).
 
 ``--loop uvloop`` runs the asyncio clients (smartnsq, smartnsq-sync, ansq, asyncnsq and the
 floor) on uvloop (the ``fast`` extra: ``pip install smartnsq[fast]``) by installing its event
@@ -586,6 +592,217 @@ def goals(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
                      "peak memory", "memory goal", "asyncio floor's rate ratio"], rows))
 
 
+# -- --server real: the real classic nsqd, the Python peers and the Go tools in one run ---------
+
+# row name -> (worker client, event loop); the go-* rows are the real distribution's tools
+REAL_CLIENTS = ("smartnsq", "smartnsq-uvloop", *PEERS, "asyncio-floor", "go-to_nsq",
+                "go-bench_writer")
+REAL_SKIP = {("go-to_nsq", "pipe"), ("go-to_nsq", "mpub"), ("go-bench_writer", "pipe")}
+# the goals of issue 24 item 1 against the real nsqd, per pattern: (reference, ratio)
+REAL_GOALS = {"seq": ("go-to_nsq", 1.0), "pipe": ("best Python peer", 3.0),
+              "mpub": ("go-bench_writer", 0.9)}
+RSS_GOAL_KIB = 20 * 1024
+REAL_HOW = {
+    "seq": "one PUB at a time, each acknowledged before the next",
+    "pipe": "1024 outstanding (windows of 1024 concurrent publishes)",
+    "mpub": "MPUB x100, each batch acknowledged before the next",
+}
+
+
+def real_run(client: str, mode: str, srv: Any, go: Any, n: int, body: int,
+             args: argparse.Namespace, topic: str) -> dict[str, Any]:
+    """One client, one pattern, on a fresh topic; the nsqd's CPU over the run beside it."""
+    from _real import ServerCpu
+
+    cluster = srv.cluster
+    cluster.fresh_topic(topic, channel=None)
+    cpu = ServerCpu(cluster.nsqd_pids)
+    expect = n + 1  # the Python workers' warm-up / to_nsq's 1-line start-up run
+    if client == "go-to_nsq":
+        result = go.to_nsq(cluster.tcp, topic, n, body)
+    elif client == "go-bench_writer":
+        result = go.bench_writer(cluster.tcp, topic, 1 if mode == "seq" else BATCH, body,
+                                 args.runfor)
+        expect = result.get("count", -1)
+    else:
+        worker_client, loop = (("smartnsq", "uvloop") if client == "smartnsq-uvloop"
+                               else (client, args.loop))
+        flags = ["-O"] if loop == "uvloop" or args.optimize else []
+        result = run_worker("publish.py", [worker_client, mode, cluster.tcp, "", topic, str(n),
+                                           str(body), str(args.window), loop],
+                            python_flags=flags)
+        if "error" not in result:
+            result["how"] = "in-process clock over the N publishes (after a warm-up publish)"
+            result["total_kib"] = result["peak_kib"] + result.get("baseline_kib", 0)
+    server_s = cpu.used()
+    if "error" not in result:
+        stored = cluster.message_count(topic)
+        result["stored"] = stored
+        result["verified"] = stored == expect
+        result["expected"] = expect
+        result["server_us"] = server_s / max(stored or 1, 1) * 1e6
+        result.setdefault("total_kib", result["peak_kib"])
+    cluster.drop_topic(topic)
+    return result
+
+
+def main_real(args: argparse.Namespace) -> int:
+    from _real import GoTools, real_dir, real_server
+
+    folder = real_dir(args.real)
+    go = GoTools(folder, args.go_procs)
+    count = args.messages or (20_000 if args.quick else 100_000)
+    seq_count = args.sequential or max(count // 5, 1)
+    rounds = args.rounds or (1 if args.quick else 2)
+    args.runfor = args.runfor or (1.0 if args.quick else 2.0)
+    body = int((args.body or "100").split(",")[0])
+    modes = [m for m in args.modes.split(",") if m]
+    clients = [c for c in (args.clients or ",".join(REAL_CLIENTS)).split(",") if c]
+    unavailable: dict[str, str] = {}
+    for c in clients:
+        why = (peer_available(c) if c in PEERS else
+               go.available(c.removeprefix("go-")) if c.startswith("go-") else None)
+        if why:
+            unavailable[c] = why
+    clients = [c for c in clients if c not in unavailable]
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    # a topic without a channel keeps its messages in memory up to --mem-queue-size (10000 by
+    # default), then writes them to disk: the runs would measure nsqd's disk queue
+    nsqd_args = ("--mem-queue-size=10000000",)
+    with real_server("classic", folder, nsqd_args=nsqd_args) as cluster:
+        srv = DevClusterServer(cluster)
+        where = cluster.describe()
+        print(f"publish against the real nsqd: {seq_count:,} one at a time, {count:,} with "
+              f"{args.window} outstanding, {count:,} in MPUB x{BATCH} ({args.runfor:g} s for "
+              f"bench_writer); {body}-byte bodies; best of {rounds} round(s), clients "
+              f"interleaved; server: {where}\n")
+        for rnd in range(rounds):
+            for mode in modes:
+                n = seq_count if mode == "seq" else count
+                shift = rnd % len(clients)
+                for client in clients[shift:] + clients[:shift]:
+                    key = (client, mode)
+                    if key in REAL_SKIP or "error" in best.get(key, {}):
+                        continue
+                    topic = f"bench_real_{client.replace('-', '_')}_{mode}"
+                    result = real_run(client, mode, srv, go, n, body, args, topic)
+                    prev = best.get(key)
+                    best[key] = merge(prev, result)
+                    if prev and "server_us" in prev and "server_us" in result:
+                        best[key]["server_us"] = min(prev["server_us"], result["server_us"])
+                    if prev and "total_kib" in prev and "total_kib" in result:
+                        best[key]["total_kib"] = min(prev["total_kib"], result["total_kib"])
+                    print(f"  round {rnd + 1} {MODES[mode]:<11} {client:<16} "
+                          + (f"{fmt_rate(result['rate'])} msg/s, {result['cpu_us']:.1f} us "
+                             f"client, {result['server_us']:.1f} us nsqd per msg"
+                             if "error" not in result else result["error"]), flush=True)
+    print()
+    report_real(best, clients, modes, unavailable)
+    print(f"\ncommand: {command_line()}")
+    print(environment(f"server: {where}\n  event loop  {args.loop} (asyncio clients; the "
+                      f"smartnsq-uvloop row: uvloop, python -O)\n  Go tools    {folder} "
+                      f"(GOMAXPROCS={args.go_procs} for bench_writer)"))
+    return 0
+
+
+def report_real(best: dict[tuple[str, str], dict[str, Any]], clients: list[str],
+                modes: list[str], unavailable: dict[str, str]) -> None:
+    headers = ["client", *(MODES[m] for m in modes)]
+    rate_rows, cpu_rows, srv_rows, mem_rows, notes = [], [], [], [], []
+    for client in clients:
+        rows = ([client], [client], [client], [client])
+        for mode in modes:
+            r = best.get((client, mode))
+            if r is None:
+                for row in rows:
+                    row.append("n/a")
+                continue
+            if "error" in r:
+                for row in rows:
+                    row.append("failed")
+                notes.append(f"{client} {MODES[mode]}: {r['error']}")
+                continue
+            base = best.get(("smartnsq", mode), {})
+            mark = "" if r["verified"] else " (!)"
+            if not r["verified"]:
+                notes.append(f"{client} {MODES[mode]}: the nsqd stored {r['stored']}, "
+                             f"expected {r['expected']}")
+            ratio = fmt_ratio(r["rate"], base.get("rate"))
+            rows[0].append(f"{fmt_rate(r['rate'])}{mark} ({ratio})")
+            rows[1].append(f"{r['cpu_us']:.1f}")
+            rows[2].append(f"{r['server_us']:.1f}")
+            rows[3].append(fmt_kib(r["total_kib"]))
+        for table_rows, row in zip((rate_rows, cpu_rows, srv_rows, mem_rows), rows,
+                                   strict=True):
+            table_rows.append(row)
+    for client, why in unavailable.items():
+        notes.append(f"{client}: not run ({why})")
+    print("throughput, msg/s (x smartnsq's rate)\n")
+    print(table(headers, rate_rows))
+    print("\nclient CPU per message, microseconds (user + system, whole client process)\n")
+    print(table(headers, cpu_rows))
+    print("\nnsqd CPU per message, microseconds (the server process's /proc/PID/stat over the "
+          "client's whole run, over the messages it stored)\n")
+    print(table(headers, srv_rows))
+    print("\npeak RSS of the client process (VmHWM; Python: the whole worker, which also "
+          "imports bench/_common)\n")
+    print(table(headers, mem_rows))
+    goal_rows = []
+    for mode in modes:
+        ref_name, goal = REAL_GOALS[mode]
+        for me_name in ("smartnsq", "smartnsq-uvloop"):
+            me = best.get((me_name, mode), {})
+            if not me or "error" in me:
+                continue
+            if ref_name == "best Python peer":
+                ok = [(p, best[(p, mode)]) for p in PEERS
+                      if "error" not in best.get((p, mode), {"error": 1})]
+                if not ok:
+                    continue
+                name, ref = max(ok, key=lambda pr: pr[1]["rate"])
+            else:
+                name, ref = ref_name, best.get((ref_name, mode), {})
+                if not ref or "error" in ref:
+                    continue
+            ratio = me["rate"] / ref["rate"]
+            goal_rows.append([MODES[mode], me_name, f">= {goal:g}x {ref_name}",
+                              f"{ratio:.2f}x vs {name}",
+                              "met" if ratio >= goal else f"missed ({ratio / goal:.0%})",
+                              f"{me['cpu_us']:.1f} vs {ref['cpu_us']:.1f}",
+                              f"{me['server_us']:.1f} vs {ref['server_us']:.1f}"])
+    peaks = [(m, best[("smartnsq", m)]) for m in modes
+             if "error" not in best.get(("smartnsq", m), {"error": 1})]
+    if peaks:
+        mode, top = max(peaks, key=lambda p: p[1]["total_kib"])
+        floor = best.get(("asyncio-floor", mode), {})
+        goal_rows.append(["peak RSS", "smartnsq", f"<= {fmt_kib(RSS_GOAL_KIB)}",
+                          f"{fmt_kib(top['total_kib'])} ({MODES[mode]}: "
+                          f"+{fmt_kib(top['peak_kib'])} over the worker after import"
+                          + (f"; asyncio-floor {fmt_kib(floor['total_kib'])}"
+                             if floor and "total_kib" in floor else "") + ")",
+                          "met" if top["total_kib"] <= RSS_GOAL_KIB else "missed", "-", "-"])
+    print("\ngoals (issue 24 item 1, against the real nsqd)\n")
+    print(table(["pattern", "client", "goal", "rate ratio", "verdict",
+                 "client CPU us/msg (vs ref)", "nsqd CPU us/msg (vs ref)"], goal_rows))
+    print("\nhow each figure was taken:")
+    for mode in modes:
+        print(f"  - {MODES[mode]}: {REAL_HOW[mode]}")
+    seen = set()
+    for client in clients:
+        for mode in modes:
+            r = best.get((client, mode), {})
+            how = r.get("how")
+            if how and (client, how) not in seen:
+                seen.add((client, how))
+                print(f"  - {client}: {how}")
+    print("  - go-bench_writer one at a time is MPUB of 1 message (the tool only sends MPUB), "
+          "each acknowledged before the next, over one raw connection")
+    if notes:
+        print("\nnotes:")
+        for note in notes:
+            print(f"  - {note}")
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return worker(sys.argv[2:])
@@ -624,7 +841,17 @@ def main() -> int:
     parser.add_argument("--via", choices=("auto", "nsqd", "lookupd"), default="auto",
                         help="devcluster/real server: how smartnsq finds the node (auto: "
                              "lookupd when there is one); the minimal server is always nsqd")
+    parser.add_argument("--real", default=None, metavar="DIR",
+                        help="--server real: the real binaries' folder (default "
+                             "$SMARTNSQ_REAL_NSQ)")
+    parser.add_argument("--runfor", type=float, default=None,
+                        help="--server real: seconds bench_writer runs (default 2, quick 1)")
+    parser.add_argument("--go-procs", type=int, default=1,
+                        help="--server real: GOMAXPROCS of bench_writer (its connections: one "
+                             "per proc; default 1, one connection like the other clients)")
     args = parser.parse_args()
+    if args.server == "real":
+        return main_real(args)
     if args.loop == "uvloop":
         args.optimize = True  # see the module docstring: an assertion refuses uvloop's transport
     minimal = args.server == "minimal"

@@ -3,6 +3,7 @@
     python bench/youzan.py [--quick] [--items drain,ordered,...] [--rounds R]
                            [--loop asyncio|uvloop] [--count] [--profile ITEM]
                            [--instructions] [--prefix COMMAND]
+                           [--server devcluster|real] [--real DIR] [--handlers N]
 
 The server is the dev cluster in youzan mode (3 nsqd, 2 nsqlookupd) **in its own process**,
 and every work item runs in a fresh interpreter of its own, so the CPU time a worker reports
@@ -51,6 +52,11 @@ items with one message in flight (ordered, pub-seq*): two runs each, N and 3N me
 difference gives user-space instructions per message, a figure the machine's load does not
 move.
 ``--loop uvloop`` runs the workers on uvloop (the ``fast`` extra), with ``python -O``.
+``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``, etcd on PATH) runs
+every item on the real youzan cluster started here (etcd, 2 nsqlookupd, 3 nsqd) and, for drain,
+ordered, pub-seq(-plain), pub-conc64 and pub-nowait, youzan's Go client ``yzgo`` beside
+smartnsq on a topic of its own, interleaved, with the nsqd processes' CPU per message and
+issue 24's goals.
 
 The reference figures are issue 16's: youzan's Go client (youzan/go-nsq v1.7.2-HA) and
 smartnsq on a real youzan cluster (0.3.7-HA.1.13.0, 2 lookupds, 3 nsqd, 4 partitions x 2
@@ -204,7 +210,21 @@ async def preload(lookupd: str, topic: str, item: str, count: int) -> None:
     from smartnsq import Producer
 
     async with Producer(lookupd=[lookupd], sharded_receipts=False) as producer:
-        if item == "ordered":  # by key, in order: per key 0..count/KEYS-1
+        if item == "yz-ordered":  # yzgo's ordered bodies: 3-digit key, 6-digit sequence
+            per_key = count // KEYS
+            for k in range(KEYS):
+                await producer.publish_many(
+                    topic, [f"{k:03d}{s:06d}".encode().ljust(BODY, b"x")
+                            for s in range(per_key)], sharding_key=key(k))
+        elif item == "yz-drain":  # yzgo's plain bodies: a 10-digit index
+            for i in range(0, count, 1600):
+                await asyncio.gather(*[
+                    producer.publish_many(
+                        topic, [f"{n:010d}".encode().ljust(BODY, b"x")
+                                for n in range(j, min(j + 100, count))],
+                        partition=(j // 100) % PARTITIONS)
+                    for j in range(i, min(i + 1600, count), 100)])
+        elif item == "ordered":  # by key, in order: per key 0..count/KEYS-1
             per_key = count // KEYS
             for k in range(KEYS):
                 name = key(k)
@@ -351,8 +371,16 @@ def by_module(stats: Any, count: int) -> str:
 
 
 def rss_kib() -> int:
+    """Peak RSS in KiB: VmHWM (ru_maxrss keeps the forking orchestrator's high-water mark)."""
     import resource
 
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
@@ -458,11 +486,14 @@ class Runner:
                                          timeout=300, python_flags=self.opt)
                 if "error" in loaded:
                     return {"error": f"pre-loading failed: {loaded['error']}"}
+            cpu = self.server_cpu()
             result: dict[str, Any] = self.run_worker(
                 "youzan.py", [item, self.lookupd, topic, str(count), self.loop, flags],
                 timeout=900, prefix=prefix or [], python_flags=self.opt)
             if "error" in result:
                 return result
+            if cpu is not None:
+                result["server_us"] = cpu.used() / count * 1e6
             if item in ("drain", "ordered"):
                 result["left"] = left_in_channel(cluster, topic)
                 result["verified"] = result["left"] == 0
@@ -475,6 +506,74 @@ class Runner:
             return result
         finally:
             cluster.drop_topic(topic)
+
+
+    def server_cpu(self) -> Any:
+        """The real nsqd processes' CPU over a run (None on the dev cluster: one process)."""
+        pids = getattr(self.cluster, "nsqd_pids", None)
+        if not pids:
+            return None
+        from _real import ServerCpu
+
+        return ServerCpu(pids)
+
+    def go_item(self, item: str, count: int, go: Any, handlers: int) -> dict[str, Any]:
+        """The same work item by youzan's Go client (``yzgo``), on a fresh topic."""
+        cluster = self.cluster
+        if item == "ordered":
+            count -= count % KEYS
+        topic = f"bench_yzgo_{item.replace('-', '_')}"
+        cluster.fresh_topic(topic, CHANNEL, partitions=PARTITIONS, replicas=REPLICAS)
+        lookupds = ",".join(cluster.lookupd_http)
+        try:
+            if item in ("drain", "ordered"):
+                loaded = self.run_worker("youzan.py", [f"preload-yz-{item}", self.lookupd,
+                                                       topic, str(count), self.loop, "-"],
+                                         timeout=300, python_flags=self.opt)
+                if "error" in loaded:
+                    return {"error": f"pre-loading failed: {loaded['error']}"}
+                args = (["consume", topic, CHANNEL, str(count), "2500", str(handlers),
+                         lookupds] if item == "drain" else
+                        ["ordered", topic, CHANNEL, str(count), str(PARTITIONS * 4),
+                         str(handlers), lookupds, str(KEYS)])
+            else:
+                args = ["pub", topic, str(count), str(KEYS), str(GO_CONCURRENCY[item]),
+                        lookupds]
+            cpu = self.server_cpu()
+            data = go.yzgo(args)
+            if "error" in data:
+                return data
+            server_s = cpu.used() if cpu is not None else None
+            msgs = int(data.get("messages") or count)
+            result: dict[str, Any] = {
+                "count": msgs, "seconds": float(data["seconds"]), "rate": float(data["rate"]),
+                "cpu_us": float(data["cpu_s"]) / msgs * 1e6,
+                "peak_kib": data["wait4_peak_kib"], "yzgo": data}
+            if server_s is not None:
+                result["server_us"] = server_s / msgs * 1e6
+            if item in ("drain", "ordered"):
+                result["left"] = left_in_channel(cluster, topic)
+                result["verified"] = result["left"] == 0
+            else:
+                stored = cluster.youzan_count(topic)
+                result["verified"] = stored == count
+                if not result["verified"]:
+                    self.notes.append(f"yzgo {item}: the leaders hold {stored} messages, "
+                                      f"expected {count}")
+            return result
+        finally:
+            cluster.drop_topic(topic)
+
+
+# the work items yzgo has, and its goroutines each publishing one at a time
+GO_CONCURRENCY = {"pub-seq": 1, "pub-seq-plain": 1, "pub-conc64": 64, "pub-nowait": 1024}
+GO_ITEMS = ("drain", "ordered", *GO_CONCURRENCY)
+# issue 24 item 1 on the real youzan cluster: (rate ratio over yzgo, CPU us/msg bound, CPU
+# no more than Go's)
+REAL_GOALS: dict[str, tuple[float | None, float | None, bool]] = {
+    "ordered": (1.2, 40.0, False), "pub-seq": (1.0, None, False),
+    "pub-seq-plain": (1.0, None, False), "pub-nowait": (1.2, None, True)}
+REAL_RSS_KIB = 30 * 1024
 
 
 # one message in flight: the client's speed does not change how the server batches, so
@@ -521,6 +620,79 @@ def instructions(run: Runner, items: list[str], notes: list[str]) -> None:
         print(f"  - {note}")
 
 
+def keep_best(best: dict[str, dict[str, Any]], item: str, result: dict[str, Any]) -> None:
+    """The best rate, the lowest CPU, peak and server CPU over the rounds."""
+    prev = best.get(item)
+    if prev is None or "error" in prev:
+        best[item] = result
+    elif "error" not in result:
+        keep = result if result["rate"] > prev["rate"] else prev
+        for k in ("cpu_us", "peak_kib", "server_us"):
+            if k in prev and k in result:
+                keep[k] = min(prev[k], result[k])
+        best[item] = keep
+
+
+def report_real(best: dict[str, dict[str, Any]], best_go: dict[str, dict[str, Any]],
+                items: list[str]) -> None:
+    """smartnsq beside yzgo on the real cluster, and issue 24's goals."""
+    from _common import fmt_kib, table
+
+    rows, goal_rows = [], []
+    for item in items:
+        me, g = best.get(item, {}), best_go.get(item)
+        if not me or "error" in me:
+            continue
+
+        def cells(r: dict[str, Any] | None) -> list[str]:
+            if r is None:
+                return ["-", "-", "-", "-"]
+            if "error" in r:
+                return ["failed", "-", "-", "-"]
+            mark = "" if r.get("verified") else " (!)"
+            return [f"{r['rate']:,.0f}{mark}", f"{r['cpu_us']:.1f}",
+                    f"{r['server_us']:.1f}" if "server_us" in r else "-",
+                    fmt_kib(r["peak_kib"])]
+
+        ratio = (f"{me['rate'] / g['rate']:.2f}x" if g and "error" not in g else "-")
+        rows.append([item, *cells(me), *cells(g), ratio])
+        goal = REAL_GOALS.get(item)
+        if goal and g and "error" not in g:
+            rate_goal, cpu_bound, cpu_vs_go = goal
+            r_ratio = me["rate"] / g["rate"]
+            verdicts = []
+            if rate_goal is not None:
+                verdicts.append(f"rate {r_ratio:.2f}x (>= {rate_goal:g}x: "
+                                f"{'met' if r_ratio >= rate_goal else 'missed'})")
+            if cpu_bound is not None:
+                verdicts.append(f"CPU {me['cpu_us']:.1f} us (<= {cpu_bound:g}: "
+                                f"{'met' if me['cpu_us'] <= cpu_bound else 'missed'})")
+            if cpu_vs_go:
+                verdicts.append(f"CPU {me['cpu_us']:.1f} vs Go {g['cpu_us']:.1f} us (<= Go: "
+                                f"{'met' if me['cpu_us'] <= g['cpu_us'] else 'missed'})")
+            goal_rows.append([item, "; ".join(verdicts)])
+    peaks = [r["peak_kib"] for r in best.values() if "peak_kib" in r]
+    if peaks:
+        top = max(peaks)
+        verdict = "met" if top <= REAL_RSS_KIB else "missed"
+        goal_rows.append(["peak RSS (every item)",
+                          f"{fmt_kib(top)} (<= {fmt_kib(REAL_RSS_KIB)}: {verdict})"])
+    print("\nsmartnsq beside youzan's Go client (yzgo) on the real cluster\n")
+    print(table(["item", "smartnsq msg/s", "CPU us/msg", "nsqd CPU us/msg", "peak RSS",
+                 "yzgo msg/s", "CPU us/msg", "nsqd CPU us/msg", "peak RSS",
+                 "smartnsq / yzgo"], rows))
+    print("\ngoals (issue 24 item 1, real youzan cluster)\n")
+    print(table(["item", "verdict"], goal_rows))
+    print("\nhow: smartnsq's msg/s and CPU are over its timed window (publish: after one "
+          "warm-up publish per partition; drains: first message handled to the N-th); yzgo's "
+          "are its own RESULT line (rate, cpu_s over its window, which starts before its "
+          "producer or consumer is made, so it includes lookups and connects); yzgo's peak "
+          "RSS is its process's VmHWM; nsqd CPU: the 3 nsqd processes' /proc/PID/stat over "
+          "the whole client run (pre-load excluded), over the messages. yzgo pub: N "
+          "goroutines each publishing one at a time (1 = one at a time, 64, 1024 = 1024 "
+          "outstanding); consume/ordered: max_in_flight 2500 / 16, --handlers goroutines.")
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         return worker(sys.argv[2:])
@@ -552,7 +724,18 @@ def main() -> int:
                         help="run the timed workers under COMMAND, e.g. 'valgrind "
                              "--tool=callgrind --callgrind-out-file=/tmp/cg.%%p' (instruction "
                              "counts: run two message counts and take the difference)")
+    parser.add_argument("--server", choices=("devcluster", "real"), default="devcluster",
+                        help="real: the real youzan cluster (etcd, 2 nsqlookupd, 3 nsqd) "
+                             "started here from --real DIR or $SMARTNSQ_REAL_NSQ, with "
+                             "youzan's Go client (yzgo) run beside smartnsq on the items it has")
+    parser.add_argument("--real", default=None, metavar="DIR",
+                        help="--server real: the real binaries' folder")
+    parser.add_argument("--handlers", type=int, default=PARTITIONS,
+                        help="--server real: yzgo's handler goroutines (default: one per "
+                             "partition)")
+    parser.add_argument("--no-go", action="store_true", help="--server real: skip yzgo")
     args = parser.parse_args()
+    real = args.server == "real"
     items = [i for i in args.items.split(",") if i]
     for i in items:
         if i not in ITEMS:
@@ -561,15 +744,30 @@ def main() -> int:
         parser.error("--count needs the asyncio loop")
     flags = ",".join(f for f, on in (("count", args.count), ("profile", False)) if on) or "-"
 
-    print(f"youzan hot paths: dev cluster (youzan, 3 nsqd, 2 nsqlookupd) in its own process, "
+    go = None
+    if real:
+        from _real import GoTools, real_dir, real_server
+
+        folder = real_dir(args.real)
+        if not args.no_go:
+            go = GoTools(folder)
+            if go.available("yzgo"):
+                print(f"yzgo not run: {go.available('yzgo')}")
+                go = None
+    where = ("the real youzan cluster (etcd, 3 nsqd, 2 nsqlookupd, processes started here)"
+             if real else "dev cluster (youzan, 3 nsqd, 2 nsqlookupd) in its own process")
+    print(f"youzan hot paths: {where}, "
           f"a fresh {PARTITIONS}-partition x {REPLICAS}-replica topic per item, {BODY}-byte "
           f"bodies, {KEYS} sharding keys; each item in its own interpreter on {args.loop}; "
-          f"{args.rounds} round(s)\n")
+          f"{args.rounds} round(s){'; yzgo beside smartnsq, interleaved' if go else ''}\n")
     best: dict[str, dict[str, Any]] = {}
+    best_go: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     profiles: dict[str, str] = {}
     started = time.monotonic()
-    with dev_cluster("youzan", nodes=3, lookupds=2) as cluster:
+    server_cm = (real_server("youzan", folder, nodes=3, lookupds=2) if real
+                 else dev_cluster("youzan", nodes=3, lookupds=2))
+    with server_cm as cluster:
         run = Runner(cluster, args.loop, notes, run_worker)
         if args.instructions:
             instructions(run, items, notes)
@@ -583,17 +781,23 @@ def main() -> int:
                 item_flags = flags
                 if args.profile == item:
                     item_flags = ",".join(f for f in (flags, "profile") if f != "-")
+                go_first = go is not None and item in GO_ITEMS and rnd % 2 == 1
+                if go_first:
+                    keep_best(best_go, item, run.go_item(item, count, go, args.handlers))
                 result = run.item(item, count, item_flags, shlex.split(args.prefix))
+                if go is not None and item in GO_ITEMS and not go_first:
+                    keep_best(best_go, item, run.go_item(item, count, go, args.handlers))
+                if real:
+                    r_, g_ = result, best_go.get(item, {})
+                    print(f"  round {rnd + 1} {item:<14} smartnsq "
+                          + (f"{r_['rate']:,.0f} msg/s {r_['cpu_us']:.1f} us"
+                             if "error" not in r_ else r_["error"])
+                          + (f" | yzgo (best) {g_['rate']:,.0f} msg/s {g_['cpu_us']:.1f} us"
+                             if g_ and "error" not in g_ else f" | yzgo {g_.get('error', '-')}"),
+                          flush=True)
                 if "profile" in result:
                     profiles[item] = result.pop("profile")
-                prev = best.get(item)
-                if prev is None or "error" in prev:
-                    best[item] = result
-                elif "error" not in result:
-                    keep = result if result["rate"] > prev["rate"] else prev
-                    keep["cpu_us"] = min(prev["cpu_us"], result["cpu_us"])
-                    keep["peak_kib"] = min(prev["peak_kib"], result["peak_kib"])
-                    best[item] = keep
+                keep_best(best, item, result)
         server = cluster.describe()
 
     rows = []
@@ -624,6 +828,8 @@ def main() -> int:
                  "CPU target",
                  "peak RSS", "Go client (issue 16)", "smartnsq, real cluster (issue 16)"],
                 rows))
+    if real:
+        report_real(best, best_go, items)
     plain = best.get("pub-seq-plain", {})
     for other in ("pub-seq", "pub-seq-traced"):
         r = best.get(other, {})
@@ -651,11 +857,14 @@ def main() -> int:
         print(f"\ncProfile of {item} ({count:,} messages; divide ncalls by {count:,} for "
               f"calls per message):\n")
         print(text)
-    print("\nmsg/s: wall clock over the timed window (the dev cluster is a Python broker on "
-          "the same 2 cores: compare the CPU column with the Go client's, not the rates). "
-          "client CPU: user + system time of the client process over the same window. peak "
-          "RSS: the client process's ru_maxrss at the end (after import: right after "
-          "`from smartnsq import Producer, Consumer`). (!): the server-side check failed.")
+    print("\nmsg/s: wall clock over the timed window"
+          + (" (the real cluster: the rates compare with yzgo's, taken in the same run). "
+             if real else
+             " (the dev cluster is a Python broker on the same 2 cores: compare the CPU "
+             "column with the Go client's, not the rates). ")
+          + ("client CPU: user + system time of the client process over the same window. peak "
+          "RSS: the client process's VmHWM at the end (after import: right after "
+          "`from smartnsq import Producer, Consumer`). (!): the server-side check failed."))
     print(f"\nelapsed {time.monotonic() - started:.0f} s")
     print(f"\ncommand: {command_line()}")
     print(environment(f"server: {server}\n  event loop  {args.loop}"))
