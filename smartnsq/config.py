@@ -36,6 +36,7 @@ __all__ = [
     "Rule",
     "SettingDoc",
     "check_fields",
+    "close_timeout",
     "choice",
     "describe",
     "doc",
@@ -370,3 +371,16 @@ class ConnectionConfig:
             desired_tag=desired_tag,
             ext_filter=ext_filter,
         )
+
+
+_CLOSE_TIMEOUT = seconds(low_open=False)
+
+
+def close_timeout(timeout: float | None, default: float) -> float:
+    """A client's ``close(timeout)`` deadline in seconds: ``None`` is ``default`` (its
+    ``drain_timeout``); 0 closes at once (no drain); never unbounded; anything else is an
+    ``InvalidArgument`` naming ``timeout``."""
+    if timeout is None:
+        return float(default)
+    _CLOSE_TIMEOUT.check("timeout", timeout, None)
+    return float(timeout)

@@ -6,7 +6,8 @@ Hierarchy::
     ├── InvalidArgument (also ValueError)  bad input caught before any byte is sent
     ├── ProtocolError                       bytes that do not follow the wire protocol
     ├── ConnectionError_                    the socket failed or closed under a call
-    │   └── ConnectionClosed
+    │   ├── ConnectionClosed
+    │   └── ClientClosed (also RuntimeError)  a call on a client already closed
     ├── Timeout                             a call ran past its deadline
     ├── SecurityError                       a safety rule refused to go on (never retried)
     │   ├── TLSVerificationFailed           the server's certificate was refused
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 __all__ = [
     "ERROR_TABLE",
     "Action",
+    "ClientClosed",
     "ConnectionClosed",
     "ConnectionError_",
     "ErrorSpec",
@@ -103,6 +105,13 @@ class ConnectionError_(NSQError):
 
 class ConnectionClosed(ConnectionError_):
     """The connection closed while calls were pending."""
+
+
+class ClientClosed(ConnectionError_, RuntimeError):
+    """A call on a client (a ``smartnsq.sync`` facade) after its ``close()``: nothing was
+    sent. Also a ``RuntimeError``, which is what these calls raised before."""
+
+    retriable = False
 
 
 class Timeout(NSQError, TimeoutError):

@@ -377,6 +377,10 @@ class LookupManager:
         self._config = config
         if isinstance(lookupd, str):
             lookupd = [lookupd]
+        elif not isinstance(lookupd, Iterable) or isinstance(lookupd, bytes | bytearray | Mapping):
+            # (pool.address_list's rule; lookup cannot import pool)
+            raise InvalidArgument("lookupd", "must be an address or a list of addresses",
+                                  lookupd)
         seeds = tuple(dict.fromkeys(normalize_lookupd(a) for a in lookupd))
         if not seeds:
             raise InvalidArgument("lookupd", "needs at least one address", list(seeds))

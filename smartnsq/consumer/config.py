@@ -17,6 +17,7 @@ from typing import Any, Union
 
 from ..backoff import BackoffPolicy, RequeuePolicy
 from ..config import (
+    close_timeout,
     ConnectionConfig,
     Rule,
     check_fields,
@@ -218,13 +219,3 @@ def build_config(config: ConsumerConfig | ConnectionConfig | None,
     return dataclasses.replace(base, **own) if own else base
 
 
-_CLOSE_TIMEOUT = seconds(low_open=False)
-
-
-def close_timeout(timeout: float | None, default: float) -> float:
-    """``close(timeout)``'s deadline in seconds: ``None`` is ``default`` (``drain_timeout``);
-    0 closes at once (no drain, connections aborted); never unbounded."""
-    if timeout is None:
-        return float(default)
-    _CLOSE_TIMEOUT.check("timeout", timeout, None)
-    return float(timeout)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from ..config import close_timeout
 from ..connection import Connection
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ConnectionError_, InvalidArgument, Timeout
@@ -68,6 +69,8 @@ class Producer:
                  config: ProducerConfig | None = None, source: RouteSource | None = None,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
                  **options: Any) -> None:
+        if config is not None and not isinstance(config, ProducerConfig):
+            raise InvalidArgument("config", "must be a ProducerConfig", config)
         self._config = config = with_options(config or ProducerConfig(), options)
         self._source = source = route_source(lookupd, nsqd, source, lookup, lookup_options)
         self._pool = PartitionPool(source, config.connection, idle_timeout=config.idle_timeout,
@@ -139,6 +142,8 @@ class Producer:
         ``config.drain_timeout``) for their answers, since the server may have accepted them
         and failing them invites a duplicate. What is still unanswered then fails.
         """
+        if timeout is not None:  # checked first: a bad one must not leave things half-closed
+            timeout = close_timeout(timeout, self._config.drain_timeout)
         if self._closed:
             return
         self._closed = True

@@ -79,7 +79,11 @@ class Message:
         """Youzan: the 64-bit internal id; classic: the hex GUID read as an integer."""
         if self.youzan:
             return int(_U64.unpack_from(self.id)[0])
-        return int(self.id, 16)
+        try:
+            return int(self.id, 16)
+        except ValueError:
+            raise ProtocolError(f"message id {bytes(self.id)[:16]!r} is not hex "
+                                "(classic nodes send 16 hex digits)") from None
 
     @property
     def trace_id(self) -> int | None:
