@@ -240,7 +240,7 @@ class Producer(_Facade):
 
     def routes(self, topic: str, timeout: float | None = None) -> TopicRoutes:
         """The topic's current routes (partition count, leaders, meta), looked up if unknown."""
-        return self._run(self._producer.routes(topic),
+        return self._run(self._producer.routes(topic, timeout),
                          self._timeout if timeout is None else timeout, f"routes of {topic!r}")
 
     def set_trace(self, enabled: bool | None, topic: str | None = None) -> None:

@@ -6,12 +6,15 @@ Each test names the report it reproduces; each failed before its fix.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
 import pytest
-from support import bounded
+from support import bounded, keeps_deadline
 
+from smartnsq import sync
+from smartnsq.devcluster.hostile import SilentLookupd
 from smartnsq.errors import Timeout
 from smartnsq.producer import Producer
 
@@ -38,3 +41,18 @@ async def test_a_keyed_publish_through_a_dead_lookupd_times_out_with_its_cause(h
         assert info.value.__cause__ is not None
     finally:
         await p.close()
+
+
+# issue 21 item 5: "sync.Producer.routes(topic, timeout=2) takes 7 s (the timeout is not passed
+# on) and blames a blocked event loop"
+async def test_sync_routes_keeps_its_timeout_and_says_what_timed_out() -> None:
+    async with SilentLookupd() as lookupd:
+        p = sync.Producer(lookupd=[lookupd.address])
+        try:
+            def call() -> None:
+                with pytest.raises(Timeout) as info, keeps_deadline(1.0):
+                    p.routes("t", timeout=1.0)
+                assert "blocked" not in str(info.value)
+            await asyncio.get_running_loop().run_in_executor(None, call)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, p.close)
