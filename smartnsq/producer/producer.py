@@ -24,7 +24,7 @@ from typing import Any
 from ..config import close_timeout
 from ..connection import Connection
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
-from ..errors import ConnectionError_, InvalidArgument, Timeout
+from ..errors import ClientClosed, ConnectionError_, InvalidArgument, Timeout
 from ..pool import Address, PartitionPool, RouteSource, TopicRoutes
 from ..protocol import commands
 from ..sharding import Router, ShardingKey, make_router
@@ -115,7 +115,7 @@ class Producer:
         again by the next caller.
         """
         if self._closed:
-            raise RuntimeError("a closed Producer cannot start again")
+            raise ClientClosed("a closed Producer cannot start again")
         if not self._started:
             await asyncio.shield(self._start_task())
         return self
@@ -163,7 +163,13 @@ class Producer:
         await self._pool.close()
 
     async def __aenter__(self) -> Producer:
-        return await self.start()
+        """Begin the start (lookupd discovery) and return at once: each call waits for it
+        within its own deadline, so a silent lookupd costs the first call its ``timeout``,
+        not an extra wait on entry. ``await producer.start()`` waits for it explicitly."""
+        if self._closed:
+            raise ClientClosed("a closed Producer cannot start again")
+        self._start_task()
+        return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:

@@ -56,3 +56,19 @@ async def test_sync_routes_keeps_its_timeout_and_says_what_timed_out() -> None:
             await asyncio.get_running_loop().run_in_executor(None, call)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, p.close)
+
+
+# issue 21 item 5: "async with Producer(lookupd=[silent lookupd]), then publish(timeout=...):
+# blocks 5 s on entry, then the publish's own 10 s" -- one deadline per call.
+@pytest.mark.parametrize("how", ["publish", "publish_nowait", "publish_many", "routes"])
+async def test_entering_a_producer_does_not_wait_for_a_silent_lookupd(how: str) -> None:
+    async with SilentLookupd() as lookupd:
+        with pytest.raises(Timeout):
+            async with bounded(1.0):  # entry and the call together: the call's timeout
+                async with Producer(lookupd=[lookupd.address]) as p:
+                    if how == "publish_many":
+                        await p.publish_many("t", [b"x"], timeout=1.0)
+                    elif how == "routes":
+                        await p.routes("t", timeout=1.0)
+                    else:
+                        await getattr(p, how)("t", b"x", timeout=1.0)
