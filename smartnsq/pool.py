@@ -787,6 +787,15 @@ class LookupRouteSource:
             self._lookup.watch(topic, "w")
         return self.view_routes(view)
 
+    async def read_leader(self, topic: str, partition: int, timeout: float) -> Address | None:
+        """The partition's leader as lookup names it to readers (``access=r``: a leader that
+        is up, writable or not), or None; asked afresh (the answer must be as recent as the
+        writers' one it explains), within ``timeout`` (``LookupTimeout`` past it).
+        A producer asks when writers' lookup names no leader, to say which it is."""
+        view = await self._lookup.view(topic, "r", refresh=True, timeout=timeout)
+        found = view.partitions.get(partition)
+        return None if found is None or found.leader is None else found.leader.address
+
     def refresh(self, topic: str, *, now: bool = False) -> None:
         if self._closed:
             return

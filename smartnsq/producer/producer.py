@@ -40,6 +40,7 @@ from .retry import (
     Decision,
     Next,
     NoLeader,
+    NotWritable,
     ProducerClosed,
     decide,
     least_time,
@@ -651,9 +652,7 @@ class Producer:
             routes = await self._load_routes(request)
         routes, address = self._route(routes, request)
         if address is None:
-            target = request.target
-            raise NoLeader(f"partition {target} of {request.topic!r} has no leader now"
-                           if target is not None else f"no node can take {request.topic!r} now")
+            raise await self._no_leader(request)
         # -- the connection (one closed since is caught by submit: ConnectionClosed, retried)
         request.stage = CONNECT
         conn = pool.connection(address)
@@ -689,6 +688,29 @@ class Producer:
         finally:
             self._written()
         return self._result(request, answer)
+
+    async def _no_leader(self, request: Request) -> NoLeader:
+        """Why the routes have no leader for this attempt: a pinned partition whose leader is
+        up but hidden from writers is ``NotWritable``, anything else ``NoLeader``. Asks the
+        readers' lookup (cached after the first time) within a bounded share of the call's time
+        left; unknown stays ``NoLeader``."""
+        topic, target = request.topic, request.target
+        if target is None:
+            return NoLeader(f"no node can take {topic!r} now")
+        ask = getattr(self._source, "read_leader", None)
+        budget = min(request.deadline - self._loop.time() - least_time(request.timeout), 1.0)
+        if ask is not None and budget > 0:
+            try:
+                leader = await ask(topic, target, budget)
+            except Exception:  # lookup failed or timed out: no more is known than before
+                leader = None
+            if leader is not None:
+                return NotWritable(f"partition {target} of {topic!r} is not writable now: its "
+                                   f"leader {leader[0]}:{leader[1]} is up but takes no writes "
+                                   "(too few in-sync replicas, a leader change, or writes "
+                                   "disabled)")
+        return NoLeader(f"partition {target} of {topic!r} has no leader now (none is named by "
+                        "lookup: an election under way, or its replicas are down)")
 
     def _written(self) -> None:
         """A publish on the wire was answered (or failed): close() may be waiting for it."""

@@ -69,6 +69,7 @@ __all__ = [
     "Decision",
     "Next",
     "NoLeader",
+    "NotWritable",
     "ProducerClosed",
     "Stage",
     "decide",
@@ -98,7 +99,19 @@ class Next(enum.Enum):
 
 
 class NoLeader(NSQError):
-    """The wanted partition (or any node, unpinned) has no leader in the current routes."""
+    """The wanted partition (or any node, unpinned) has no leader in the current routes, and
+    lookup names none at all: an election under way, or every replica down. Wait for one (the
+    call retries by itself within its deadline)."""
+
+    retriable = True
+    refresh_lookup = True
+
+
+class NotWritable(NoLeader):
+    """The wanted partition has a leader, up and named to readers, that takes no writes now
+    (youzan lookupd hides it from writers): too few in-sync replicas, a leader change, or
+    writes disabled by an operator. Retried like ``NoLeader``; if it lasts, the partition's
+    replicas (or ``nsqadmin``'s write switch) need looking at, not the client."""
 
 
 class ProducerClosed(ConnectionError_):

@@ -16,7 +16,7 @@ from support import bounded, keeps_deadline
 from smartnsq import sync
 from smartnsq.devcluster.hostile import SilentLookupd
 from smartnsq.errors import Timeout
-from smartnsq.producer import Producer
+from smartnsq.producer import NoLeader, NotWritable, Producer
 
 
 def refused_address() -> str:
@@ -72,3 +72,28 @@ async def test_entering_a_producer_does_not_wait_for_a_silent_lookupd(how: str) 
                         await p.routes("t", timeout=1.0)
                     else:
                         await getattr(p, how)("t", b"x", timeout=1.0)
+
+
+# issue 21 item 5: "fault writable orders 0 false, then publish to partition 0 says 'partition 0
+# of orders has no leader now'" -- not writable and no leader are different things to act on.
+@pytest.mark.nsq_cluster(nodes=2, lookupds=1)
+async def test_a_partition_not_writable_is_not_called_leaderless(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("orders", partitions=2, replicas=1, channels=["ch"])
+    nsq_cluster.set_writable("orders", 0, False)
+    leader_of_1 = nsq_cluster.leader_of("orders", 1)
+    other = [n for n in nsq_cluster.youzan_nodes if n is not leader_of_1]
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as p:
+        with pytest.raises(Timeout) as info:
+            async with bounded(1.5):
+                await p.publish("orders", b"x", partition=0, timeout=1.5)
+        cause = info.value.__cause__
+        assert isinstance(cause, NotWritable), cause
+        assert "not writable" in str(info.value) and "no leader" not in str(info.value)
+        if other:  # partition 1's only replica gone: no leader at all
+            await nsq_cluster.kill_node(leader_of_1)
+            with pytest.raises(Timeout) as info:
+                async with bounded(1.5):
+                    await p.publish("orders", b"y", partition=1, timeout=1.5)
+            cause = info.value.__cause__
+            assert isinstance(cause, NoLeader) and not isinstance(cause, NotWritable), cause
+            assert "no leader" in str(info.value)
