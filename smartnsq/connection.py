@@ -287,6 +287,8 @@ class Connection(asyncio.BufferedProtocol):
             await self._authenticate()
         elif self._config.auth_secret is not None:
             log.debug("%s: no auth required; secret not sent", self.address_text)
+        if self._closing:  # a fatal or corrupt frame came with the last handshake answer
+            raise self._closed_error("IDENTIFY")
         self._ready = True
         self._accepting = True
         log.debug("%s: ready (%s, tls=%s, compression=%s)", self.address_text,
@@ -351,7 +353,10 @@ class Connection(asyncio.BufferedProtocol):
                  self._auth.identity, self._auth.permission_count)
 
     def _expect(self, command: str) -> asyncio.Future[bytes]:
-        """A pending slot for an answer that needs no timer (the handshake has a deadline)."""
+        """A pending slot for an answer that needs no timer (the handshake has a deadline);
+        ``ConnectionClosed`` when the connection already closed (nothing would answer)."""
+        if self._closing:
+            raise self._closed_error(command)
         future: asyncio.Future[bytes] = self._loop.create_future()
         self._pending.append((future, command, None, None))
         return future
