@@ -8,10 +8,11 @@ import json
 from typing import Any
 
 import pytest
-from support import bounded
+from support import WAIT, Watch, bounded, wait_until
 
 from smartnsq.connection import Connection
-from smartnsq.devcluster.hostile import _IDENTIFY_ANSWER, _Nsqd, frame
+from smartnsq.consumer import Consumer
+from smartnsq.devcluster.hostile import _IDENTIFY_ANSWER, _Nsqd, _Peer, frame
 from smartnsq.errors import NSQError, ProtocolError, ServerError
 from smartnsq.producer import Producer
 
@@ -56,3 +57,67 @@ async def test_a_publish_to_such_a_node_ends_within_its_timeout(trailer: bytes) 
             with pytest.raises(NSQError):
                 async with bounded(1.0):
                     await p.publish("t", b"x", timeout=1.0)
+
+
+HTML_PAGE = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n"
+             b"<html>\r\n<head><title>400 Bad Request</title></head>\r\n<body>\r\n"
+             b"<center><h1>400 Bad Request</h1></center>\r\n</body>\r\n</html>\r\n")
+
+
+class HttpOnTcpPort(_Peer):
+    """A web server where nsqd's TCP port should be: answers the magic with an HTML 400 and
+    keeps the connection open (``keep_open``) or closes it."""
+
+    def __init__(self, keep_open: bool = True) -> None:
+        super().__init__()
+        self.keep_open = keep_open
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(HTML_PAGE)
+        await writer.drain()
+        while self.keep_open and await reader.read(65536):
+            pass
+
+
+class HtmlIdentifyNsqd(_Nsqd):
+    """Reads the magic and IDENTIFY and answers it with a well-framed HTML page."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(4)
+        await self.read_command(reader)
+        writer.write(frame(HTML_PAGE.split(b"\r\n\r\n", 1)[1]))
+        await writer.drain()
+        while await reader.read(65536):
+            pass
+
+
+# "Consumer(nsqd=[healthy, one that answered HTML once]) got 0 of 5 messages from the healthy
+# node and join() raised": a node's protocol error is that node's, retried with back-off.
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+@pytest.mark.parametrize("peer", [HtmlIdentifyNsqd, HttpOnTcpPort])
+async def test_a_node_answering_garbage_costs_only_that_node(nsq_cluster: Any,
+                                                             peer: type[_Peer]) -> None:
+    await nsq_cluster.create_topic("garbled", channels=["ch"])
+    healthy = nsq_cluster.node_info(nsq_cluster.leader_of("garbled", 0)).tcp_address
+    got: list[bytes] = []
+    watch = Watch()
+
+    async def handler(msg: Any) -> None:
+        got.append(msg.body)
+        watch.poke()
+
+    async with peer() as web:
+        consumer = Consumer("garbled", "ch", nsqd=[healthy, web.address], handler=handler,
+                            reconnect_delay=0.05, reconnect_delay_max=0.1, connect_timeout=1.0)
+        await consumer.start()
+        try:
+            async with Producer(nsqd=[healthy]) as p:
+                for i in range(5):
+                    await p.publish("garbled", b"m%d" % i)
+            await watch.until(lambda: len(got) == 5, WAIT, "5 messages from the healthy node")
+            await wait_until(lambda: web.connections >= 2, WAIT)  # the web server is retried
+            assert not consumer.closed
+        finally:
+            await consumer.close()
+        await consumer.join()  # ended by close(), not by the web server's answer
