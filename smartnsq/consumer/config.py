@@ -155,6 +155,13 @@ class ConsumerConfig:
     reconnect_delay_max: float = field(default=60.0, metadata=doc(
         "Longest wait before resubscribing (raised to reconnect_delay if below it).",
         unit="s", check=seconds()))
+    discovery_timeout: float | None = field(default=None, metadata=doc(
+        "Fail fast (lookupd= only): when no lookup answer about the topic came within this "
+        "many seconds of start() (every lookupd unreachable or silent, or the topic not "
+        "found), the consumer closes and join() and iteration raise LookupFailed (or "
+        "TopicNotFound) caused by the last failure. Once a first answer came, later lookupd "
+        "outages never end the consumer. None (default): keep retrying for ever.",
+        unit="s", check=seconds(optional=True)))
     low_rdy_idle_timeout: float = field(default=10.0, metadata=doc(
         "With fewer max_in_flight than connections: how long a connection may hold RDY "
         "without a message before it moves on.", unit="s", check=seconds()))

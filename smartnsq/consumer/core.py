@@ -150,7 +150,7 @@ class Consumer:
                 discovery = self._discovery = Discovery(
                     self.topic, self._lookupd, self._lookup, dict(cfg.lookup_options),
                     cfg.partitions, apply=self._apply_targets, delay=self._reconnect_delay,
-                    fatal=self._fail)
+                    fatal=self._fail, give_up_after=cfg.discovery_timeout)
                 self._subs = Subscriptions(rt, static=False, refresh=discovery.refresh,
                                            fatal=self._fail)
                 discovery.start()
