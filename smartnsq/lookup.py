@@ -82,7 +82,7 @@ from .protocol.lookup import (
     parse_lookup,
     valid_host,
 )
-from .protocol.validate import ascii_int, check_topic
+from .protocol.validate import MAX_PARTITION, ascii_int, check_topic
 
 __all__ = [
     "LookupConfig",
@@ -128,9 +128,10 @@ class LookupConfig:
     max_answer_size: int = field(default=4 * 1024 * 1024, metadata=doc(
         "Largest lookupd answer read; a longer one is refused (and the lookupd counted as "
         "malformed) without being read to the end.", unit="bytes", range="1024..2**31-1"))
-    max_partitions: int = field(default=4096, metadata=doc(
-        "Most partitions an answer may list (and partition ids stay below it).",
-        range="1..1000000"))
+    max_partitions: int = field(default=MAX_PARTITION + 1, metadata=doc(
+        "Most partitions an answer may list (and partition ids stay below it); partition ids "
+        "are 0..1023 whatever it says (the one partition limit, as for publish's partition=).",
+        range=f"1..{MAX_PARTITION + 1}"))
     max_nodes: int = field(default=4096, metadata=doc(
         "Most producers (nsqd) an answer may list.", range="1..1000000"))
     tls_verify: bool = field(default=True, metadata=doc(
@@ -190,7 +191,7 @@ class LookupConfig:
         _check_int("attempts", self.attempts, 1, 100)
         _check_int("forget_after", self.forget_after, 1, 1000)
         _check_int("max_answer_size", self.max_answer_size, 1024, 2**31 - 1)
-        _check_int("max_partitions", self.max_partitions, 1, 1_000_000)
+        _check_int("max_partitions", self.max_partitions, 1, MAX_PARTITION + 1)
         _check_int("max_nodes", self.max_nodes, 1, 1_000_000)
         if self.tls_ca_file is not None and not isinstance(self.tls_ca_file, str):
             raise InvalidArgument("tls_ca_file", "must be a path or None", self.tls_ca_file)

@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import LookupFailed, ProtocolError, TopicNotFound
-from .validate import ascii_int
+from .validate import MAX_PARTITION, ascii_int
 
 __all__ = [
     "ACCEPT_V1",
@@ -89,8 +89,9 @@ def valid_host(host: str) -> bool:
 class LookupLimits:
     """How much of a ``/lookup`` answer is believed (real clusters are far below these)."""
 
-    max_partitions: int = 4096
-    """Most partitions listed, and partition ids below this."""
+    max_partitions: int = MAX_PARTITION + 1
+    """Most partitions listed, and partition ids below this (never above ``MAX_PARTITION``,
+    the one partition limit: a message id carries its partition in 10 bits)."""
     max_nodes: int = 4096
     """Most producers listed."""
 
@@ -368,7 +369,11 @@ def _int(value: Any) -> int:
 def parse_meta(obj: Any) -> TopicMeta | None:
     if not isinstance(obj, Mapping):
         return None
-    return TopicMeta(partition_num=max(_int(obj.get("partition_num")), 0),
+    partition_num = max(_int(obj.get("partition_num")), 0)
+    if partition_num > MAX_PARTITION + 1:
+        raise ProtocolError(f"lookupd meta partition_num {partition_num} is over "
+                            f"{MAX_PARTITION + 1} (partitions are 0..{MAX_PARTITION})")
+    return TopicMeta(partition_num=partition_num,
                      replica=max(_int(obj.get("replica")), 0),
                      ordered=_bool(obj.get("ordered")),
                      extend_support=_bool(obj.get("extend_support")),
@@ -422,6 +427,9 @@ def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
                 raise ProtocolError(f"lookupd partition id {key!r} is not a number") from None
             if pid < 0:  # the classic pseudo partition never names a real partition
                 continue
+            if pid > MAX_PARTITION:
+                raise ProtocolError(f"lookupd partition id {pid} is outside 0..{MAX_PARTITION}"
+                                    " (the partitions a message id can carry)")
             if pid >= limits.max_partitions:
                 raise ProtocolError(f"lookupd partition id {pid} is not below "
                                     f"{limits.max_partitions} (max_partitions)")
