@@ -74,6 +74,7 @@ from .errors import (
     ProtocolError,
     ServerError,
     Timeout,
+    TLSNotOffered,
     TLSVerificationFailed,
     error_from_payload,
     parse_error_payload,
@@ -273,8 +274,7 @@ class Connection(asyncio.BufferedProtocol):
                                 "not negotiated")
         if options.tls_v1 and not ident.tls_v1:
             if self._config.tls_required:
-                raise ConnectionError_(f"{self.address_text} does not offer TLS (tls_v1:false)"
-                                       "; set tls_required=False to go on in plaintext")
+                raise TLSNotOffered(self.address_text)
             log.warning("%s: TLS asked for but not offered; going on in plaintext",
                         self.address_text)
         if ident.tls_v1:

@@ -11,6 +11,7 @@ Hierarchy::
     ├── Timeout                             a call ran past its deadline
     ├── SecurityError                       a safety rule refused to go on (never retried)
     │   ├── TLSVerificationFailed           the server's certificate was refused
+    │   ├── TLSNotOffered (also ConnectionError_)  TLS required, the server offers none
     │   └── PlaintextAuthRefused            AUTH would send the secret unencrypted
     ├── LookupFailed                        no lookupd could answer
     │   ├── LookupTimeout (also a Timeout)  no answer within the caller's deadline
@@ -57,6 +58,7 @@ __all__ = [
     "RetriableServerError",
     "SecurityError",
     "ServerError",
+    "TLSNotOffered",
     "TLSVerificationFailed",
     "Timeout",
     "TopicNotFound",
@@ -138,6 +140,21 @@ class TLSVerificationFailed(SecurityError):
         super().__init__(f"TLS certificate of {address} refused: {reason} (set tls_ca_file "
                          "to the CA that signed it, or tls_server_hostname to the name it "
                          "carries)")
+
+
+class TLSNotOffered(SecurityError, ConnectionError_):
+    """TLS was asked for and required (``tls_required``), and the server answered IDENTIFY
+    without it (``tls_v1: false``): a server without TLS, or someone stripping it on the way.
+    Refused at once, as a refused certificate is: retrying meets the same answer. (Also a
+    ``ConnectionError_``, which it was before; its flags are a ``SecurityError``'s.)"""
+
+    fatal = True
+    retriable = False
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        super().__init__(f"{address} does not offer TLS (tls_v1:false); set "
+                         "tls_required=False to go on in plaintext")
 
 
 class PlaintextAuthRefused(SecurityError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from support import bounded, keeps_deadline
 
 from smartnsq import sync
 from smartnsq.devcluster.hostile import SilentLookupd
-from smartnsq.errors import Timeout
+from smartnsq.errors import SecurityError, Timeout, TLSNotOffered
 from smartnsq.producer import NoLeader, NotWritable, Producer
 
 
@@ -97,3 +98,17 @@ async def test_a_partition_not_writable_is_not_called_leaderless(nsq_cluster: An
             cause = info.value.__cause__
             assert isinstance(cause, NoLeader) and not isinstance(cause, NotWritable), cause
             assert "no leader" in str(info.value)
+
+
+# issue 21 item 5: "A TLS-strip refusal is retried to the deadline where certificate failures
+# are refused at once" -- both are fatal now.
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic")
+async def test_a_server_without_tls_is_refused_at_once_like_a_bad_certificate(
+        nsq_cluster: Any) -> None:
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    async with Producer(nsqd=nsq_cluster.nsqd_tcp_addresses, tls=context) as p:
+        with pytest.raises(TLSNotOffered) as info:
+            async with bounded(0.5, slack=0.0):  # at once, not at the 5 s deadline
+                await p.publish("stripped", b"x", timeout=5.0)
+    assert isinstance(info.value, SecurityError) and not info.value.retriable
+    assert "tls_required=False" in str(info.value)
