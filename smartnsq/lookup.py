@@ -354,7 +354,8 @@ class _Failure(LookupdError):
 
 
 class _NoAnswer(LookupFailed):
-    """Internal: no lookupd answered this round (worth another round)."""
+    """Internal: no lookupd answered this round (worth another round). Never leaves the
+    manager: the last round's is raised as a plain ``LookupFailed``."""
 
 
 class LookupManager:
@@ -672,9 +673,10 @@ class LookupManager:
         while True:
             try:
                 return await self._ask_all(topic, access)
-            except _NoAnswer:
-                if attempt >= cfg.attempts:
-                    raise
+            except _NoAnswer as exc:
+                if attempt >= cfg.attempts:  # out of rounds: the public error, same cause
+                    public = LookupFailed(*exc.args)
+                    raise public from exc.__cause__
             await asyncio.sleep(exponential_delay(cfg.retry_delay, cfg.retry_delay_max,
                                                   attempt, 0.5))
             attempt += 1
@@ -724,7 +726,8 @@ class LookupManager:
         detail = "; ".join(str(e) for e in errors) or "no lookupd to ask"
         if final and len(final) == len(errors):
             raise LookupFailed(f"lookup of {topic!r} refused: {detail}")
-        raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}")
+        raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}") \
+            from (errors[-1] if errors else None)
 
     async def _race(self, asked: dict[asyncio.Task[T], _Lookupd],
                     settle: Callable[[asyncio.Task[T]], bool]) -> set[asyncio.Task[T]]:

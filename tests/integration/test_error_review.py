@@ -16,7 +16,8 @@ from support import bounded, keeps_deadline
 
 from smartnsq import sync
 from smartnsq.devcluster.hostile import SilentLookupd
-from smartnsq.errors import SecurityError, Timeout, TLSNotOffered
+from smartnsq.errors import LookupFailed, SecurityError, Timeout, TLSNotOffered
+from smartnsq.lookup import LookupManager
 from smartnsq.producer import NoLeader, NotWritable, Producer
 
 
@@ -112,3 +113,21 @@ async def test_a_server_without_tls_is_refused_at_once_like_a_bad_certificate(
                 await p.publish("stripped", b"x", timeout=5.0)
     assert isinstance(info.value, SecurityError) and not info.value.retriable
     assert "tls_required=False" in str(info.value)
+
+
+# issue 21 item 5: "A private _NoAnswer escapes from routes()"
+async def test_no_private_error_escapes_a_failed_lookup() -> None:
+    address = refused_address()
+    p = Producer(lookupd=[address])
+    try:
+        with pytest.raises(LookupFailed) as info:
+            async with bounded(1.0):
+                await p.routes("t", timeout=1.0)
+        assert type(info.value) is LookupFailed  # the documented class, not a private one
+        assert info.value.__cause__ is not None  # the last lookupd's failure
+    finally:
+        await p.close()
+    async with LookupManager([address], attempts=1) as lm:
+        with pytest.raises(LookupFailed) as info:
+            await lm.view("t")
+        assert type(info.value) is LookupFailed
