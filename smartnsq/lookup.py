@@ -358,6 +358,12 @@ class _NoAnswer(LookupFailed):
     manager: the last round's is raised as a plain ``LookupFailed``."""
 
 
+def _outcome_read(task: asyncio.Task[Any]) -> None:
+    """Mark a task's failure as seen (it was recorded where it happened)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class LookupManager:
     """Views of topics from a set of lookupds; see the module docstring for the policy.
 
@@ -750,7 +756,11 @@ class LookupManager:
                 if usable and grace_ends is None:
                     grace_ends = loop.time() + self._config.answer_grace
         except BaseException:
+            # cancelled (the manager closing): a request may have ended in the same turn,
+            # its failure unread; read every one's outcome, whenever it comes, so none is
+            # reported as "Task exception was never retrieved"
             for task in pending:
+                task.add_done_callback(_outcome_read)
                 task.cancel()
             raise
         for task in pending:

@@ -7,6 +7,8 @@ Each test names the report it reproduces; each failed before its fix.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import socket
 import ssl
 from typing import Any
@@ -18,6 +20,7 @@ from smartnsq import sync
 from smartnsq.devcluster.hostile import SilentLookupd
 from smartnsq.errors import LookupFailed, SecurityError, Timeout, TLSNotOffered
 from smartnsq.lookup import LookupManager
+from smartnsq.consumer import Consumer
 from smartnsq.producer import NoLeader, NotWritable, Producer
 
 
@@ -131,3 +134,37 @@ async def test_no_private_error_escapes_a_failed_lookup() -> None:
         with pytest.raises(LookupFailed) as info:
             await lm.view("t")
         assert type(info.value) is LookupFailed
+
+
+# issue 21 item 5: '"Task exception was never retrieved" appears 2-3 times per 100 closes
+# against a refused lookupd' -- a lookup request failing as its caller is cancelled.
+@pytest.mark.parametrize("kind", ["Producer", "Consumer"])
+async def test_closing_against_a_refused_lookupd_leaves_no_unread_task_failure(
+        kind: str) -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    address = refused_address()
+    try:
+        for i in range(100):
+            if kind == "Producer":
+                p = Producer(lookupd=[address])
+                starting = asyncio.ensure_future(p.start())
+                for _ in range(i % 7):  # close at various points of the start
+                    await asyncio.sleep(0)
+                await p.close()
+                with contextlib.suppress(BaseException):
+                    await starting
+            else:
+                c = Consumer("t", "c", lookupd=[address], handler=lambda m: None)
+                await c.start()
+                for _ in range(i % 9):
+                    await asyncio.sleep(0)
+                await c.close()
+            if i % 20 == 19:
+                gc.collect()  # an unread failure is reported when its task is collected
+        gc.collect()
+    finally:
+        loop.set_exception_handler(previous)
+    assert [c.get("message") for c in reported] == []
