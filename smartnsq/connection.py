@@ -234,7 +234,9 @@ class Connection(asyncio.BufferedProtocol):
         except ConnectionClosed as exc:
             reason = self._close_reason
             if isinstance(reason, NSQError) and not isinstance(reason, ConnectionError_):
-                raise reason from exc  # say why (a corrupt stream...), not just "closed"
+                # say why (a corrupt stream...), not just "closed"; its own cause kept (``from
+                # exc`` made a loop: exc's cause is this very reason)
+                raise reason from reason.__cause__
             self._fail(exc)
             raise
         except BaseException as exc:

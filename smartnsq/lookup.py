@@ -65,7 +65,8 @@ from .errors import (
     TopicNotFound,
 )
 from .http import HttpClient, HttpConnectError, HttpConnectTimeout, HttpTLSError
-from .protocol.http import AnswerTooLarge
+from .protocol.diagnose import lookupd_hint
+from .protocol.http import AnswerTooLarge, NotHttp
 from .protocol.identify import USER_AGENT
 from .protocol.lookup import (
     ACCEPT_V1,
@@ -1028,6 +1029,8 @@ def _http_failure(address: str, exc: NSQError, cfg: LookupConfig) -> _Failure:
         size = f"of {exc.declared} bytes " if exc.declared is not None else ""
         return _Failure("malformed", f"{address}: answer {size}over max_answer_size "
                         f"({cfg.max_answer_size} bytes)")
+    if isinstance(exc, NotHttp):  # nsqd's TCP port, or some other service
+        return _Failure("malformed", f"{address}: {lookupd_hint(exc.found)}")
     if isinstance(exc, ProtocolError):
         return _Failure("malformed", f"{address}: {reason}")
     if isinstance(exc, Timeout):

@@ -726,7 +726,20 @@ class Producer:
             return await asyncio.wait_for(self._pool.load_routes(request.topic), remaining)
         except asyncio.TimeoutError:
             raise Timeout(f"lookup of {request.topic!r} took longer than the call's "
-                          f"{request.timeout:g}s") from None
+                          f"{request.timeout:g}s{self._lookupd_errors()}") from None
+
+    def _lookupd_errors(self) -> str:
+        """The lookupds' last errors, for a lookup that ran out of time (what a retried
+        lookupd said is otherwise lost behind the ``Timeout``)."""
+        lookup = getattr(self._source, "lookup", None)
+        health = getattr(lookup, "health", None)
+        if health is None:
+            return ""
+        try:
+            errors = [f"{s.address}: {s.last_error}" for s in health() if s.last_error]
+        except Exception:  # a route source of the caller's own: nothing to add
+            return ""
+        return f"; lookupd errors: {'; '.join(errors)}" if errors else ""
 
     def _route(self, routes: TopicRoutes, request: Request,
                ) -> tuple[TopicRoutes, tuple[str, int] | None]:

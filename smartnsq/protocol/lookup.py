@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import LookupFailed, ProtocolError, TopicNotFound
+from .diagnose import first_line, is_html, lookupd_hint
 from .validate import MAX_PARTITION, ascii_int
 
 __all__ = [
@@ -66,6 +67,7 @@ OLD_VERSION_PID = -11  # pseudo partition of classic nsqd registered to a youzan
 # 404/500 texts that mean "this topic does not exist" (classic, youzan etcd, youzan wrapped)
 _NOT_FOUND_TEXTS = frozenset({"TOPIC_NOT_FOUND", "Key not found"})
 _NO_CHANNEL_PREFIX = "Topic has no channel"
+_NO_ROUTE_TEXT = "NOT_FOUND"  # nsqd's (and any Go NSQ daemon's) answer to an unknown path
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})"
                         r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?$")
 
@@ -279,9 +281,14 @@ def _load_json(body: bytes | str, status: int) -> Any:
     try:
         return json.loads(text)
     except ValueError:
+        if is_html(text) and status >= 500:  # a proxy's error page: the lookupd behind it
+            return {"message": f"an HTML page ({first_line(text)!r})"}  # may come back
+        if is_html(text):  # some other web server: say so, show no page
+            raise ProtocolError(lookupd_hint(f"an HTML page (HTTP {status}, "
+                                             f"{first_line(text)!r})")) from None
         if status >= 400:
-            return {"message": text.strip()[:200]}
-        raise ProtocolError(f"lookupd answer is not JSON: {text[:64]!r}") from None
+            return {"message": first_line(text)}
+        raise ProtocolError(f"lookupd answer is not JSON: {first_line(text)!r}") from None
 
 
 def unwrap(status: int, body: bytes | str) -> tuple[int, Any, str]:
@@ -405,6 +412,10 @@ def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
     if status != 200:
         if status in (404, 500) and message in _NOT_FOUND_TEXTS:
             raise TopicNotFound(topic)
+        if status == 404 and message == _NO_ROUTE_TEXT:
+            # /lookup is unknown here: nsqd's HTTP API answers so (lookupd has the route)
+            raise LookupdError(404, lookupd_hint(f"nsqd's 404 {_NO_ROUTE_TEXT} to /lookup"),
+                               retriable=False)
         if message.startswith(_NO_CHANNEL_PREFIX):
             raise TopicNotWritable(topic, message)
         raise LookupdError(status, message or f"HTTP {status}")
