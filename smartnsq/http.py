@@ -64,8 +64,7 @@ _READ = 64 * 1024
 _Key = tuple[str, str, int]
 
 
-
-def _outcome_read(task: asyncio.Task[Any]) -> None:
+def _outcome_read(task: asyncio.Task[object]) -> None:
     if not task.cancelled():
         task.exception()
 

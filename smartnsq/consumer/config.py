@@ -17,10 +17,10 @@ from typing import Any, Union
 
 from ..backoff import BackoffPolicy, RequeuePolicy
 from ..config import (
-    close_timeout,
     ConnectionConfig,
     Rule,
     check_fields,
+    close_timeout,
     doc,
     flag,
     instance,

@@ -28,8 +28,9 @@ class Request:
 
     ``partition`` is where the call pins the message; ``target`` and ``address`` are where
     the last attempt went (``None`` until routing sets them: a failed lookup leaves them so;
-    ``command`` and ``traced`` are set by encoding before anything reads them); ``attempt`` counts the attempts made, ``stage`` says how far
-    the last one got and ``error`` how it failed.
+    ``command`` and ``traced`` are set by encoding before anything reads them); ``attempt``
+    counts the attempts made, ``stage`` says how far the last one got and ``error`` how it
+    failed.
     """
 
     __slots__ = ("address", "attempt", "body", "command", "deadline", "delay_ms", "error",

@@ -20,8 +20,8 @@ __all__ = [
     "first_line",
     "is_html",
     "looks_like_http",
-    "nsqd_hint_for_http",
     "lookupd_hint",
+    "nsqd_hint_for_http",
 ]
 
 LOOKUPD_HTTP_PORT: Final = 4161

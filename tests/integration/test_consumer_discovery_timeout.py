@@ -8,7 +8,7 @@ import socket
 from typing import Any
 
 import pytest
-from support import WAIT, bounded
+from support import bounded
 
 from smartnsq import sync
 from smartnsq.consumer import Consumer

@@ -17,10 +17,10 @@ import pytest
 from support import bounded, keeps_deadline
 
 from smartnsq import sync
+from smartnsq.consumer import Consumer
 from smartnsq.devcluster.hostile import SilentLookupd
 from smartnsq.errors import LookupFailed, SecurityError, Timeout, TLSNotOffered
 from smartnsq.lookup import LookupManager
-from smartnsq.consumer import Consumer
 from smartnsq.producer import NoLeader, NotWritable, Producer
 
 
@@ -69,14 +69,14 @@ async def test_sync_routes_keeps_its_timeout_and_says_what_timed_out() -> None:
 async def test_entering_a_producer_does_not_wait_for_a_silent_lookupd(how: str) -> None:
     async with SilentLookupd() as lookupd:
         with pytest.raises(Timeout):
-            async with bounded(1.0):  # entry and the call together: the call's timeout
-                async with Producer(lookupd=[lookupd.address]) as p:
-                    if how == "publish_many":
-                        await p.publish_many("t", [b"x"], timeout=1.0)
-                    elif how == "routes":
-                        await p.routes("t", timeout=1.0)
-                    else:
-                        await getattr(p, how)("t", b"x", timeout=1.0)
+            # entry and the call together: the call's timeout
+            async with bounded(1.0), Producer(lookupd=[lookupd.address]) as p:
+                if how == "publish_many":
+                    await p.publish_many("t", [b"x"], timeout=1.0)
+                elif how == "routes":
+                    await p.routes("t", timeout=1.0)
+                else:
+                    await getattr(p, how)("t", b"x", timeout=1.0)
 
 
 # issue 21 item 5: "fault writable orders 0 false, then publish to partition 0 says 'partition 0

@@ -52,11 +52,10 @@ async def test_open_does_not_return_a_connection_closed_by_its_last_handshake_an
 
 @pytest.mark.parametrize("trailer", [FATAL, CORRUPT], ids=["fatal", "corrupt"])
 async def test_a_publish_to_such_a_node_ends_within_its_timeout(trailer: bytes) -> None:
-    async with IdentifyThenFatalNsqd(trailer) as peer:
-        async with Producer(nsqd=[peer.address]) as p:
-            with pytest.raises(NSQError):
-                async with bounded(1.0):
-                    await p.publish("t", b"x", timeout=1.0)
+    async with IdentifyThenFatalNsqd(trailer) as peer, Producer(nsqd=[peer.address]) as p:
+        with pytest.raises(NSQError):
+            async with bounded(1.0):
+                await p.publish("t", b"x", timeout=1.0)
 
 
 HTML_PAGE = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n"

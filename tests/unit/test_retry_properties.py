@@ -39,7 +39,7 @@ from smartnsq.producer.retry import (
     decide,
 )
 
-CODES = sorted(ERROR_TABLE) + ["E_SOMETHING_NEW"]
+CODES = [*sorted(ERROR_TABLE), "E_SOMETHING_NEW"]
 
 
 def _errors() -> st.SearchStrategy[BaseException]:
