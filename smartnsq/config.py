@@ -37,6 +37,7 @@ __all__ = [
     "SettingDoc",
     "check_fields",
     "choice",
+    "close_timeout",
     "describe",
     "doc",
     "flag",
@@ -370,3 +371,16 @@ class ConnectionConfig:
             desired_tag=desired_tag,
             ext_filter=ext_filter,
         )
+
+
+_CLOSE_TIMEOUT = seconds(low_open=False)
+
+
+def close_timeout(timeout: float | None, default: float) -> float:
+    """A client's ``close(timeout)`` deadline in seconds: ``None`` is ``default`` (its
+    ``drain_timeout``); 0 closes at once (no drain); never unbounded; anything else is an
+    ``InvalidArgument`` naming ``timeout``."""
+    if timeout is None:
+        return float(default)
+    _CLOSE_TIMEOUT.check("timeout", timeout, None)
+    return float(timeout)

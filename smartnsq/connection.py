@@ -74,6 +74,7 @@ from .errors import (
     ProtocolError,
     ServerError,
     Timeout,
+    TLSNotOffered,
     TLSVerificationFailed,
     error_from_payload,
     parse_error_payload,
@@ -233,7 +234,9 @@ class Connection(asyncio.BufferedProtocol):
         except ConnectionClosed as exc:
             reason = self._close_reason
             if isinstance(reason, NSQError) and not isinstance(reason, ConnectionError_):
-                raise reason from exc  # say why (a corrupt stream...), not just "closed"
+                # say why (a corrupt stream...), not just "closed"; its own cause kept (``from
+                # exc`` made a loop: exc's cause is this very reason)
+                raise reason from reason.__cause__
             self._fail(exc)
             raise
         except BaseException as exc:
@@ -273,8 +276,7 @@ class Connection(asyncio.BufferedProtocol):
                                 "not negotiated")
         if options.tls_v1 and not ident.tls_v1:
             if self._config.tls_required:
-                raise ConnectionError_(f"{self.address_text} does not offer TLS (tls_v1:false)"
-                                       "; set tls_required=False to go on in plaintext")
+                raise TLSNotOffered(self.address_text)
             log.warning("%s: TLS asked for but not offered; going on in plaintext",
                         self.address_text)
         if ident.tls_v1:
@@ -287,6 +289,8 @@ class Connection(asyncio.BufferedProtocol):
             await self._authenticate()
         elif self._config.auth_secret is not None:
             log.debug("%s: no auth required; secret not sent", self.address_text)
+        if self._closing:  # a fatal or corrupt frame came with the last handshake answer
+            raise self._closed_error("IDENTIFY")
         self._ready = True
         self._accepting = True
         log.debug("%s: ready (%s, tls=%s, compression=%s)", self.address_text,
@@ -351,7 +355,10 @@ class Connection(asyncio.BufferedProtocol):
                  self._auth.identity, self._auth.permission_count)
 
     def _expect(self, command: str) -> asyncio.Future[bytes]:
-        """A pending slot for an answer that needs no timer (the handshake has a deadline)."""
+        """A pending slot for an answer that needs no timer (the handshake has a deadline);
+        ``ConnectionClosed`` when the connection already closed (nothing would answer)."""
+        if self._closing:
+            raise self._closed_error(command)
         future: asyncio.Future[bytes] = self._loop.create_future()
         self._pending.append((future, command, None, None))
         return future

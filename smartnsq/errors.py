@@ -6,10 +6,12 @@ Hierarchy::
     ├── InvalidArgument (also ValueError)  bad input caught before any byte is sent
     ├── ProtocolError                       bytes that do not follow the wire protocol
     ├── ConnectionError_                    the socket failed or closed under a call
-    │   └── ConnectionClosed
+    │   ├── ConnectionClosed
+    │   └── ClientClosed (also RuntimeError)  a call on a client already closed
     ├── Timeout                             a call ran past its deadline
     ├── SecurityError                       a safety rule refused to go on (never retried)
     │   ├── TLSVerificationFailed           the server's certificate was refused
+    │   ├── TLSNotOffered (also ConnectionError_)  TLS required, the server offers none
     │   └── PlaintextAuthRefused            AUTH would send the secret unencrypted
     ├── LookupFailed                        no lookupd could answer
     │   ├── LookupTimeout (also a Timeout)  no answer within the caller's deadline
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 __all__ = [
     "ERROR_TABLE",
     "Action",
+    "ClientClosed",
     "ConnectionClosed",
     "ConnectionError_",
     "ErrorSpec",
@@ -55,6 +58,7 @@ __all__ = [
     "RetriableServerError",
     "SecurityError",
     "ServerError",
+    "TLSNotOffered",
     "TLSVerificationFailed",
     "Timeout",
     "TopicNotFound",
@@ -105,6 +109,13 @@ class ConnectionClosed(ConnectionError_):
     """The connection closed while calls were pending."""
 
 
+class ClientClosed(ConnectionError_, RuntimeError):
+    """A call on a client (a ``smartnsq.sync`` facade) after its ``close()``: nothing was
+    sent. Also a ``RuntimeError``, which is what these calls raised before."""
+
+    retriable = False
+
+
 class Timeout(NSQError, TimeoutError):
     """A call did not complete before its deadline. The connection stays open: a late
     answer is discarded (``smartnsq.connection``)."""
@@ -129,6 +140,21 @@ class TLSVerificationFailed(SecurityError):
         super().__init__(f"TLS certificate of {address} refused: {reason} (set tls_ca_file "
                          "to the CA that signed it, or tls_server_hostname to the name it "
                          "carries)")
+
+
+class TLSNotOffered(SecurityError, ConnectionError_):
+    """TLS was asked for and required (``tls_required``), and the server answered IDENTIFY
+    without it (``tls_v1: false``): a server without TLS, or someone stripping it on the way.
+    Refused at once, as a refused certificate is: retrying meets the same answer. (Also a
+    ``ConnectionError_``, which it was before; its flags are a ``SecurityError``'s.)"""
+
+    fatal = True
+    retriable = False
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        super().__init__(f"{address} does not offer TLS (tls_v1:false); set "
+                         "tls_required=False to go on in plaintext")
 
 
 class PlaintextAuthRefused(SecurityError):

@@ -64,6 +64,10 @@ _READ = 64 * 1024
 _Key = tuple[str, str, int]
 
 
+def _outcome_read(task: asyncio.Task[object]) -> None:
+    if not task.cancelled():
+        task.exception()
+
 class _PeerError(Exception):
     """``peer`` (``host:port``) and ``reason`` kept apart, so callers can name the peer their
     own way."""
@@ -186,9 +190,14 @@ class HttpClient:
             names = {name.lower() for name in headers}
             fields = [f for f in fields if f[0].lower() not in names] + list(headers.items())
         data = build_request(method, target, fields, body, absolute=proxy is not None)
+        exchange = asyncio.get_running_loop().create_task(
+            self._exchange(method, target, proxy or target, data, max_body))
+        # a caller cancelled as the exchange fails (a client closing while a lookupd refuses):
+        # wait_for (3.10/3.11) then drops the failure unread, and asyncio reports "Task
+        # exception was never retrieved"; it is the caller's to see or not, so mark it read
+        exchange.add_done_callback(_outcome_read)
         try:
-            return await asyncio.wait_for(
-                self._exchange(method, target, proxy or target, data, max_body), timeout)
+            return await asyncio.wait_for(exchange, timeout)
         except HttpTimeout:
             raise
         except asyncio.TimeoutError:

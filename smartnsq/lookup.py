@@ -65,7 +65,8 @@ from .errors import (
     TopicNotFound,
 )
 from .http import HttpClient, HttpConnectError, HttpConnectTimeout, HttpTLSError
-from .protocol.http import AnswerTooLarge
+from .protocol.diagnose import lookupd_hint
+from .protocol.http import AnswerTooLarge, NotHttp
 from .protocol.identify import USER_AGENT
 from .protocol.lookup import (
     ACCEPT_V1,
@@ -82,7 +83,7 @@ from .protocol.lookup import (
     parse_lookup,
     valid_host,
 )
-from .protocol.validate import ascii_int, check_topic
+from .protocol.validate import MAX_PARTITION, ascii_int, check_topic
 
 __all__ = [
     "LookupConfig",
@@ -128,9 +129,10 @@ class LookupConfig:
     max_answer_size: int = field(default=4 * 1024 * 1024, metadata=doc(
         "Largest lookupd answer read; a longer one is refused (and the lookupd counted as "
         "malformed) without being read to the end.", unit="bytes", range="1024..2**31-1"))
-    max_partitions: int = field(default=4096, metadata=doc(
-        "Most partitions an answer may list (and partition ids stay below it).",
-        range="1..1000000"))
+    max_partitions: int = field(default=MAX_PARTITION + 1, metadata=doc(
+        "Most partitions an answer may list (and partition ids stay below it); partition ids "
+        "are 0..1023 whatever it says (the one partition limit, as for publish's partition=).",
+        range=f"1..{MAX_PARTITION + 1}"))
     max_nodes: int = field(default=4096, metadata=doc(
         "Most producers (nsqd) an answer may list.", range="1..1000000"))
     tls_verify: bool = field(default=True, metadata=doc(
@@ -190,7 +192,7 @@ class LookupConfig:
         _check_int("attempts", self.attempts, 1, 100)
         _check_int("forget_after", self.forget_after, 1, 1000)
         _check_int("max_answer_size", self.max_answer_size, 1024, 2**31 - 1)
-        _check_int("max_partitions", self.max_partitions, 1, 1_000_000)
+        _check_int("max_partitions", self.max_partitions, 1, MAX_PARTITION + 1)
         _check_int("max_nodes", self.max_nodes, 1, 1_000_000)
         if self.tls_ca_file is not None and not isinstance(self.tls_ca_file, str):
             raise InvalidArgument("tls_ca_file", "must be a path or None", self.tls_ca_file)
@@ -353,7 +355,14 @@ class _Failure(LookupdError):
 
 
 class _NoAnswer(LookupFailed):
-    """Internal: no lookupd answered this round (worth another round)."""
+    """Internal: no lookupd answered this round (worth another round). Never leaves the
+    manager: the last round's is raised as a plain ``LookupFailed``."""
+
+
+def _outcome_read(task: asyncio.Task[Any]) -> None:
+    """Mark a task's failure as seen (it was recorded where it happened)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class LookupManager:
@@ -377,6 +386,10 @@ class LookupManager:
         self._config = config
         if isinstance(lookupd, str):
             lookupd = [lookupd]
+        elif not isinstance(lookupd, Iterable) or isinstance(lookupd, bytes | bytearray | Mapping):
+            # (pool.address_list's rule; lookup cannot import pool)
+            raise InvalidArgument("lookupd", "must be an address or a list of addresses",
+                                  lookupd)
         seeds = tuple(dict.fromkeys(normalize_lookupd(a) for a in lookupd))
         if not seeds:
             raise InvalidArgument("lookupd", "needs at least one address", list(seeds))
@@ -667,9 +680,10 @@ class LookupManager:
         while True:
             try:
                 return await self._ask_all(topic, access)
-            except _NoAnswer:
-                if attempt >= cfg.attempts:
-                    raise
+            except _NoAnswer as exc:
+                if attempt >= cfg.attempts:  # out of rounds: the public error, same cause
+                    public = LookupFailed(*exc.args)
+                    raise public from exc.__cause__
             await asyncio.sleep(exponential_delay(cfg.retry_delay, cfg.retry_delay_max,
                                                   attempt, 0.5))
             attempt += 1
@@ -719,7 +733,8 @@ class LookupManager:
         detail = "; ".join(str(e) for e in errors) or "no lookupd to ask"
         if final and len(final) == len(errors):
             raise LookupFailed(f"lookup of {topic!r} refused: {detail}")
-        raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}")
+        raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}") \
+            from (errors[-1] if errors else None)
 
     async def _race(self, asked: dict[asyncio.Task[T], _Lookupd],
                     settle: Callable[[asyncio.Task[T]], bool]) -> set[asyncio.Task[T]]:
@@ -742,7 +757,11 @@ class LookupManager:
                 if usable and grace_ends is None:
                     grace_ends = loop.time() + self._config.answer_grace
         except BaseException:
+            # cancelled (the manager closing): a request may have ended in the same turn,
+            # its failure unread; read every one's outcome, whenever it comes, so none is
+            # reported as "Task exception was never retrieved"
             for task in pending:
+                task.add_done_callback(_outcome_read)
                 task.cancel()
             raise
         for task in pending:
@@ -1010,6 +1029,8 @@ def _http_failure(address: str, exc: NSQError, cfg: LookupConfig) -> _Failure:
         size = f"of {exc.declared} bytes " if exc.declared is not None else ""
         return _Failure("malformed", f"{address}: answer {size}over max_answer_size "
                         f"({cfg.max_answer_size} bytes)")
+    if isinstance(exc, NotHttp):  # nsqd's TCP port, or some other service
+        return _Failure("malformed", f"{address}: {lookupd_hint(exc.found)}")
     if isinstance(exc, ProtocolError):
         return _Failure("malformed", f"{address}: {reason}")
     if isinstance(exc, Timeout):

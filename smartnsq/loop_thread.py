@@ -41,6 +41,8 @@ from typing import Any, TypeVar
 
 from . import event_loop
 
+_WAIT_MAX = min(threading.TIMEOUT_MAX, 2.0 ** 31)  # seconds: decades, and no overflow
+
 __all__ = ["LoopThread", "LoopTimeout", "release_shared", "shared", "shared_users"]
 
 log = logging.getLogger("smartnsq.sync")
@@ -252,6 +254,8 @@ class LoopThread:
         # built a waiter and a lock per call, a quarter of the facade's CPU per publish. The
         # call's own errors include timeouts (smartnsq's Timeout is a TimeoutError, as
         # concurrent.futures' is), so a timeout is this wait's only when the future is not done
+        if timeout is not None and timeout > _WAIT_MAX:
+            timeout = _WAIT_MAX  # (a longer wait overflows the platform's lock timeout)
         try:
             return future.result(timeout)
         except (concurrent.futures.TimeoutError, TimeoutError):

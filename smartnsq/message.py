@@ -23,6 +23,7 @@ one that races the event loop's own answer in the same instant is dropped (logge
 
 from __future__ import annotations
 
+import math
 from typing import NoReturn, Protocol
 
 from .errors import InvalidArgument, NSQError
@@ -164,8 +165,9 @@ class Message(frames.Message):
         subscriptions the delay is always 0: the server ignores a delayed REQ there.
         """
         if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float))
-                                  or not delay >= 0):
-            raise InvalidArgument("requeue delay", "must be a number of seconds >= 0", delay)
+                                  or not 0 <= delay < math.inf):  # (also refuses nan)
+            raise InvalidArgument("requeue delay", "must be a finite number of seconds >= 0",
+                                  delay)
         self._responder.answer(self, REQUEUED, delay, backoff)
 
     def touch(self) -> None:

@@ -84,6 +84,19 @@ Address = tuple[str, int]
 Target = tuple["int | None", Address]  # (partition or None for "no partition token", node)
 
 
+def address_list(value: object, what: str) -> list[Any]:
+    """A client's ``lookupd=``/``nsqd=`` argument as a list: one address string or an
+    iterable of them; anything else (a number, bytes, a mapping) is an ``InvalidArgument``
+    naming ``what``, not a ``TypeError`` from deep inside."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, Iterable) or isinstance(value, bytes | bytearray | Mapping):
+        raise InvalidArgument(what, "must be an address or a list of addresses", value)
+    return list(value)
+
+
 def parse_address(text: str | tuple[str, int], what: str = "address") -> Address:
     """``"host:port"`` (or an already split pair) as ``(host, port)``."""
     if isinstance(text, tuple):
@@ -183,7 +196,8 @@ class StaticRouteSource:
     """
 
     def __init__(self, addresses: Iterable[str | Address]) -> None:
-        self._nodes = tuple(dict.fromkeys(parse_address(a, "nsqd") for a in addresses))
+        self._nodes = tuple(dict.fromkeys(parse_address(a, "nsqd")
+                                          for a in address_list(addresses, "nsqd")))
         if not self._nodes:
             raise InvalidArgument("nsqd", "needs at least one address", list(addresses))
 
@@ -772,6 +786,15 @@ class LookupRouteSource:
             self._watched.add(topic)
             self._lookup.watch(topic, "w")
         return self.view_routes(view)
+
+    async def read_leader(self, topic: str, partition: int, timeout: float) -> Address | None:
+        """The partition's leader as lookup names it to readers (``access=r``: a leader that
+        is up, writable or not), or None; asked afresh (the answer must be as recent as the
+        writers' one it explains), within ``timeout`` (``LookupTimeout`` past it).
+        A producer asks when writers' lookup names no leader, to say which it is."""
+        view = await self._lookup.view(topic, "r", refresh=True, timeout=timeout)
+        found = view.partitions.get(partition)
+        return None if found is None or found.leader is None else found.leader.address
 
     def refresh(self, topic: str, *, now: bool = False) -> None:
         if self._closed:

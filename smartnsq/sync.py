@@ -47,12 +47,13 @@ from typing import Any, TypeVar
 from . import loop_thread as _loops
 from .consumer import Consumer as AsyncConsumer
 from .consumer.config import close_timeout
-from .errors import InvalidArgument, Timeout
+from .errors import ClientClosed, InvalidArgument, Timeout
 from .loop_thread import LoopThread, LoopTimeout
 from .message import Message
 from .pool import TopicRoutes
 from .producer import BatchResult, ProducerConfig, PublishResult
 from .producer import Producer as AsyncProducer
+from .producer.validation import batch_items
 from .sharding import ShardingKey
 
 __all__ = ["Consumer", "Producer"]
@@ -99,6 +100,9 @@ class _Facade:
     """Shared machinery of the blocking facades: the loop thread, calls, closing."""
 
     def __init__(self, loop_thread: LoopThread | None) -> None:
+        if loop_thread is not None and not isinstance(loop_thread, LoopThread):
+            raise InvalidArgument("loop_thread", "must be a smartnsq.loop_thread.LoopThread "
+                                  "(or None for the shared one)", loop_thread)
         self._shared = loop_thread is None
         self._loop_thread = _loops.shared() if loop_thread is None else loop_thread.start()
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -132,12 +136,17 @@ class _Facade:
         overran that deadline by ``_GUARD`` seconds."""
         if self._closed:
             coro.close()
-            raise RuntimeError(f"this {type(self).__name__} is closed")
+            raise self._closed_error()
         guard = None if timeout is None else timeout + _GUARD
         try:
             return self._loop_thread.run(coro, guard)
         except LoopTimeout as exc:
             raise _overran(what or type(self).__name__, timeout) from exc
+
+    def _closed_error(self) -> ClientClosed:
+        """What a call on a closed facade raises (a ``ConnectionError_``, as the async
+        client's calls raise after close, and a ``RuntimeError``, as they raised before)."""
+        return ClientClosed(f"this {type(self).__name__} is closed")
 
     def close(self) -> None:
         """Close the async client and release the loop thread (idempotent)."""
@@ -197,7 +206,7 @@ class Producer(_Facade):
         # No coroutine, no Task: the loop runs the task-free publish_nowait, whose future is
         # copied into the concurrent future waited on here (argument errors included).
         if self._closed:
-            raise RuntimeError("this Producer is closed")
+            raise self._closed_error()
         future = self._loop_thread.call_future(
             self._publish_on_loop, topic, body, sharding_key, partition, trace_id, headers,
             delay, timeout)
@@ -212,7 +221,7 @@ class Producer(_Facade):
                          headers: Mapping[str, str] | None, delay: float | None,
                          timeout: float | None) -> asyncio.Future[PublishResult]:
         if self._closed:  # closed while this call was queued
-            raise RuntimeError("this Producer is closed")
+            raise self._closed_error()
         return self._producer.publish_nowait(
             topic, body, sharding_key=sharding_key, partition=partition, trace_id=trace_id,
             headers=headers, delay=delay, timeout=timeout)
@@ -225,19 +234,19 @@ class Producer(_Facade):
                      timeout: float | None = None) -> BatchResult:
         """Blocking ``Producer.publish_many``: same arguments, result and errors."""
         return self._run(self._producer.publish_many(
-            topic, list(bodies), sharding_key=sharding_key, partition=partition,
+            topic, batch_items(bodies), sharding_key=sharding_key, partition=partition,
             trace_id=trace_id, headers=headers, timeout=timeout),
             self._timeout if timeout is None else timeout, f"publish_many to {topic!r}")
 
     def routes(self, topic: str, timeout: float | None = None) -> TopicRoutes:
         """The topic's current routes (partition count, leaders, meta), looked up if unknown."""
-        return self._run(self._producer.routes(topic),
+        return self._run(self._producer.routes(topic, timeout),
                          self._timeout if timeout is None else timeout, f"routes of {topic!r}")
 
     def set_trace(self, enabled: bool | None, topic: str | None = None) -> None:
         """``Producer.set_trace``, applied on the loop thread."""
         if self._closed:
-            raise RuntimeError("this Producer is closed")
+            raise self._closed_error()
         self._loop_thread.call(self._producer.set_trace, enabled, topic)
 
     def trace_enabled(self, topic: str) -> bool | None:
@@ -380,20 +389,30 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
             self._executor.shutdown(wait=False)
 
     def __iter__(self) -> Iterator[Message]:
+        if self._closed:
+            raise self._closed_error()
         self._started()
         aiterator = self._consumer.__aiter__()
         return self._loop_thread.iterate(aiterator, getattr(aiterator, "aclose", None))
 
     def set_max_in_flight(self, n: int) -> None:
+        if self._closed:
+            raise self._closed_error()
         self._loop_thread.call(self._consumer.set_max_in_flight, n)
 
     def set_trace(self, enabled: bool | None) -> None:
+        if self._closed:
+            raise self._closed_error()
         self._loop_thread.call(self._consumer.set_trace, enabled)
 
     def is_starved(self) -> bool:
+        if self._closed:
+            raise self._closed_error()
         return bool(self._loop_thread.call(self._consumer.is_starved))
 
     def stats(self) -> dict[str, Any]:
+        if self._closed:
+            raise self._closed_error()
         return dict(self._loop_thread.call(self._consumer.stats))
 
     @property

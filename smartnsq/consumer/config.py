@@ -20,6 +20,7 @@ from ..config import (
     ConnectionConfig,
     Rule,
     check_fields,
+    close_timeout,
     doc,
     flag,
     instance,
@@ -154,6 +155,13 @@ class ConsumerConfig:
     reconnect_delay_max: float = field(default=60.0, metadata=doc(
         "Longest wait before resubscribing (raised to reconnect_delay if below it).",
         unit="s", check=seconds()))
+    discovery_timeout: float | None = field(default=None, metadata=doc(
+        "Fail fast (lookupd= only): when no lookup answer about the topic came within this "
+        "many seconds of start() (every lookupd unreachable or silent, or the topic not "
+        "found), the consumer closes and join() and iteration raise LookupFailed (or "
+        "TopicNotFound) caused by the last failure. Once a first answer came, later lookupd "
+        "outages never end the consumer. None (default): keep retrying for ever.",
+        unit="s", check=seconds(optional=True)))
     low_rdy_idle_timeout: float = field(default=10.0, metadata=doc(
         "With fewer max_in_flight than connections: how long a connection may hold RDY "
         "without a message before it moves on.", unit="s", check=seconds()))
@@ -218,13 +226,3 @@ def build_config(config: ConsumerConfig | ConnectionConfig | None,
     return dataclasses.replace(base, **own) if own else base
 
 
-_CLOSE_TIMEOUT = seconds(low_open=False)
-
-
-def close_timeout(timeout: float | None, default: float) -> float:
-    """``close(timeout)``'s deadline in seconds: ``None`` is ``default`` (``drain_timeout``);
-    0 closes at once (no drain, connections aborted); never unbounded."""
-    if timeout is None:
-        return float(default)
-    _CLOSE_TIMEOUT.check("timeout", timeout, None)
-    return float(timeout)

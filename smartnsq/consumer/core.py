@@ -27,7 +27,7 @@ from ..config import ConnectionConfig
 from ..connection import Connection
 from ..errors import InvalidArgument
 from ..message import Message
-from ..pool import Address, parse_address
+from ..pool import Address, address_list, parse_address
 from ..protocol import validate as v
 from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
@@ -87,11 +87,10 @@ class Consumer:
         self._nsqd: tuple[Address, ...] = ()
         if nsqd is not None:
             self._nsqd = tuple(dict.fromkeys(
-                parse_address(a, "nsqd") for a in ([nsqd] if isinstance(nsqd, str) else nsqd)))
+                parse_address(a, "nsqd") for a in address_list(nsqd, "nsqd")))
             if not self._nsqd:
                 raise InvalidArgument("nsqd", "needs at least one address", nsqd)
-        self._lookupd: list[str] = ([lookupd] if isinstance(lookupd, str)
-                                    else list(lookupd or ()))
+        self._lookupd: list[str] = address_list(lookupd, "lookupd")
         self._lookup = lookup
         if handler is not None and not callable(handler):
             raise InvalidArgument("handler", "must be callable", handler)
@@ -151,7 +150,7 @@ class Consumer:
                 discovery = self._discovery = Discovery(
                     self.topic, self._lookupd, self._lookup, dict(cfg.lookup_options),
                     cfg.partitions, apply=self._apply_targets, delay=self._reconnect_delay,
-                    fatal=self._fail)
+                    fatal=self._fail, give_up_after=cfg.discovery_timeout)
                 self._subs = Subscriptions(rt, static=False, refresh=discovery.refresh,
                                            fatal=self._fail)
                 discovery.start()

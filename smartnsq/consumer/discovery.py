@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import InvalidArgument, TopicNotFound
+from ..errors import InvalidArgument, LookupFailed, TopicNotFound
 from .targets import Target, missing_leaders, view_targets
 
 __all__ = ["Discovery"]
@@ -45,7 +45,8 @@ class Discovery:
                  lookup_options: dict[str, Any], partitions: frozenset[int] | None, *,
                  apply: Callable[[list[Target]], None],
                  delay: Callable[[int], float],
-                 fatal: Callable[[BaseException], None]) -> None:
+                 fatal: Callable[[BaseException], None],
+                 give_up_after: float | None = None) -> None:
         self.topic = topic
         self._lookupd = list(lookupd)
         self.lookup = lookup
@@ -55,6 +56,7 @@ class Discovery:
         self._apply = apply
         self._delay = delay
         self._fatal = fatal
+        self._give_up_after = give_up_after  # ConsumerConfig.discovery_timeout
         self._closing = False
         self._registered = False
         self._task: asyncio.Task[None] | None = None
@@ -77,16 +79,44 @@ class Discovery:
 
     async def _run(self) -> None:
         try:
-            await self._first_view()
+            if self._give_up_after is None:
+                await self._first_view()
+                return
+            failed: list[BaseException] = []  # the last failure, for the error's cause
+            try:
+                await asyncio.wait_for(self._first_view(failed), self._give_up_after)
+            except asyncio.TimeoutError:
+                error = self._gave_up(failed[-1] if failed else None)
+                raise error from error.__cause__
         except asyncio.CancelledError:
             raise
+        except LookupFailed as exc:  # discovery_timeout: the error says it all
+            self._fatal(exc)
         except Exception as exc:  # a bug or a configuration that cannot work: say so
             log.exception("%s: following the lookup failed", self.topic)
             self._fatal(exc)
 
-    async def _first_view(self) -> None:
+    def _gave_up(self, last: BaseException | None) -> LookupFailed:
+        """The error ending a consumer whose discovery failed for ``discovery_timeout``."""
+        after = f"{self._give_up_after:g}s"
+        error: LookupFailed
+        if isinstance(last, TopicNotFound):
+            error = TopicNotFound(self.topic)
+            error.args = (f"topic {self.topic!r} still not found in lookup after {after} "
+                          "(discovery_timeout)",)
+        else:
+            why = f": {last}" if last is not None else " (no lookupd answered at all)"
+            error = LookupFailed(f"{self.topic}: no lookup answer within {after} "
+                                 f"(discovery_timeout){why}")
+        error.__cause__ = last
+        return error
+
+    async def _first_view(self, failed: list[BaseException] | None = None) -> None:
         """Start the lookup (when ours; retried, never spinning), register for its changes,
-        then load the first view, retrying until the topic exists."""
+        then load the first view, retrying until the topic exists (``failed`` collects each
+        failure, the last one becoming the cause of a ``discovery_timeout``)."""
+        if failed is None:
+            failed = []
         lookup = self.lookup
         failures = 0
         while self._own and not self._closing:
@@ -97,6 +127,8 @@ class Discovery:
                 raise  # retrying cannot fix it
             except Exception as exc:
                 failures += 1
+                failed.append(exc)
+                del failed[:-1]
                 log.warning("%s: starting the lookup failed (%s); retrying", self.topic, exc)
             await asyncio.sleep(self._delay(failures))
         lookup.subscribe(self._on_topic_change)
@@ -108,11 +140,13 @@ class Discovery:
                 view = await lookup.view(self.topic, "r")
             except asyncio.CancelledError:
                 raise
-            except TopicNotFound:
+            except TopicNotFound as exc:
                 failures += 1
+                failed[:] = [exc]
                 log.warning("%s: topic not found in lookup; retrying", self.topic)
             except Exception as exc:
                 failures += 1
+                failed[:] = [exc]
                 log.warning("%s: lookup failed (%s); retrying", self.topic, exc)
             else:
                 self._on_view(view)

@@ -24,7 +24,7 @@ from typing import Any, Final
 from ..backoff import exponential_delay
 from ..connection import Connection
 from ..dialect import DEFAULT_POLICY
-from ..errors import Action, InvalidArgument, NSQError, ServerError
+from ..errors import Action, InvalidArgument, NSQError, ProtocolError, ServerError
 from ..message import Message
 from ..pool import Address
 from ..protocol import commands
@@ -168,7 +168,7 @@ class Subscription:
             self.last_error = exc
             if self._learn(exc):
                 return
-            if isinstance(exc, InvalidArgument) or getattr(exc, "retriable", True) is False:
+            if unworkable(exc):
                 # the configuration cannot work (a refused certificate, a SUB the server will
                 # never take): retrying would not help, so the consumer stops and says why
                 self.owner.fatal(exc)
@@ -316,6 +316,24 @@ class Subscription:
             "failures": self.failures,
             "last_error": None if self.last_error is None else str(self.last_error),
         }
+
+
+def unworkable(exc: BaseException) -> bool:
+    """Whether a failed subscription says the consumer's configuration cannot work anywhere
+    (stop the consumer) rather than that one node failed (retry it, with back-off).
+
+    Bad arguments, a refused certificate, a refused secret and the server's refusal of one of
+    our commands are the configuration's; a node that sent bytes that are no NSQ stream
+    (``ProtocolError``: an HTTP server on the port, a garbled handshake) or an error frame
+    answering no command of ours is that node's: its neighbours keep serving.
+    """
+    if isinstance(exc, InvalidArgument):
+        return True
+    if isinstance(exc, ProtocolError):
+        return False
+    if isinstance(exc, ServerError) and exc.command is None:
+        return False
+    return getattr(exc, "retriable", True) is False
 
 
 def reconnect_delay(config: ConsumerConfig, failures: int) -> float:

@@ -18,8 +18,10 @@ from __future__ import annotations
 from .config import ProducerConfig
 from .producer import Producer
 from .results import BatchResult, PublishResult
+from .retry import NoLeader, NotWritable
 
-__all__ = ["BatchResult", "Producer", "ProducerConfig", "PublishResult"]
+__all__ = ["BatchResult", "NoLeader", "NotWritable", "Producer", "ProducerConfig",
+           "PublishResult"]
 
 # the public names live here: references, reprs and pickles say smartnsq.producer.X
 for _cls in (BatchResult, Producer, ProducerConfig, PublishResult):

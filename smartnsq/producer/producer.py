@@ -21,9 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from ..config import close_timeout
 from ..connection import Connection
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
-from ..errors import ConnectionError_, InvalidArgument, Timeout
+from ..errors import ClientClosed, ConnectionError_, InvalidArgument, Timeout
 from ..pool import Address, PartitionPool, RouteSource, TopicRoutes
 from ..protocol import commands
 from ..sharding import Router, ShardingKey, make_router
@@ -39,6 +40,7 @@ from .retry import (
     Decision,
     Next,
     NoLeader,
+    NotWritable,
     ProducerClosed,
     decide,
     least_time,
@@ -68,6 +70,8 @@ class Producer:
                  config: ProducerConfig | None = None, source: RouteSource | None = None,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
                  **options: Any) -> None:
+        if config is not None and not isinstance(config, ProducerConfig):
+            raise InvalidArgument("config", "must be a ProducerConfig", config)
         self._config = config = with_options(config or ProducerConfig(), options)
         self._source = source = route_source(lookupd, nsqd, source, lookup, lookup_options)
         self._pool = PartitionPool(source, config.connection, idle_timeout=config.idle_timeout,
@@ -112,7 +116,7 @@ class Producer:
         again by the next caller.
         """
         if self._closed:
-            raise RuntimeError("a closed Producer cannot start again")
+            raise ClientClosed("a closed Producer cannot start again")
         if not self._started:
             await asyncio.shield(self._start_task())
         return self
@@ -139,6 +143,8 @@ class Producer:
         ``config.drain_timeout``) for their answers, since the server may have accepted them
         and failing them invites a duplicate. What is still unanswered then fails.
         """
+        if timeout is not None:  # checked first: a bad one must not leave things half-closed
+            timeout = close_timeout(timeout, self._config.drain_timeout)
         if self._closed:
             return
         self._closed = True
@@ -158,7 +164,13 @@ class Producer:
         await self._pool.close()
 
     async def __aenter__(self) -> Producer:
-        return await self.start()
+        """Begin the start (lookupd discovery) and return at once: each call waits for it
+        within its own deadline, so a silent lookupd costs the first call its ``timeout``,
+        not an extra wait on entry. ``await producer.start()`` waits for it explicitly."""
+        if self._closed:
+            raise ClientClosed("a closed Producer cannot start again")
+        self._start_task()
+        return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -640,9 +652,7 @@ class Producer:
             routes = await self._load_routes(request)
         routes, address = self._route(routes, request)
         if address is None:
-            target = request.target
-            raise NoLeader(f"partition {target} of {request.topic!r} has no leader now"
-                           if target is not None else f"no node can take {request.topic!r} now")
+            raise await self._no_leader(request)
         # -- the connection (one closed since is caught by submit: ConnectionClosed, retried)
         request.stage = CONNECT
         conn = pool.connection(address)
@@ -679,6 +689,29 @@ class Producer:
             self._written()
         return self._result(request, answer)
 
+    async def _no_leader(self, request: Request) -> NoLeader:
+        """Why the routes have no leader for this attempt: a pinned partition whose leader is
+        up but hidden from writers is ``NotWritable``, anything else ``NoLeader``. Asks the
+        readers' lookup (cached after the first time) within a bounded share of the call's time
+        left; unknown stays ``NoLeader``."""
+        topic, target = request.topic, request.target
+        if target is None:
+            return NoLeader(f"no node can take {topic!r} now")
+        ask = getattr(self._source, "read_leader", None)
+        budget = min(request.deadline - self._loop.time() - least_time(request.timeout), 1.0)
+        if ask is not None and budget > 0:
+            try:
+                leader = await ask(topic, target, budget)
+            except Exception:  # lookup failed or timed out: no more is known than before
+                leader = None
+            if leader is not None:
+                return NotWritable(f"partition {target} of {topic!r} is not writable now: its "
+                                   f"leader {leader[0]}:{leader[1]} is up but takes no writes "
+                                   "(too few in-sync replicas, a leader change, or writes "
+                                   "disabled)")
+        return NoLeader(f"partition {target} of {topic!r} has no leader now (none is named by "
+                        "lookup: an election under way, or its replicas are down)")
+
     def _written(self) -> None:
         """A publish on the wire was answered (or failed): close() may be waiting for it."""
         self._on_wire -= 1
@@ -693,7 +726,20 @@ class Producer:
             return await asyncio.wait_for(self._pool.load_routes(request.topic), remaining)
         except asyncio.TimeoutError:
             raise Timeout(f"lookup of {request.topic!r} took longer than the call's "
-                          f"{request.timeout:g}s") from None
+                          f"{request.timeout:g}s{self._lookupd_errors()}") from None
+
+    def _lookupd_errors(self) -> str:
+        """The lookupds' last errors, for a lookup that ran out of time (what a retried
+        lookupd said is otherwise lost behind the ``Timeout``)."""
+        lookup = getattr(self._source, "lookup", None)
+        health = getattr(lookup, "health", None)
+        if health is None:
+            return ""
+        try:
+            errors = [f"{s.address}: {s.last_error}" for s in health() if s.last_error]
+        except Exception:  # a route source of the caller's own: nothing to add
+            return ""
+        return f"; lookupd errors: {'; '.join(errors)}" if errors else ""
 
     def _route(self, routes: TopicRoutes, request: Request,
                ) -> tuple[TopicRoutes, tuple[str, int] | None]:

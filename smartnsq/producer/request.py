@@ -27,9 +27,10 @@ class Request:
     """One publish, with its deadline on the loop clock (:class:`BatchRequest`: a batch).
 
     ``partition`` is where the call pins the message; ``target`` and ``address`` are where
-    the last attempt went (set by routing before anything reads them, as ``command`` and
-    ``traced`` are by encoding); ``attempt`` counts the attempts made, ``stage`` says how far
-    the last one got and ``error`` how it failed.
+    the last attempt went (``None`` until routing sets them: a failed lookup leaves them so;
+    ``command`` and ``traced`` are set by encoding before anything reads them); ``attempt``
+    counts the attempts made, ``stage`` says how far the last one got and ``error`` how it
+    failed.
     """
 
     __slots__ = ("address", "attempt", "body", "command", "deadline", "delay_ms", "error",
@@ -58,7 +59,9 @@ class Request:
         self.stage = ROUTE
         self.address: Address | None = None
         self.error: BaseException | None = None
-        self.target: int | None
+        # read by the retry decision even when no attempt got as far as routing (a lookup
+        # that failed): None until routing sets it
+        self.target: int | None = None
         self.command: str
         self.traced: bool
 

@@ -12,7 +12,9 @@ The rules (``smartnsq.errors`` gives each server error its action):
 failure                                next
 =====================================  ===================================================
 ``GIVE_UP`` server error, bad input,   give up with that error
-unknown topic, anything unexpected
+unknown topic, any error whose
+``retriable`` flag is false, anything
+unexpected
 ``E_FAILED_ON_NOT_WRITABLE`` for a     refresh lookup, then probe the same leader again
 pinned message                         at the partition's next probe turn (one per
                                        ``retry_delay`` per partition; the first success
@@ -69,6 +71,7 @@ __all__ = [
     "Decision",
     "Next",
     "NoLeader",
+    "NotWritable",
     "ProducerClosed",
     "Stage",
     "decide",
@@ -98,7 +101,19 @@ class Next(enum.Enum):
 
 
 class NoLeader(NSQError):
-    """The wanted partition (or any node, unpinned) has no leader in the current routes."""
+    """The wanted partition (or any node, unpinned) has no leader in the current routes, and
+    lookup names none at all: an election under way, or every replica down. Wait for one (the
+    call retries by itself within its deadline)."""
+
+    retriable = True
+    refresh_lookup = True
+
+
+class NotWritable(NoLeader):
+    """The wanted partition has a leader, up and named to readers, that takes no writes now
+    (youzan lookupd hides it from writers): too few in-sync replicas, a leader change, or
+    writes disabled by an operator. Retried like ``NoLeader``; if it lasts, the partition's
+    replicas (or ``nsqadmin``'s write switch) need looking at, not the client."""
 
 
 class ProducerClosed(ConnectionError_):
@@ -213,8 +228,9 @@ def _by_failure(error: BaseException, stage: Stage, attempt: int, base: float, c
         return Decision(Next.RETRY_AFTER, backoff(attempt))
     if isinstance(error, NoLeader):
         return Decision(Next.REFRESH_AND_RETRY, backoff(attempt))
-    if isinstance(error, ProducerClosed | TopicNotFound):
-        return _give_up(error)
+    if isinstance(error, ProducerClosed | TopicNotFound) \
+            or (isinstance(error, NSQError) and not error.retriable):
+        return _give_up(error)  # (its flags say so: a TLSNotOffered at any stage, say)
     if stage is Stage.ROUTE:
         if isinstance(error, LookupFailed | Timeout):
             return Decision(Next.RETRY_AFTER, backoff(attempt))

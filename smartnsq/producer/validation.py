@@ -17,7 +17,7 @@ from ..protocol import validate as v
 from ..sharding import ShardingKey, check_key
 from .encoding import batch_exts, encode_headers
 
-__all__ = ["MAX_DELAY_MS", "Checks", "delay_ms", "timeout_seconds"]
+__all__ = ["MAX_DELAY_MS", "Checks", "batch_items", "delay_ms", "timeout_seconds"]
 
 MAX_DELAY_MS = 3_600_000 * 24 * 365  # far beyond any server's max_req_timeout
 
@@ -37,6 +37,16 @@ def timeout_seconds(timeout: object, default: float) -> float:
         raise InvalidArgument("timeout", "must be a positive, finite number of seconds",
                               timeout)
     return timeout
+
+
+def batch_items(bodies: object) -> list[Any]:
+    """A batch's ``bodies`` as a list: any iterable of bodies, but not one body (bytes, str)
+    nor ``None``, which would otherwise fail deep inside with a ``TypeError``."""
+    if isinstance(bodies, bytes | bytearray | memoryview | str) \
+            or not isinstance(bodies, Iterable):
+        raise InvalidArgument("bodies", "must be an iterable of message bodies (a list of "
+                              "bytes)", bodies)
+    return list(bodies)
 
 
 def delay_ms(delay: object) -> int:
@@ -121,7 +131,7 @@ class Checks:
               ) -> tuple[list[bytes], list[int] | None, list[bytes] | None]:
         """A batch's arguments: the bodies, per-message trace ids and encoded ext headers."""
         self.topic(topic)
-        items = list(bodies)
+        items = batch_items(bodies)
         if not items:
             raise InvalidArgument("bodies", "a batch needs at least one message", items)
         max_msg = self.max_msg

@@ -37,6 +37,7 @@ from struct import Struct
 from typing import Any, Final, Literal, Protocol
 
 from ..errors import InvalidArgument, ProtocolError
+from .diagnose import describe_start, looks_like_http, nsqd_hint_for_http
 
 __all__ = [
     "COMPRESSIONS",
@@ -261,8 +262,11 @@ def split_first_frame(data: bytes | bytearray) -> int:
     """
     if len(data) < 4:
         return 0
+    if looks_like_http(data[:5]):  # a web server (or nsqd's HTTP port) on this address
+        raise ProtocolError(nsqd_hint_for_http(data[:256]))
     size = int.from_bytes(data[:4], "big", signed=True)
     if size < 4:
-        raise ProtocolError(f"frame size {size} below 4 during the handshake")
+        raise ProtocolError(f"frame size {size} below 4 during the handshake: the stream "
+                            f"starts with {describe_start(data[:256])}")
     end = 4 + size
     return end if len(data) >= end else 0

@@ -18,6 +18,7 @@ from struct import Struct
 from typing import Final, Union
 
 from ..errors import ProtocolError
+from .diagnose import describe_start, looks_like_http, nsqd_hint_for_http
 
 FRAME_RESPONSE: Final = 0
 FRAME_ERROR: Final = 1
@@ -79,7 +80,11 @@ class Message:
         """Youzan: the 64-bit internal id; classic: the hex GUID read as an integer."""
         if self.youzan:
             return int(_U64.unpack_from(self.id)[0])
-        return int(self.id, 16)
+        try:
+            return int(self.id, 16)
+        except ValueError:
+            raise ProtocolError(f"message id {bytes(self.id)[:16]!r} is not hex "
+                                "(classic nodes send 16 hex digits)") from None
 
     @property
     def trace_id(self) -> int | None:
@@ -255,6 +260,14 @@ class FrameReader:
     def _fail(self, reason: str) -> ProtocolError:
         return ProtocolError(reason)
 
+    def _bad_size(self, size: int, start: bytes) -> str:
+        """Why a frame's size is refused, and what the bytes look like instead (an HTTP
+        answer says which port this probably is)."""
+        if looks_like_http(start[:5]):
+            return nsqd_hint_for_http(start)
+        return (f"frame size {size} outside 4..{self._max}: the stream starts with "
+                f"{describe_start(start)}")
+
     def _decode(self, data: bytes) -> list[Frame]:
         out: list[Frame] = []
         append = out.append
@@ -277,7 +290,7 @@ class FrameReader:
                 size, ftype = unpack_hdr(data, pos)
                 ts = attempts = 0
             if size < 4 or size > max_size:
-                raise self._fail(f"frame size {size} outside 4..{max_size}")
+                raise self._fail(self._bad_size(size, data[pos:pos + 256]))
             end = pos + 4 + size
             if end > n:
                 break

@@ -22,11 +22,13 @@ from typing import Final
 from urllib.parse import urlencode
 
 from ..errors import InvalidArgument, ProtocolError
+from .diagnose import describe_start, first_line, looks_like_http
 from .validate import ascii_int
 
 __all__ = [
     "AnswerTooLarge",
     "HttpError",
+    "NotHttp",
     "Response",
     "ResponseParser",
     "Url",
@@ -43,6 +45,16 @@ _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 class HttpError(ProtocolError):
     """The peer's answer is not HTTP/1.1 this client can read, or breaks a bound."""
+
+
+class NotHttp(HttpError):
+    """The peer answered with something that is not HTTP at all; ``found`` says what it looks
+    like (``diagnose.describe_start``: an NSQ frame, an HTML page, some text...), never more
+    than its first line."""
+
+    def __init__(self, found: str) -> None:
+        self.found = found
+        super().__init__(f"not an HTTP/1.x status line: answered with {found}")
 
 
 class AnswerTooLarge(HttpError):
@@ -193,6 +205,8 @@ class ResponseParser:
         while True:
             state = self._state
             if state == _HEAD:
+                if self._buf and not looks_like_http(self._buf):  # (at once: no wait)
+                    raise NotHttp(describe_start(self._buf[:256]))
                 if not self._head():
                     return None
             elif state == _FIXED:
@@ -261,6 +275,9 @@ class ResponseParser:
             return self._response()
         if self._state == _DONE:
             return self._response()
+        if self._state == _HEAD and self._buf:  # closed before a whole head: what it began
+            raise HttpError("connection closed in the middle of its answer: "
+                            f"{describe_start(self._buf[:256])}")
         where = "before its status line" if not self.started else "in the middle of its answer"
         raise HttpError(f"connection closed {where}")
 
@@ -289,14 +306,14 @@ class ResponseParser:
         code, _, reason = rest.partition(" ")
         status = ascii_int(code)
         if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or status is None:
-            raise HttpError(f"not an HTTP/1.x status line: {lines[0][:60]!r}")
+            raise HttpError(f"not an HTTP/1.x status line: {first_line(lines[0], 60)!r}")
         if len(lines) - 1 > MAX_HEADERS:
             raise HttpError(f"more than {MAX_HEADERS} headers")
         headers = []
         for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not colon or not name or name != name.strip() or line[0] in " \t":
-                raise HttpError(f"malformed header line {line[:60]!r}")
+                raise HttpError(f"malformed header line {first_line(line, 60)!r}")
             headers.append((name.lower(), value.strip(" \t")))
         if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
             return True

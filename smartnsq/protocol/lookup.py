@@ -34,7 +34,8 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import LookupFailed, ProtocolError, TopicNotFound
-from .validate import ascii_int
+from .diagnose import first_line, is_html, lookupd_hint
+from .validate import MAX_PARTITION, ascii_int
 
 __all__ = [
     "ACCEPT_V1",
@@ -66,6 +67,7 @@ OLD_VERSION_PID = -11  # pseudo partition of classic nsqd registered to a youzan
 # 404/500 texts that mean "this topic does not exist" (classic, youzan etcd, youzan wrapped)
 _NOT_FOUND_TEXTS = frozenset({"TOPIC_NOT_FOUND", "Key not found"})
 _NO_CHANNEL_PREFIX = "Topic has no channel"
+_NO_ROUTE_TEXT = "NOT_FOUND"  # nsqd's (and any Go NSQ daemon's) answer to an unknown path
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})"
                         r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?$")
 
@@ -89,8 +91,9 @@ def valid_host(host: str) -> bool:
 class LookupLimits:
     """How much of a ``/lookup`` answer is believed (real clusters are far below these)."""
 
-    max_partitions: int = 4096
-    """Most partitions listed, and partition ids below this."""
+    max_partitions: int = MAX_PARTITION + 1
+    """Most partitions listed, and partition ids below this (never above ``MAX_PARTITION``,
+    the one partition limit: a message id carries its partition in 10 bits)."""
     max_nodes: int = 4096
     """Most producers listed."""
 
@@ -278,9 +281,14 @@ def _load_json(body: bytes | str, status: int) -> Any:
     try:
         return json.loads(text)
     except ValueError:
+        if is_html(text) and status >= 500:  # a proxy's error page: the lookupd behind it
+            return {"message": f"an HTML page ({first_line(text)!r})"}  # may come back
+        if is_html(text):  # some other web server: say so, show no page
+            raise ProtocolError(lookupd_hint(f"an HTML page (HTTP {status}, "
+                                             f"{first_line(text)!r})")) from None
         if status >= 400:
-            return {"message": text.strip()[:200]}
-        raise ProtocolError(f"lookupd answer is not JSON: {text[:64]!r}") from None
+            return {"message": first_line(text)}
+        raise ProtocolError(f"lookupd answer is not JSON: {first_line(text)!r}") from None
 
 
 def unwrap(status: int, body: bytes | str) -> tuple[int, Any, str]:
@@ -368,7 +376,11 @@ def _int(value: Any) -> int:
 def parse_meta(obj: Any) -> TopicMeta | None:
     if not isinstance(obj, Mapping):
         return None
-    return TopicMeta(partition_num=max(_int(obj.get("partition_num")), 0),
+    partition_num = max(_int(obj.get("partition_num")), 0)
+    if partition_num > MAX_PARTITION + 1:
+        raise ProtocolError(f"lookupd meta partition_num {partition_num} is over "
+                            f"{MAX_PARTITION + 1} (partitions are 0..{MAX_PARTITION})")
+    return TopicMeta(partition_num=partition_num,
                      replica=max(_int(obj.get("replica")), 0),
                      ordered=_bool(obj.get("ordered")),
                      extend_support=_bool(obj.get("extend_support")),
@@ -400,6 +412,10 @@ def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
     if status != 200:
         if status in (404, 500) and message in _NOT_FOUND_TEXTS:
             raise TopicNotFound(topic)
+        if status == 404 and message == _NO_ROUTE_TEXT:
+            # /lookup is unknown here: nsqd's HTTP API answers so (lookupd has the route)
+            raise LookupdError(404, lookupd_hint(f"nsqd's 404 {_NO_ROUTE_TEXT} to /lookup"),
+                               retriable=False)
         if message.startswith(_NO_CHANNEL_PREFIX):
             raise TopicNotWritable(topic, message)
         raise LookupdError(status, message or f"HTTP {status}")
@@ -422,6 +438,9 @@ def parse_lookup(topic: str, access: str, status: int, body: bytes | str, *,
                 raise ProtocolError(f"lookupd partition id {key!r} is not a number") from None
             if pid < 0:  # the classic pseudo partition never names a real partition
                 continue
+            if pid > MAX_PARTITION:
+                raise ProtocolError(f"lookupd partition id {pid} is outside 0..{MAX_PARTITION}"
+                                    " (the partitions a message id can carry)")
             if pid >= limits.max_partitions:
                 raise ProtocolError(f"lookupd partition id {pid} is not below "
                                     f"{limits.max_partitions} (max_partitions)")

@@ -8,6 +8,7 @@ from struct import Struct
 from typing import Any
 
 from ..errors import ProtocolError
+from .diagnose import describe_start, first_line
 from .frames import partition_of
 
 _TRACED = Struct(">2sQQQI")
@@ -58,9 +59,10 @@ def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
         value = json.loads(data)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
-        raise ProtocolError(f"{what} is not JSON: {bytes(data[:64])!r}") from exc
+        raise ProtocolError(f"{what} is not JSON: {describe_start(bytes(data[:256]))}") \
+            from exc
     if not isinstance(value, dict):
-        raise ProtocolError(f"{what} is not a JSON object: {bytes(data[:64])!r}")
+        raise ProtocolError(f"{what} is not a JSON object: {first_line(bytes(data[:256]))!r}")
     return value
 
 
