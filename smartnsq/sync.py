@@ -54,6 +54,7 @@ from .pool import TopicRoutes
 from .producer import BatchResult, ProducerConfig, PublishResult
 from .producer import Producer as AsyncProducer
 from .sharding import ShardingKey
+from .stats import ConsumerStats, ProducerStats
 
 __all__ = ["Consumer", "Producer"]
 
@@ -80,6 +81,14 @@ def _finalize(loop_thread: LoopThread, shared: bool,
     finally:
         if shared:
             _loops.release_shared(loop_thread)
+
+
+def _read(loop_thread: LoopThread, read: Callable[[], T]) -> T:
+    """``read()`` on the loop thread, which is what mutates the client's state; directly once
+    that loop is gone (nothing mutates it any more)."""
+    if loop_thread.running and not loop_thread.in_loop_thread():
+        return loop_thread.call(read)
+    return read()
 
 
 def _overran(what: str, timeout: float | None) -> Timeout:
@@ -243,6 +252,10 @@ class Producer(_Facade):
     def trace_enabled(self, topic: str) -> bool | None:
         return self._producer.trace_enabled(topic)
 
+    def stats(self) -> ProducerStats:
+        """``Producer.stats()``, taken on the loop thread."""
+        return _read(self._loop_thread, self._producer.stats)
+
     @property
     def config(self) -> ProducerConfig:
         return self._producer.config
@@ -393,8 +406,12 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
     def is_starved(self) -> bool:
         return bool(self._loop_thread.call(self._consumer.is_starved))
 
-    def stats(self) -> dict[str, Any]:
-        return dict(self._loop_thread.call(self._consumer.stats))
+    def stats(self, lag: bool = False, timeout: float = 5.0) -> ConsumerStats:
+        """``Consumer.stats()``, taken on the loop thread; ``lag=True`` first reads the
+        channel's backlog from the nodes (``Consumer.lag``, within ``timeout``)."""
+        if lag:
+            self._run(self._consumer.lag(timeout), timeout, "lag")
+        return _read(self._loop_thread, self._consumer.stats)
 
     @property
     def async_consumer(self) -> AsyncConsumer:

@@ -29,11 +29,13 @@ from ..errors import InvalidArgument
 from ..message import Message
 from ..pool import Address, parse_address
 from ..protocol import validate as v
+from ..stats import ChannelLag, ConsumerStats
 from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
 from .dispatch import Dispatch, inline_runner, is_async, iterate, worker
 from .flow import Flow
 from .link import Runtime, link_of
+from .observe import lag_nodes, read_lag, snapshot
 from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
 from .targets import static_targets
 
@@ -114,6 +116,7 @@ class Consumer:
         self._fatal: BaseException | None = None
         self._closed_event: asyncio.Event | None = None
         self._deadline = 0.0  # close()'s, in loop time
+        self._lag: ChannelLag | None = None  # the last lag() reading, for stats()
         self._started = False
         self._closing = False
         self._closed = False
@@ -161,6 +164,7 @@ class Consumer:
         return self
 
     def _apply_targets(self, targets: Any) -> None:
+        self._rt.meter.targets(targets)  # leader changes, for stats()
         if self._subs is not None and not self._closing:
             self._subs.apply(targets)
 
@@ -369,8 +373,23 @@ class Consumer:
             raise InvalidArgument("trace", "must be True, False or None", enabled)
         self._rt.trace = enabled
 
-    def stats(self) -> dict[str, Any]:
-        """Counters and the flow-control state, for metrics and tests."""
+    def stats(self) -> ConsumerStats:
+        """A typed snapshot (:class:`smartnsq.stats.ConsumerStats`): totals, gauges, the
+        handler's time and one entry per partition, plus the last :meth:`lag` reading.
+        ``stats()["finished"]`` and the other keys of the old dict still work."""
+        lookup = self._discovery.lookup if self._discovery is not None else self._lookup
+        return snapshot(self._rt, self._subs, lookup, self._legacy_stats(),
+                        self._max_in_flight, self._lag)
+
+    async def lag(self, timeout: float = 5.0) -> ChannelLag:
+        """Read the channel's backlog from the nodes this consumer reads (nsqd ``/stats``):
+        depth, in-flight, deferred, youzan backlogs and queue ends per partition. The reading
+        is kept for :meth:`stats` (``stats().lag``)."""
+        self._lag = await read_lag(self.topic, self.channel, lag_nodes(self._subs), timeout)
+        return self._lag
+
+    def _legacy_stats(self) -> dict[str, Any]:
+        """Counters and the flow-control state as the dict stats() returned before."""
         rt = self._rt
         subs = self._subs.subs.values() if self._subs is not None else ()
         return {

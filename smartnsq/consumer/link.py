@@ -30,6 +30,7 @@ from .. import trace as tracing
 from ..connection import Connection
 from ..message import FINISHED, PENDING, REQUEUED, Message, claimed
 from ..protocol import commands
+from ..stats import ConsumeMeter
 from .config import ConsumerConfig
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class Runtime:
         "loop",
         "loop_thread_id",
         "lost_answers",
+        "meter",
         "order_errors",
         "queue",
         "received",
@@ -118,6 +120,7 @@ class Runtime:
         self.stale = 0
         self.sub_failures = 0
         self.duplicates = 0
+        self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (smartnsq.stats)
 
     def requeue_delay(self, msg: Message) -> float:
         return float(self.config.requeue_policy.delay(msg.attempts))
@@ -144,7 +147,8 @@ class Link:
     """One subscribed connection: the responder of the messages it delivered."""
 
     __slots__ = (
-        "_fin", "_req", "_send", "_send_now", "channel", "conn", "dead", "detail", "in_flight",
+        "_fin", "_req", "_send", "_send_now", "channel", "conn", "counts", "dead", "detail",
+        "in_flight",
         "lane", "lane_busy", "last_attempts", "last_id", "last_offset", "local", "node", "ordered",
         "partition", "rdy", "rdy_cap", "rt", "topic", "youzan",
     )
@@ -170,6 +174,7 @@ class Link:
         self.last_offset = -1
         self.last_attempts = 0
         self.local = conn.local_address
+        self.counts = rt.meter.partition(partition)  # the partition's, over its connections
         self._send = conn.send
         # an ordered FIN cannot be joined by anything (one in flight; the next message waits
         # for it): written in the same turn; a plain FIN waits for the turn's batch
@@ -208,6 +213,7 @@ class Link:
         self.in_flight += 1
         rt.in_flight += 1
         rt.received += 1
+        self.counts.received += 1
         rt.flow.on_message(self, self.conn.last_receive)
         trace = rt.trace
         if trace is not False and (trace or (msg.youzan and msg.id[8:] != _NO_TRACE)) \
@@ -240,6 +246,7 @@ class Link:
                 # ordered channel twice (real-cluster.md) and does not count the copy in
                 # flight (its FIN fails), so it is neither handled nor answered
                 self.rt.duplicates += 1
+                self.counts.duplicates += 1
                 log.debug("%s: %r delivered twice; the copy is dropped", self.node, msg)
                 return True
             self.last_attempts = msg.attempts
@@ -312,6 +319,7 @@ class Link:
             rt.finished += 1
         else:
             rt.requeued += 1
+            self.counts.requeued += 1
         if self.conn.is_closed:
             rt.lost_answers += 1
             log.debug("%s: %s of a message after its connection closed; the server "
@@ -375,6 +383,7 @@ class Link:
         if lost:
             rt.in_flight -= lost
             self.in_flight = 0
+            self.counts.lost += lost
         self.lane.clear()
         self.lane_busy = False
         rt.check_idle()

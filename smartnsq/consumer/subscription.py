@@ -296,6 +296,7 @@ class Subscription:
 
     def _on_error(self, error: ServerError) -> None:
         self.rt.server_errors += 1
+        self.rt.meter.server_error(self.target.partition, error.code)  # (smartnsq.stats)
         if error.refresh_lookup:
             self.owner.refresh()
         level = logging.WARNING if error.fatal else logging.INFO

@@ -27,6 +27,7 @@ from ..errors import ConnectionError_, InvalidArgument, Timeout
 from ..pool import Address, PartitionPool, RouteSource, TopicRoutes
 from ..protocol import commands
 from ..sharding import Router, ShardingKey, make_router
+from ..stats import LookupStats, ProducerStats, PublishMeter
 from .config import ProducerConfig, with_options
 from .encoding import MPUB, encode_batch, encode_one
 from .linger import LINGER_TIMEOUTS, Batch
@@ -77,6 +78,7 @@ class Producer:
         self._checks = Checks(config.max_msg_size, config.max_body_size,
                               isinstance(config.sharding, str))
         self.retry_count = 0  # attempts that failed and were retried (for metrics and tests)
+        self._meter = PublishMeter()  # per (topic, partition), for stats()
         self._timeout = config.timeout
         self._receipts = config.sharded_receipts
         self._trace_default: bool | None = config.trace
@@ -175,6 +177,18 @@ class Producer:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def stats(self) -> ProducerStats:
+        """A typed snapshot (:class:`smartnsq.stats.ProducerStats`): messages published, calls
+        failed and attempts retried by reason, the publish latency, per topic and partition
+        with the leader written to now; connections, leader changes and lookup rounds."""
+        pool = self._pool
+        leaders = {(routes.topic, p): f"{host}:{port}" for routes in pool.known_routes()
+                   for p, (host, port) in routes.leaders.items()}
+        return ProducerStats.build(
+            self._meter, leaders=leaders, connections=len(pool.connections),
+            on_wire=self._on_wire, leader_changes=pool.leader_changes,
+            lookup=LookupStats.of(getattr(self._source, "lookup", None)))
 
     async def routes(self, topic: str, timeout: float | None = None) -> TopicRoutes:
         """The topic's current routes (looked up if unknown): partition_num, leaders, meta.
@@ -288,6 +302,8 @@ class Producer:
                             self._drained.set_result(None)
                     if failed is not None:
                         return await self._send(request, failed)  # type: ignore[return-value]
+                    self._meter.ok(topic, request.target, 1, loop.time() - request.deadline
+                                   + timeout)
                     if request.traced or trace_id is not None or self._trace_default is True \
                             or self._trace_topics:
                         return self._result(request, answer)  # type: ignore[return-value]
@@ -464,6 +480,8 @@ class Producer:
             return
         try:
             if error is None:
+                self._meter.ok(request.topic, request.target, 1,
+                               self._loop.time() - request.deadline + request.timeout)
                 if not request.traced and request.trace_id is None \
                         and self._trace_default is not True and not self._trace_topics:
                     # plain OK, nothing to log: the common case, built here (no call)
@@ -572,6 +590,9 @@ class Producer:
                 else:
                     if request.attempt > 1:  # back after a refusal: wake the others waiting
                         self._pool.writable(request.topic, request.target)
+                    self._meter.ok(request.topic, request.target,
+                                   1 if request.bodies is None else len(request.bodies),
+                                   self._loop.time() - request.deadline + request.timeout)
                     return result
             decision = self._decide(request, failed)
             if decision.next is Next.GIVE_UP:
@@ -585,10 +606,13 @@ class Producer:
     def _decide(self, request: Request, error: BaseException) -> Decision:
         request.error = error
         config = self._config
-        return decide(error, request.stage, request.attempt,
-                      request.deadline - self._loop.time(), pinned=request.pinned,
-                      closing=self._closed, topic=request.topic, timeout=request.timeout,
-                      retry_delay=config.retry_delay, retry_delay_max=config.retry_delay_max)
+        decision = decide(error, request.stage, request.attempt,
+                          request.deadline - self._loop.time(), pinned=request.pinned,
+                          closing=self._closed, topic=request.topic, timeout=request.timeout,
+                          retry_delay=config.retry_delay, retry_delay_max=config.retry_delay_max)
+        count = self._meter.failed if decision.next is Next.GIVE_UP else self._meter.retried
+        count(request.topic, request.target, error)  # (for stats())
+        return decision
 
     async def _wait(self, request: Request, decision: Decision) -> None:
         """Carry out a retry decision: refresh lookup, then wait its back-off."""
@@ -620,8 +644,11 @@ class Producer:
             await self._pool.changed(request.topic, delay, partition)
         if request.deadline - self._loop.time() < least_time(request.timeout):
             assert error is not None  # (too little left for an answer to come back in)
-            raise timed_out(request.topic, request.timeout, error)
+            late = timed_out(request.topic, request.timeout, error)
+            self._meter.failed(request.topic, request.target, late)
+            raise late
         if self._closed:
+            self._meter.failed(request.topic, request.target, ProducerClosed())
             raise ProducerClosed("the producer is closed") from error
 
     async def _attempt(self, request: Request) -> PublishResult | BatchResult:
