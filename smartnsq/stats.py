@@ -76,34 +76,26 @@ def reason_of(error: BaseException | None) -> str:
 # -- latency -------------------------------------------------------------------------------------
 
 class Histogram:
-    """A fixed-bucket latency histogram: count, sum, max and per-bucket counts (no allocation
-    per observation)."""
+    """A fixed-bucket latency histogram: per-bucket counts, sum and max (no allocation per
+    observation; the count is the buckets' sum)."""
 
-    __slots__ = ("bounds", "buckets", "count", "max", "sum")
+    __slots__ = ("bounds", "buckets", "max", "sum")
 
     def __init__(self, bounds: tuple[float, ...] = LATENCY_BOUNDS) -> None:
         self.bounds = bounds
         self.buckets = [0] * (len(bounds) + 1)
-        self.count = 0
         self.sum = 0.0
         self.max = 0.0
 
     def observe(self, seconds: float) -> None:
         self.buckets[bisect_left(self.bounds, seconds)] += 1
-        self.count += 1
         self.sum += seconds
         if seconds > self.max:
             self.max = seconds
 
     def summary(self) -> LatencySummary:
-        return LatencySummary(self.bounds, tuple(self.buckets), self.count, self.sum, self.max)
-
-    def merge_into(self, other: Histogram) -> None:
-        for i, n in enumerate(self.buckets):
-            other.buckets[i] += n
-        other.count += self.count
-        other.sum += self.sum
-        other.max = max(other.max, self.max)
+        buckets = tuple(self.buckets)
+        return LatencySummary(self.bounds, buckets, sum(buckets), self.sum, self.max)
 
 
 @dataclass(frozen=True)
@@ -221,25 +213,33 @@ class PublishCounts:
 class PublishMeter:
     """A producer's counters, per topic and partition (see :class:`ProducerStats`)."""
 
-    __slots__ = ("_counts",)
+    __slots__ = ("_topics",)
 
     def __init__(self) -> None:
-        self._counts: dict[tuple[str, int | None], PublishCounts] = {}
+        self._topics: dict[str, dict[int | None, PublishCounts]] = {}
 
     def _of(self, topic: str, partition: int | None) -> PublishCounts:
-        key = (topic, partition)
-        counts = self._counts.get(key)
+        parts = self._topics.get(topic)
+        if parts is None:
+            parts = self._topics[topic] = {}
+        counts = parts.get(partition)
         if counts is None:
-            counts = self._counts[key] = PublishCounts()
+            counts = parts[partition] = PublishCounts()
         return counts
 
     def ok(self, topic: str, partition: int | None, messages: int, seconds: float) -> None:
-        """A publish call (of ``messages`` messages) acknowledged ``seconds`` after it began."""
-        counts = self._counts.get((topic, partition))
+        """A publish call (of ``messages`` messages) acknowledged ``seconds`` after it began
+        (every publish: no allocation, no call beyond this one)."""
+        parts = self._topics.get(topic)
+        counts = parts.get(partition) if parts is not None else None
         if counts is None:
             counts = self._of(topic, partition)
         counts.published += messages
-        counts.latency.observe(seconds)
+        latency = counts.latency  # (Histogram.observe, inline)
+        latency.buckets[bisect_left(latency.bounds, seconds)] += 1
+        latency.sum += seconds
+        if seconds > latency.max:
+            latency.max = seconds
 
     def failed(self, topic: str, partition: int | None, error: BaseException | None) -> None:
         failed = self._of(topic, partition).failed
@@ -252,7 +252,9 @@ class PublishMeter:
         retried[reason] = retried.get(reason, 0) + 1
 
     def items(self) -> list[tuple[tuple[str, int | None], PublishCounts]]:
-        return list(self._counts.items())  # (one C call: safe against the loop's inserts)
+        # (list(d.items()) is one C call: safe against the loop's inserts from other threads)
+        return [((topic, partition), counts) for topic, parts in list(self._topics.items())
+                for partition, counts in list(parts.items())]
 
 
 @dataclass(frozen=True)
