@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, Final
 
+from .. import otel
 from ..config import ConnectionConfig
 from ..connection import Connection
 from ..errors import InvalidArgument
@@ -72,12 +73,14 @@ class Consumer:
     Options: ``config=`` a :class:`ConsumerConfig` (or a ``ConnectionConfig`` for the
     connections), and/or its fields as keywords (``max_in_flight=10``, ``ordered=True``...),
     and ConnectionConfig fields as keywords (``msg_timeout=30``...); keywords override
-    ``config``. Every option is in the configuration reference.
+    ``config``. Every option is in the configuration reference. ``tracer_provider``:
+    OpenTelemetry spans per handled message (``smartnsq.otel``).
     """
 
     def __init__(self, topic: str, channel: str, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, handler: Handler | None = None, *,
                  lookup: Any = None, config: ConsumerConfig | ConnectionConfig | None = None,
+                 tracer_provider: Any = None,
                  **options: Any) -> None:
         v.check_topic(topic)
         v.check_channel(channel)
@@ -99,6 +102,11 @@ class Consumer:
             raise InvalidArgument("handler", "must be callable", handler)
         self._handler = handler
         self.config = cfg = build_config(config, options)
+        # spans around the handler and give-ups, when asked for (smartnsq.otel)
+        handler, self.config = otel.consumer_tracing(topic, channel, handler, cfg,
+                                                     tracer_provider)
+        cfg = self.config
+        self._handler = handler
         if cfg.ordered and self._nsqd and cfg.partitions is None:
             raise InvalidArgument("partitions", "ordered consumption from nsqd= addresses "
                                   "needs partitions=[...]")

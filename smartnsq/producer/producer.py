@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from .. import otel
 from ..connection import Connection
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ConnectionError_, InvalidArgument, Timeout
@@ -61,13 +62,14 @@ class Producer:
     standalone youzan nodes, without partitions); ``source=`` takes any
     :class:`~smartnsq.pool.RouteSource`. Keyword ``options`` override ``config`` fields
     (``Producer(lookupd=..., timeout=5, sharding="java")``); ``lookup_options`` go to the
-    lookup manager.
+    lookup manager. ``tracer_provider``: OpenTelemetry spans per publish (``smartnsq.otel``).
     """
 
     def __init__(self, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, *,
                  config: ProducerConfig | None = None, source: RouteSource | None = None,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
+                 tracer_provider: Any = None,
                  **options: Any) -> None:
         self._config = config = with_options(config or ProducerConfig(), options)
         self._source = source = route_source(lookupd, nsqd, source, lookup, lookup_options)
@@ -103,6 +105,7 @@ class Producer:
         # lingering batches per (topic, partition, node): a topic of several plain nodes
         # round-robins over their connections, one batch each
         self._lingering: dict[tuple[str, int | None, Address], Batch] = {}
+        otel.producer_tracing(self, tracer_provider)  # spans, when asked for (smartnsq.otel)
 
     # -- lifecycle --------------------------------------------------------------------------
 
