@@ -2,7 +2,7 @@
 
     python bench/youzan.py [--quick] [--items drain,ordered,...] [--rounds R]
                            [--loop asyncio|uvloop] [--count] [--profile ITEM]
-                           [--instructions] [--prefix COMMAND]
+                           [--instructions] [--prefix COMMAND] [--otel]
 
 The server is the dev cluster in youzan mode (3 nsqd, 2 nsqlookupd) **in its own process**,
 and every work item runs in a fresh interpreter of its own, so the CPU time a worker reports
@@ -51,6 +51,9 @@ items with one message in flight (ordered, pub-seq*): two runs each, N and 3N me
 difference gives user-space instructions per message, a figure the machine's load does not
 move.
 ``--loop uvloop`` runs the workers on uvloop (the ``fast`` extra), with ``python -O``.
+``--otel`` traces every client of the workers (``smartnsq.otel.instrument`` with the
+OpenTelemetry SDK's ``TracerProvider``: every message sampled, spans recorded and dropped, no
+exporter), which is what the instrumentation costs (the ``otel`` extra).
 
 The reference figures are issue 16's: youzan's Go client (youzan/go-nsq v1.7.2-HA) and
 smartnsq on a real youzan cluster (0.3.7-HA.1.13.0, 2 lookupds, 3 nsqd, 4 partitions x 2
@@ -365,6 +368,12 @@ def worker(argv: list[str]) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     from smartnsq import Consumer, Producer  # noqa: F401  - what a user's process imports
 
+    if "otel" in flags:  # every client traced, every message sampled; spans recorded, dropped
+        from opentelemetry.sdk.trace import TracerProvider
+
+        import smartnsq.otel
+
+        smartnsq.otel.instrument(TracerProvider())
     after_import = rss_kib()
     if item.startswith("preload-"):
         asyncio.run(preload(lookupd, topic, item.removeprefix("preload-"), count))
@@ -548,6 +557,10 @@ def main() -> int:
                         help="user-space instructions per message of the one-in-flight items "
                              "(ordered, pub-seq*), by callgrind: two runs each, N and 3N "
                              "(a few minutes)")
+    parser.add_argument("--otel", action="store_true",
+                        help="trace every client with OpenTelemetry (smartnsq.otel.instrument "
+                             "with the SDK's TracerProvider: every message sampled, no "
+                             "exporter): the instrumentation's cost (the otel extra)")
     parser.add_argument("--prefix", default="", metavar="COMMAND",
                         help="run the timed workers under COMMAND, e.g. 'valgrind "
                              "--tool=callgrind --callgrind-out-file=/tmp/cg.%%p' (instruction "
@@ -559,7 +572,8 @@ def main() -> int:
             parser.error(f"unknown item {i!r}")
     if args.count and args.loop != "asyncio":
         parser.error("--count needs the asyncio loop")
-    flags = ",".join(f for f, on in (("count", args.count), ("profile", False)) if on) or "-"
+    flags = ",".join(f for f, on in (("count", args.count), ("profile", False),
+                                     ("otel", args.otel)) if on) or "-"
 
     print(f"youzan hot paths: dev cluster (youzan, 3 nsqd, 2 nsqlookupd) in its own process, "
           f"a fresh {PARTITIONS}-partition x {REPLICAS}-replica topic per item, {BODY}-byte "
