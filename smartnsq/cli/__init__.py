@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from .. import __version__, event_loop
-from . import demo, devcluster, lookup, pub, stats, tail
+from . import demo, devcluster, lookup, pub, stats, tail, top
 from .util import CLIError, one_line
 
 __all__ = ["build_parser", "main"]
@@ -41,7 +41,7 @@ _DEFAULT_LOOKUPD_ENV = "SMARTNSQ_LOOKUPD"
 
 COMMANDS: tuple[Callable[[Callable[..., argparse.ArgumentParser]], None], ...] = (
     demo.register, devcluster.register, lookup.register, pub.register, tail.register,
-    stats.register)
+    stats.register, top.register)
 """Each command module's ``register(command)``: it adds its sub-parser and sets its handler
 (a function; the module imports the library only when the handler runs)."""
 
