@@ -199,15 +199,29 @@ class _PublishTracing:
                 span.set_attribute("server.port", int(port))
         span.end()
 
+    async def _load_routes(self, topic: str, kwargs: dict[str, Any]) -> None:
+        """Look the topic up (is it ext?) within the call's timeout, and leave the call what
+        is left of it: the publish does not outlive its timeout for the lookup."""
+        if self.producer.pool.routes(topic) is not None:
+            return
+        given = kwargs.get("timeout")
+        if given is not None and (not isinstance(given, int | float)
+                                  or isinstance(given, bool) or not 0 < given < float("inf")):
+            return  # a bad timeout: the publish refuses it, as it is
+        timeout = self.producer.config.timeout if given is None else float(given)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with contextlib.suppress(Exception):  # the publish itself will say why
+            await self.producer.routes(topic, timeout)
+        kwargs["timeout"] = max(timeout - (loop.time() - started), 0.001)
+
     async def publish(self, topic: str, body: bytes, **kwargs: Any) -> Any:
         if _inside.get():
             return await self._publish(topic, body, **kwargs)
         span = self._start(topic, kwargs, None, len(body) if isinstance(body, bytes) else None)
         token = _inside.set(True)
         try:
-            if self.producer.pool.routes(topic) is None:
-                with contextlib.suppress(Exception):  # the publish itself will say why
-                    await self.producer.routes(topic, kwargs.get("timeout"))
+            await self._load_routes(topic, kwargs)
             carrier = self._carrier(span, topic)
             if carrier is not None:
                 kwargs["headers"] = {**carrier, **(kwargs.get("headers") or {})}
@@ -261,9 +275,7 @@ class _PublishTracing:
         span = self._start(topic, kwargs, len(bodies), None)
         token = _inside.set(True)
         try:
-            if self.producer.pool.routes(topic) is None:
-                with contextlib.suppress(Exception):
-                    await self.producer.routes(topic, kwargs.get("timeout"))
+            await self._load_routes(topic, kwargs)
             carrier = self._carrier(span, topic)
             if carrier is not None:
                 kwargs["headers"] = _merge_batch(kwargs.get("headers"), carrier, len(bodies))
