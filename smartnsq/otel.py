@@ -43,6 +43,7 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from . import __version__
@@ -68,6 +69,29 @@ _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("smartnsq_otel_in
                                                                default=False)
 
 
+_API: Any = None
+
+
+def _api() -> Any:
+    """opentelemetry's names, imported on first use (never by an untraced client)."""
+    global _API
+    if _API is None:
+        from opentelemetry import propagate, trace
+        from opentelemetry.trace import (
+            Link,
+            SpanContext,
+            SpanKind,
+            Status,
+            StatusCode,
+            TraceFlags,
+        )
+
+        _API = SimpleNamespace(propagate=propagate, trace=trace, Link=Link,
+                               SpanContext=SpanContext, SpanKind=SpanKind, Status=Status,
+                               StatusCode=StatusCode, TraceFlags=TraceFlags)
+    return _API
+
+
 def instrument(tracer_provider: Any = None) -> None:
     """Trace every Producer and Consumer created from now on (``tracer_provider``: default
     the global one, as OpenTelemetry's ``trace.get_tracer_provider()`` gives it)."""
@@ -89,37 +113,31 @@ def enabled() -> bool:
 
 
 def _tracer(tracer_provider: Any) -> Any:
-    from opentelemetry import trace
-
     provider = tracer_provider if tracer_provider is not None else _global["provider"]
     if provider is None:
-        provider = trace.get_tracer_provider()
+        provider = _api().trace.get_tracer_provider()
     return provider.get_tracer("smartnsq", __version__)
 
 
 def youzan_link_context(trace_id: int) -> Any:
     """The remote span context both sides link to for a youzan ``trace_id`` (nonzero): trace
     id and span id are the 64-bit trace id itself, sampled."""
-    from opentelemetry.trace import SpanContext, TraceFlags
-
-    return SpanContext(trace_id=trace_id, span_id=trace_id, is_remote=True,
-                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    api = _api()
+    return api.SpanContext(trace_id=trace_id, span_id=trace_id, is_remote=True,
+                           trace_flags=api.TraceFlags(api.TraceFlags.SAMPLED))
 
 
 def _links(trace_id: int | None) -> list[Any] | None:
     if not trace_id:
         return None
-    from opentelemetry.trace import Link
-
-    return [Link(youzan_link_context(trace_id), {"messaging.nsq.trace_id": trace_id})]
+    return [_api().Link(youzan_link_context(trace_id), {"messaging.nsq.trace_id": trace_id})]
 
 
 def _fail(span: Any, error: BaseException) -> None:
-    from opentelemetry.trace import Status, StatusCode
-
+    api = _api()
     span.record_exception(error)
     span.set_attribute("error.type", reason_of(error))
-    span.set_status(Status(StatusCode.ERROR, str(error)))
+    span.set_status(api.Status(api.StatusCode.ERROR, str(error)))
 
 
 # -- producer ----------------------------------------------------------------------------------
@@ -149,39 +167,43 @@ class _PublishTracing:
 
     def _start(self, topic: str, kwargs: Mapping[str, Any], count: int | None,
                body_size: int | None) -> Any:
-        from opentelemetry.trace import SpanKind
-
-        attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM, "messaging.operation.type": "send",
-            "messaging.operation.name": "publish", "messaging.destination.name": topic}
+        trace_id = kwargs.get("trace_id")
+        if not isinstance(trace_id, int) or isinstance(trace_id, bool):
+            trace_id = None
+        span = self.tracer.start_span(
+            f"publish {topic}", kind=_api().SpanKind.PRODUCER,
+            attributes={"messaging.system": SYSTEM, "messaging.operation.type": "send",
+                        "messaging.destination.name": topic},
+            links=_links(trace_id))
+        if not span.is_recording():
+            return span  # not sampled: nothing more to gather
+        span.set_attribute("messaging.operation.name", "publish")
         partition = kwargs.get("partition")
         if partition is not None:
-            attributes["messaging.destination.partition.id"] = str(partition)
+            span.set_attribute("messaging.destination.partition.id", str(partition))
         if count is not None:
-            attributes["messaging.batch.message_count"] = count
+            span.set_attribute("messaging.batch.message_count", count)
         if body_size is not None:
-            attributes["messaging.message.body.size"] = body_size
-        trace_id = kwargs.get("trace_id")
-        if isinstance(trace_id, int) and trace_id:
-            attributes["messaging.nsq.trace_id"] = trace_id
-        return self.tracer.start_span(f"publish {topic}", kind=SpanKind.PRODUCER,
-                                      attributes=attributes,
-                                      links=_links(trace_id if isinstance(trace_id, int)
-                                                   else None))
+            span.set_attribute("messaging.message.body.size", body_size)
+        if trace_id:
+            span.set_attribute("messaging.nsq.trace_id", trace_id)
+        return span
 
     def _carrier(self, span: Any, topic: str) -> dict[str, str] | None:
         """The trace context to send in the ext headers (ext topics, routes known)."""
         routes = self.producer.pool.routes(topic)
         if routes is None or not routes.ext:
             return None
-        from opentelemetry import propagate, trace
-
+        api = _api()
         carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        api.propagate.inject(carrier, context=api.trace.set_span_in_context(span))
         return carrier or None
 
     @staticmethod
     def _ended(span: Any, result: Any) -> None:
+        if not span.is_recording():
+            span.end()
+            return
         for name, attribute in (("partition", "messaging.destination.partition.id"),
                                 ("internal_id", "messaging.message.id"),
                                 ("queue_offset", "messaging.nsq.queue_offset"),
@@ -316,14 +338,26 @@ def consumer_tracing(topic: str, channel: str, handler: Any, config: Any,
 
 
 def _start_process(tracer: Any, message: Any, channel: str) -> Any:
-    from opentelemetry import propagate
-    from opentelemetry.trace import SpanKind
-
+    api = _api()
     topic = message.topic
+    trace_id = message.trace_id if message.youzan else None
+    parent = None
+    links = None
+    headers = message.headers if message.ext else None
+    if headers and "traceparent" in headers:
+        parent = api.propagate.extract(headers)
+    elif trace_id:
+        links = _links(trace_id)
+    span = tracer.start_span(
+        f"process {topic}", context=parent, kind=api.SpanKind.CONSUMER,
+        attributes={"messaging.system": SYSTEM, "messaging.operation.type": "process",
+                    "messaging.destination.name": topic,
+                    "messaging.consumer.group.name": channel},
+        links=links)
+    if not span.is_recording():
+        return span  # not sampled: nothing more to gather
     attributes: dict[str, Any] = {
-        "messaging.system": SYSTEM, "messaging.operation.type": "process",
-        "messaging.operation.name": "process", "messaging.destination.name": topic,
-        "messaging.consumer.group.name": channel,
+        "messaging.operation.name": "process",
         "messaging.destination.subscription.name": channel,
         "messaging.message.body.size": len(message.body),
         "messaging.nsq.attempts": message.attempts}
@@ -335,23 +369,14 @@ def _start_process(tracer: Any, message: Any, channel: str) -> Any:
             attributes["messaging.nsq.queue_offset"] = message.queue_offset
     else:
         attributes["messaging.message.id"] = message.id.decode("ascii", "replace")
-    trace_id = message.trace_id if message.youzan else None
     if trace_id:
         attributes["messaging.nsq.trace_id"] = trace_id
-    node = message.node
-    host, _, port = node.rpartition(":")
+    host, _, port = message.node.rpartition(":")
     attributes["server.address"] = host
     if port.isdigit():
         attributes["server.port"] = int(port)
-    parent = None
-    links = None
-    headers = message.headers if message.ext else None
-    if headers and "traceparent" in headers:
-        parent = propagate.extract(headers)
-    elif trace_id:
-        links = _links(trace_id)
-    return tracer.start_span(f"process {topic}", context=parent, kind=SpanKind.CONSUMER,
-                             attributes=attributes, links=links)
+    span.set_attributes(attributes)
+    return span
 
 
 def _outcome(message: Any, raised: bool) -> str:
@@ -363,7 +388,7 @@ def _outcome(message: Any, raised: bool) -> str:
 
 
 def _traced_handler(handler: Callable[[Any], Any], tracer: Any, channel: str) -> Any:
-    from opentelemetry import trace
+    trace = _api().trace
 
     if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)):  # noqa: B004
@@ -406,7 +431,7 @@ def _traced_give_up(hook: Any, tracer: Any, channel: str, max_attempts: int) -> 
     """The ``on_give_up`` hook in a process span (outcome ``give_up``). Without a hook of the
     user's it logs what the consumer's default would, and leaves the answer to the consumer
     (FIN; on ordered subscriptions the message is handled again, never skipped)."""
-    from opentelemetry import trace
+    trace = _api().trace
 
     async def give_up(message: Any) -> None:
         span = _start_process(tracer, message, channel)
@@ -435,7 +460,7 @@ def _traced_give_up(hook: Any, tracer: Any, channel: str, max_attempts: int) -> 
 def process_span(message: Any, tracer_provider: Any = None) -> Iterator[Any]:
     """A process span around your own handling of ``message`` (``async for`` consumers):
     current inside the block, outcome read from the message when the block ends."""
-    from opentelemetry import trace
+    trace = _api().trace
 
     span = _start_process(_tracer(tracer_provider), message, message.channel)
     try:
