@@ -614,7 +614,7 @@ class Producer:
                           closing=self._closed, topic=request.topic, timeout=request.timeout,
                           retry_delay=config.retry_delay, retry_delay_max=config.retry_delay_max)
         count = self._meter.failed if decision.next is Next.GIVE_UP else self._meter.retried
-        count(request.topic, request.target, error)  # (for stats())
+        count(request.topic, getattr(request, "target", None), error)  # (for stats())
         return decision
 
     async def _wait(self, request: Request, decision: Decision) -> None:
@@ -648,10 +648,11 @@ class Producer:
         if request.deadline - self._loop.time() < least_time(request.timeout):
             assert error is not None  # (too little left for an answer to come back in)
             late = timed_out(request.topic, request.timeout, error)
-            self._meter.failed(request.topic, request.target, late)
+            self._meter.failed(request.topic, getattr(request, "target", None), late)
             raise late
         if self._closed:
-            self._meter.failed(request.topic, request.target, ProducerClosed())
+            self._meter.failed(request.topic, getattr(request, "target", None),
+                               ProducerClosed())
             raise ProducerClosed("the producer is closed") from error
 
     async def _attempt(self, request: Request) -> PublishResult | BatchResult:
