@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -81,6 +82,7 @@ class Producer:
                               isinstance(config.sharding, str))
         self.retry_count = 0  # attempts that failed and were retried (for metrics and tests)
         self._meter = PublishMeter()  # per (topic, partition), for stats()
+        self._now = time.monotonic  # the loop's clock, cheaply (start() sets it)
         self._timeout = config.timeout
         self._receipts = config.sharded_receipts
         self._trace_default: bool | None = config.trace
@@ -126,6 +128,9 @@ class Producer:
         task = self._starting
         if task is None:
             self._loop = asyncio.get_running_loop()
+            # asyncio's own loops read time.monotonic() in a Python method: call it directly
+            self._now = time.monotonic if type(self._loop).time is asyncio.BaseEventLoop.time \
+                else self._loop.time
             task = self._starting = self._loop.create_task(self._pool.start())
             task.add_done_callback(self._start_done)
         return task
@@ -305,7 +310,7 @@ class Producer:
                             self._drained.set_result(None)
                     if failed is not None:
                         return await self._send(request, failed)  # type: ignore[return-value]
-                    self._meter.ok(topic, request.target, 1, loop.time() - request.deadline
+                    self._meter.ok(topic, request.target, 1, self._now() - request.deadline
                                    + timeout)
                     if request.traced or trace_id is not None or self._trace_default is True \
                             or self._trace_topics:
@@ -484,7 +489,7 @@ class Producer:
         try:
             if error is None:
                 self._meter.ok(request.topic, request.target, 1,
-                               self._loop.time() - request.deadline + request.timeout)
+                               self._now() - request.deadline + request.timeout)
                 if not request.traced and request.trace_id is None \
                         and self._trace_default is not True and not self._trace_topics:
                     # plain OK, nothing to log: the common case, built here (no call)
@@ -595,7 +600,7 @@ class Producer:
                         self._pool.writable(request.topic, request.target)
                     self._meter.ok(request.topic, request.target,
                                    1 if request.bodies is None else len(request.bodies),
-                                   self._loop.time() - request.deadline + request.timeout)
+                                   self._now() - request.deadline + request.timeout)
                     return result
             decision = self._decide(request, failed)
             if decision.next is Next.GIVE_UP:
