@@ -492,7 +492,7 @@ INSTRUCTION_ITEMS = {"ordered": 400, "pub-seq": 300, "pub-seq-plain": 300,
                      "pub-seq-traced": 300}
 
 
-def instructions(run: Runner, items: list[str], notes: list[str]) -> None:
+def instructions(run: Runner, items: list[str], notes: list[str], flags: str = "-") -> None:
     """User-space instructions per message: two callgrind runs, N and 3N, by difference."""
     import tempfile
 
@@ -509,7 +509,7 @@ def instructions(run: Runner, items: list[str], notes: list[str]) -> None:
             totals = []
             for n in (n1, 3 * n1):
                 out = os.path.join(tmp, f"{item}-{n}.out")
-                result = run.item(item, n, "-", ["valgrind", "--tool=callgrind",
+                result = run.item(item, n, flags, ["valgrind", "--tool=callgrind",
                                                   f"--callgrind-out-file={out}"])
                 if "error" in result:
                     notes.append(f"{item} (N={n}): {result['error']}")
@@ -586,7 +586,7 @@ def main() -> int:
     with dev_cluster("youzan", nodes=3, lookupds=2) as cluster:
         run = Runner(cluster, args.loop, notes, run_worker)
         if args.instructions:
-            instructions(run, items, notes)
+            instructions(run, items, notes, flags)
             server = cluster.describe()
             print(f"\ncommand: {command_line()}")
             print(environment(f"server: {server}\n  event loop  {args.loop}"))
