@@ -47,7 +47,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from . import __version__
-from .stats import reason_of
+from .counters import reason_of
 
 __all__ = [
     "consumer_tracing",

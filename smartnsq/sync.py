@@ -42,7 +42,7 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import loop_thread as _loops
 from .consumer import Consumer as AsyncConsumer
@@ -54,7 +54,9 @@ from .pool import TopicRoutes
 from .producer import BatchResult, ProducerConfig, PublishResult
 from .producer import Producer as AsyncProducer
 from .sharding import ShardingKey
-from .stats import ConsumerStats, ProducerStats
+
+if TYPE_CHECKING:
+    from .stats import ConsumerStats, ProducerStats
 
 __all__ = ["Consumer", "Producer"]
 

@@ -37,6 +37,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.backoff": 1,
     "smartnsq.rdy": 1,
     "smartnsq.stats": 1,
+    "smartnsq.counters": 1,
     # 2: the asyncio shell: one connection; the loop thread the blocking facades run on
     "smartnsq.connection": 2,
     "smartnsq.event_loop": 2,

@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import otel
 from ..config import ConnectionConfig
@@ -30,15 +30,16 @@ from ..errors import InvalidArgument
 from ..message import Message
 from ..pool import Address, parse_address
 from ..protocol import validate as v
-from ..stats import ChannelLag, ConsumerStats
 from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
 from .dispatch import Dispatch, inline_runner, is_async, iterate, worker
 from .flow import Flow
 from .link import Runtime, link_of
-from .observe import lag_nodes, read_lag, snapshot
 from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
 from .targets import static_targets
+
+if TYPE_CHECKING:
+    from ..stats import ChannelLag, ConsumerStats
 
 __all__ = ["Consumer"]
 
@@ -385,6 +386,8 @@ class Consumer:
         """A typed snapshot (:class:`smartnsq.stats.ConsumerStats`): totals, gauges, the
         handler's time and one entry per partition, plus the last :meth:`lag` reading.
         ``stats()["finished"]`` and the other keys of the old dict still work."""
+        from .observe import snapshot  # (the snapshot types load when one is taken)
+
         lookup = self._discovery.lookup if self._discovery is not None else self._lookup
         return snapshot(self._rt, self._subs, lookup, self._legacy_stats(),
                         self._max_in_flight, self._lag)
@@ -393,6 +396,8 @@ class Consumer:
         """Read the channel's backlog from the nodes this consumer reads (nsqd ``/stats``):
         depth, in-flight, deferred, youzan backlogs and queue ends per partition. The reading
         is kept for :meth:`stats` (``stats().lag``)."""
+        from .observe import lag_nodes, read_lag
+
         self._lag = await read_lag(self.topic, self.channel, lag_nodes(self._subs), timeout)
         return self._lag
 

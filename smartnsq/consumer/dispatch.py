@@ -23,8 +23,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from ..counters import HANDLER_SAMPLE
 from ..message import FINISHED, PENDING, REQUEUED, Message
-from ..stats import HANDLER_SAMPLE
 from .config import Handler
 from .link import Link, Runtime, link_of
 
@@ -32,7 +32,7 @@ __all__ = ["Dispatch", "inline_runner", "is_async", "iterate", "worker"]
 
 log = logging.getLogger("smartnsq.consumer")
 
-_UNTIMED = HANDLER_SAMPLE - 1  # the handler's time is sampled (smartnsq.stats)
+_UNTIMED = HANDLER_SAMPLE - 1  # the handler's time is sampled (smartnsq.counters)
 
 
 class Dispatch:

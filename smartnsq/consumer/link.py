@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Final
 
 from .. import trace as tracing
 from ..connection import Connection
+from ..counters import ConsumeMeter
 from ..message import FINISHED, PENDING, REQUEUED, Message, claimed
 from ..protocol import commands
-from ..stats import ConsumeMeter
 from .config import ConsumerConfig
 
 if TYPE_CHECKING:

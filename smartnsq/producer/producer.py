@@ -20,16 +20,16 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import otel
 from ..connection import Connection
+from ..counters import PublishMeter
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ConnectionError_, InvalidArgument, Timeout
 from ..pool import Address, PartitionPool, RouteSource, TopicRoutes
 from ..protocol import commands
 from ..sharding import Router, ShardingKey, make_router
-from ..stats import LookupStats, ProducerStats, PublishMeter
 from .config import ProducerConfig, with_options
 from .encoding import MPUB, encode_batch, encode_one
 from .linger import LINGER_TIMEOUTS, Batch
@@ -49,6 +49,9 @@ from .retry import (
 )
 from .routing import check_features, choose_side, choose_target, route_source
 from .validation import Checks, timeout_seconds
+
+if TYPE_CHECKING:
+    from ..stats import ProducerStats
 
 __all__ = ["Producer"]
 
@@ -190,6 +193,8 @@ class Producer:
         """A typed snapshot (:class:`smartnsq.stats.ProducerStats`): messages published, calls
         failed and attempts retried by reason, the publish latency, per topic and partition
         with the leader written to now; connections, leader changes and lookup rounds."""
+        from ..stats import LookupStats, ProducerStats  # (loaded when a snapshot is taken)
+
         pool = self._pool
         leaders = {(routes.topic, p): f"{host}:{port}" for routes in pool.known_routes()
                    for p, (host, port) in routes.leaders.items()}
