@@ -2,7 +2,7 @@
 
     python bench/youzan.py [--quick] [--items drain,ordered,...] [--rounds R]
                            [--loop asyncio|uvloop] [--count] [--profile ITEM]
-                           [--instructions] [--prefix COMMAND]
+                           [--instructions] [--prefix COMMAND] [--otel]
                            [--server devcluster|real] [--real DIR] [--handlers N]
 
 The server is the dev cluster in youzan mode (3 nsqd, 2 nsqlookupd) **in its own process**,
@@ -57,6 +57,9 @@ every item on the real youzan cluster started here (etcd, 2 nsqlookupd, 3 nsqd) 
 ordered, pub-seq(-plain), pub-conc64 and pub-nowait, youzan's Go client ``yzgo`` beside
 smartnsq on a topic of its own, interleaved, with the nsqd processes' CPU per message and
 issue 24's goals.
+``--otel`` traces every client of the workers (``smartnsq.otel.instrument`` with the
+OpenTelemetry SDK's ``TracerProvider``: every message sampled, spans recorded and dropped, no
+exporter), which is what the instrumentation costs (the ``otel`` extra).
 
 The reference figures are issue 16's: youzan's Go client (youzan/go-nsq v1.7.2-HA) and
 smartnsq on a real youzan cluster (0.3.7-HA.1.13.0, 2 lookupds, 3 nsqd, 4 partitions x 2
@@ -393,6 +396,12 @@ def worker(argv: list[str]) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     from smartnsq import Consumer, Producer  # noqa: F401  - what a user's process imports
 
+    if "otel" in flags:  # every client traced, every message sampled; spans recorded, dropped
+        from opentelemetry.sdk.trace import TracerProvider
+
+        import smartnsq.otel
+
+        smartnsq.otel.instrument(TracerProvider())
     after_import = rss_kib()
     if item.startswith("preload-"):
         asyncio.run(preload(lookupd, topic, item.removeprefix("preload-"), count))
@@ -582,7 +591,7 @@ INSTRUCTION_ITEMS = {"ordered": 400, "pub-seq": 300, "pub-seq-plain": 300,
                      "pub-seq-traced": 300}
 
 
-def instructions(run: Runner, items: list[str], notes: list[str]) -> None:
+def instructions(run: Runner, items: list[str], notes: list[str], flags: str = "-") -> None:
     """User-space instructions per message: two callgrind runs, N and 3N, by difference."""
     import tempfile
 
@@ -599,7 +608,7 @@ def instructions(run: Runner, items: list[str], notes: list[str]) -> None:
             totals = []
             for n in (n1, 3 * n1):
                 out = os.path.join(tmp, f"{item}-{n}.out")
-                result = run.item(item, n, "-", ["valgrind", "--tool=callgrind",
+                result = run.item(item, n, flags, ["valgrind", "--tool=callgrind",
                                                   f"--callgrind-out-file={out}"])
                 if "error" in result:
                     notes.append(f"{item} (N={n}): {result['error']}")
@@ -720,6 +729,10 @@ def main() -> int:
                         help="user-space instructions per message of the one-in-flight items "
                              "(ordered, pub-seq*), by callgrind: two runs each, N and 3N "
                              "(a few minutes)")
+    parser.add_argument("--otel", action="store_true",
+                        help="trace every client with OpenTelemetry (smartnsq.otel.instrument "
+                             "with the SDK's TracerProvider: every message sampled, no "
+                             "exporter): the instrumentation's cost (the otel extra)")
     parser.add_argument("--prefix", default="", metavar="COMMAND",
                         help="run the timed workers under COMMAND, e.g. 'valgrind "
                              "--tool=callgrind --callgrind-out-file=/tmp/cg.%%p' (instruction "
@@ -742,7 +755,8 @@ def main() -> int:
             parser.error(f"unknown item {i!r}")
     if args.count and args.loop != "asyncio":
         parser.error("--count needs the asyncio loop")
-    flags = ",".join(f for f, on in (("count", args.count), ("profile", False)) if on) or "-"
+    flags = ",".join(f for f, on in (("count", args.count), ("profile", False),
+                                     ("otel", args.otel)) if on) or "-"
 
     go = None
     if real:
@@ -770,7 +784,7 @@ def main() -> int:
     with server_cm as cluster:
         run = Runner(cluster, args.loop, notes, run_worker)
         if args.instructions:
-            instructions(run, items, notes)
+            instructions(run, items, notes, flags)
             server = cluster.describe()
             print(f"\ncommand: {command_line()}")
             print(environment(f"server: {server}\n  event loop  {args.loop}"))

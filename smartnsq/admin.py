@@ -57,11 +57,13 @@ from .protocol.admin import (
 from .protocol.commands import StartPosition
 from .protocol.http import AnswerTooLarge, HttpError
 from .protocol.lookup import merge_views
+from .stats import ChannelLag, PartitionLag
 
 __all__ = [
     "Admin",
     "AdminError",
     "AsyncAdmin",
+    "ChannelLag",
     "CreationProgress",
     "NodeInfo",
     "NodeStats",
@@ -289,6 +291,42 @@ class AsyncAdmin:
                 raise answer
             out[address] = answer
         return out
+
+    async def channel_lag(self, topic: str, channel: str, *,
+                          nodes: Sequence[tuple[int | None, str]] | None = None
+                          ) -> ChannelLag:
+        """A channel's backlog per partition: depth, in-flight, deferred, youzan's backlogs and
+        the topic's queue ends, each from the ``/stats`` of the node that serves it.
+
+        ``nodes``: ``(partition, nsqd HTTP address)`` pairs to ask (``None`` partition: the
+        node's entry for the topic, classic); by default each partition's leader from a read
+        lookup (youzan), or every node that has the topic (classic). Every node is asked once,
+        all at once; a node that fails gives its partitions an ``error`` instead of failing
+        the whole reading."""
+        validate.check_topic(topic)
+        validate.check_channel(channel)
+        if nodes is None:
+            view = await self.lookup(topic, "r")
+            if view.youzan and view.partitions:
+                nodes = [(pid, part.leader.http_address)
+                         for pid, part in sorted(view.partitions.items())
+                         if part.leader is not None]
+            else:
+                nodes = [(None, node.http_address) for node in view.producers]
+        wanted: dict[str, list[int | None]] = {}
+        for partition, address in nodes:
+            wanted.setdefault(_addresses([address], "nodes")[0], []).append(partition)
+        addresses = list(wanted)
+        answers = await asyncio.gather(*(self.stats(a, topic, channel) for a in addresses),
+                                       return_exceptions=True)
+        parts: list[PartitionLag] = []
+        for address, answer in zip(addresses, answers, strict=True):
+            if isinstance(answer, BaseException) and not isinstance(answer, NSQError):
+                raise answer
+            for partition in wanted[address]:
+                parts.append(_lag_of(answer, topic, channel, partition, address))
+        parts.sort(key=lambda p: (-1 if p.partition is None else p.partition, p.node))
+        return ChannelLag(topic, channel, time.time(), tuple(parts))
 
     # -- channels -------------------------------------------------------------------------------
 
@@ -599,6 +637,11 @@ class Admin:
         return self._run(self._async.cluster_stats(topic, channel, nsqd=nsqd),
                          self._async.timeout * (1 + len(self._async.lookupd)))
 
+    def channel_lag(self, topic: str, channel: str, *,
+                    nodes: Sequence[tuple[int | None, str]] | None = None) -> ChannelLag:
+        return self._run(self._async.channel_lag(topic, channel, nodes=nodes),
+                         self._async.timeout * 2)
+
     def _per_partition(self) -> float:
         return self._async.timeout * (2 + 256)  # a lookup, then one request per partition
 
@@ -631,6 +674,29 @@ class Admin:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<smartnsq.admin.Admin {', '.join(self._async.lookupd) or '-'} {state}>"
+
+
+def _lag_of(answer: NodeStats | NSQError, topic: str, channel: str, partition: int | None,
+            address: str) -> PartitionLag:
+    """One partition's :class:`PartitionLag` from its node's ``/stats`` (or its error)."""
+    if isinstance(answer, NSQError):
+        return PartitionLag(partition, address, error=str(answer))
+    entry = answer.topic(topic, partition)
+    if entry is None:
+        return PartitionLag(partition, address, error="the node does not have the topic")
+    chan = entry.channel(channel)
+    if chan is None:
+        return PartitionLag(partition, address, topic_depth=entry.depth,
+                            message_count=entry.message_count,
+                            backend_start=entry.backend_start,
+                            backend_depth=entry.backend_depth,
+                            error="the node does not have the channel")
+    return PartitionLag(entry.partition if partition is None else partition, address,
+                        depth=chan.depth, in_flight=chan.in_flight, deferred=chan.deferred,
+                        requeued=chan.requeued, timed_out=chan.timed_out,
+                        clients=chan.clients, backlogs=chan.backlogs,
+                        topic_depth=entry.depth, message_count=entry.message_count,
+                        backend_start=entry.backend_start, backend_depth=entry.backend_depth)
 
 
 def _close_admin(thread: LoopThread, shared: bool, client: AsyncAdmin) -> None:

@@ -414,7 +414,7 @@ class LookupManager:
         self.counters: Counter[str] = Counter()
         """``rounds`` (lookup rounds), ``requests`` (HTTP requests), ``refresh_calls``,
         ``refresh_coalesced`` (refresh calls folded into an already pending round),
-        ``refresh_rounds``, ``polls``, ``discoveries``, ``changes``."""
+        ``refresh_rounds``, ``polls``, ``discoveries``, ``changes``, ``failed_rounds``."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -668,6 +668,9 @@ class LookupManager:
             view = await self._round(topic, access)
         except TopicNotFound:
             self._store(key, None)
+            raise
+        except LookupFailed:
+            self.counters["failed_rounds"] += 1  # no lookupd answered (for stats())
             raise
         self._store(key, view)
         return view

@@ -275,6 +275,7 @@ class PartitionPool:
         self._lost: dict[tuple[str, int], Address] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
+        self.leader_changes = 0  # partitions seen moving to another leader (for stats())
         source.subscribe(self._on_routes)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -320,6 +321,10 @@ class PartitionPool:
         return self._closed
 
     # -- routes -------------------------------------------------------------------------------
+
+    def known_routes(self) -> list[TopicRoutes]:
+        """The routes of every topic known now."""
+        return list(self._routes.values())
 
     def routes(self, topic: str) -> TopicRoutes | None:
         """The routes known now (``None`` before the first lookup of ``topic``)."""
@@ -431,6 +436,10 @@ class PartitionPool:
         self._routes[routes.topic] = routes
         if routes.same_routes(old):
             return
+        if old is not None:
+            before = old.leaders
+            self.leader_changes += sum(1 for p, a in routes.leaders.items()
+                                       if before.get(p, a) != a)
         if old is not None:
             log.info("routes of %r changed: %s", routes.topic, _describe(routes))
         else:

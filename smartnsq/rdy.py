@@ -201,6 +201,14 @@ class RdyController:
         c = self._conns.get(conn)
         return c.in_flight if c is not None else 0
 
+    def backoff_state(self, conn: ConnKey, now: float) -> str | None:
+        """The back-off state of a connection that backs off on its own (an ordered
+        partition) at ``now``; ``None`` for one that follows the consumer's."""
+        c = self._conns.get(conn)
+        if c is None or c.backoff is None:
+            return None
+        return str(c.backoff.state_at(now))
+
     def share(self, conn: ConnKey) -> int:
         """The allotment of ``conn`` in the current distribution (its RDY in steady flow)."""
         c = self._conns.get(conn)

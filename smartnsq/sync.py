@@ -42,7 +42,7 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import loop_thread as _loops
 from .consumer import Consumer as AsyncConsumer
@@ -55,6 +55,9 @@ from .producer import BatchResult, ProducerConfig, PublishResult
 from .producer import Producer as AsyncProducer
 from .producer.validation import batch_items
 from .sharding import ShardingKey
+
+if TYPE_CHECKING:
+    from .stats import ConsumerStats, ProducerStats
 
 __all__ = ["Consumer", "Producer"]
 
@@ -81,6 +84,14 @@ def _finalize(loop_thread: LoopThread, shared: bool,
     finally:
         if shared:
             _loops.release_shared(loop_thread)
+
+
+def _read(loop_thread: LoopThread, read: Callable[[], T]) -> T:
+    """``read()`` on the loop thread, which is what mutates the client's state; directly once
+    that loop is gone (nothing mutates it any more)."""
+    if loop_thread.running and not loop_thread.in_loop_thread():
+        return loop_thread.call(read)
+    return read()
 
 
 def _overran(what: str, timeout: float | None) -> Timeout:
@@ -252,6 +263,10 @@ class Producer(_Facade):
     def trace_enabled(self, topic: str) -> bool | None:
         return self._producer.trace_enabled(topic)
 
+    def stats(self) -> ProducerStats:
+        """``Producer.stats()``, taken on the loop thread."""
+        return _read(self._loop_thread, self._producer.stats)
+
     @property
     def config(self) -> ProducerConfig:
         return self._producer.config
@@ -410,10 +425,14 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
             raise self._closed_error()
         return bool(self._loop_thread.call(self._consumer.is_starved))
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, lag: bool = False, timeout: float = 5.0) -> ConsumerStats:
+        """``Consumer.stats()``, taken on the loop thread; ``lag=True`` first reads the
+        channel's backlog from the nodes (``Consumer.lag``, within ``timeout``)."""
         if self._closed:
             raise self._closed_error()
-        return dict(self._loop_thread.call(self._consumer.stats))
+        if lag:
+            self._run(self._consumer.lag(timeout), timeout, "lag")
+        return _read(self._loop_thread, self._consumer.stats)
 
     @property
     def async_consumer(self) -> AsyncConsumer:

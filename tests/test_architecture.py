@@ -37,6 +37,8 @@ FLOORS: dict[str, int] = {
     "smartnsq.logs": 1,
     "smartnsq.backoff": 1,
     "smartnsq.rdy": 1,
+    "smartnsq.stats": 1,
+    "smartnsq.counters": 1,
     # 2: the asyncio shell: one connection; the loop thread the blocking facades run on
     "smartnsq.connection": 2,
     "smartnsq.event_loop": 2,
@@ -51,12 +53,14 @@ FLOORS: dict[str, int] = {
     "smartnsq.producer": 4,
     "smartnsq.consumer": 4,
     "smartnsq.sync": 4,
+    "smartnsq.otel": 4,  # spans around the clients' calls (opt-in; imports opentelemetry)
     # 5: programs and servers built on the clients
     "smartnsq.cli": 5,
     "smartnsq.demo": 5,
     "smartnsq.spark": 5,
     "smartnsq.devcluster": 5,
     "smartnsq.realcluster": 5,  # the real servers as processes, DevCluster's twin
+    "smartnsq.prometheus": 5,  # a collector reading the clients' snapshots at scrape time
     "smartnsq.reference": 5,  # the docs' reference tables, generated from floors 1-4
     "smartnsq.__main__": 5,
     # beside: classic fallback, mixed clusters, pynsq's API (public names of floors 1-4 only)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from .. import __version__, event_loop
-from . import completion, demo, devcluster, lookup, pub, stats, tail
+from . import completion, demo, devcluster, lookup, pub, stats, tail, top
 from .util import CLIError, Deadline, one_line
 
 __all__ = ["build_parser", "main"]
@@ -42,7 +42,7 @@ _DEFAULT_LOOKUPD_ENV = "SMARTNSQ_LOOKUPD"
 
 COMMANDS: tuple[Callable[[Callable[..., argparse.ArgumentParser]], None], ...] = (
     demo.register, devcluster.register, lookup.register, pub.register, tail.register,
-    stats.register, completion.register)
+    stats.register, top.register, completion.register)
 """Each command module's ``register(command)``: it adds its sub-parser and sets its handler
 (a function; the module imports the library only when the handler runs)."""
 

@@ -21,8 +21,9 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from .. import otel
 from ..config import ConnectionConfig
 from ..connection import Connection
 from ..errors import InvalidArgument
@@ -36,6 +37,9 @@ from .flow import Flow
 from .link import Runtime, link_of
 from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
 from .targets import static_targets
+
+if TYPE_CHECKING:
+    from ..stats import ChannelLag, ConsumerStats
 
 __all__ = ["Consumer"]
 
@@ -70,12 +74,14 @@ class Consumer:
     Options: ``config=`` a :class:`ConsumerConfig` (or a ``ConnectionConfig`` for the
     connections), and/or its fields as keywords (``max_in_flight=10``, ``ordered=True``...),
     and ConnectionConfig fields as keywords (``msg_timeout=30``...); keywords override
-    ``config``. Every option is in the configuration reference.
+    ``config``. Every option is in the configuration reference. ``tracer_provider``:
+    OpenTelemetry spans per handled message (``smartnsq.otel``).
     """
 
     def __init__(self, topic: str, channel: str, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, handler: Handler | None = None, *,
                  lookup: Any = None, config: ConsumerConfig | ConnectionConfig | None = None,
+                 tracer_provider: Any = None,
                  **options: Any) -> None:
         v.check_topic(topic)
         v.check_channel(channel)
@@ -96,6 +102,11 @@ class Consumer:
             raise InvalidArgument("handler", "must be callable", handler)
         self._handler = handler
         self.config = cfg = build_config(config, options)
+        # spans around the handler and give-ups, when asked for (smartnsq.otel)
+        handler, self.config = otel.consumer_tracing(topic, channel, handler, cfg,
+                                                     tracer_provider)
+        cfg = self.config
+        self._handler = handler
         if cfg.ordered and self._nsqd and cfg.partitions is None:
             raise InvalidArgument("partitions", "ordered consumption from nsqd= addresses "
                                   "needs partitions=[...]")
@@ -113,6 +124,7 @@ class Consumer:
         self._fatal: BaseException | None = None
         self._closed_event: asyncio.Event | None = None
         self._deadline = 0.0  # close()'s, in loop time
+        self._lag: ChannelLag | None = None  # the last lag() reading, for stats()
         self._started = False
         self._closing = False
         self._closed = False
@@ -160,6 +172,7 @@ class Consumer:
         return self
 
     def _apply_targets(self, targets: Any) -> None:
+        self._rt.meter.targets(targets)  # leader changes, for stats()
         if self._subs is not None and not self._closing:
             self._subs.apply(targets)
 
@@ -368,8 +381,27 @@ class Consumer:
             raise InvalidArgument("trace", "must be True, False or None", enabled)
         self._rt.trace = enabled
 
-    def stats(self) -> dict[str, Any]:
-        """Counters and the flow-control state, for metrics and tests."""
+    def stats(self) -> ConsumerStats:
+        """A typed snapshot (:class:`smartnsq.stats.ConsumerStats`): totals, gauges, the
+        handler's time and one entry per partition, plus the last :meth:`lag` reading.
+        ``stats()["finished"]`` and the other keys of the old dict still work."""
+        from .observe import snapshot  # (the snapshot types load when one is taken)
+
+        lookup = self._discovery.lookup if self._discovery is not None else self._lookup
+        return snapshot(self._rt, self._subs, lookup, self._legacy_stats(),
+                        self._max_in_flight, self._lag)
+
+    async def lag(self, timeout: float = 5.0) -> ChannelLag:
+        """Read the channel's backlog from the nodes this consumer reads (nsqd ``/stats``):
+        depth, in-flight, deferred, youzan backlogs and queue ends per partition. The reading
+        is kept for :meth:`stats` (``stats().lag``)."""
+        from .observe import lag_nodes, read_lag
+
+        self._lag = await read_lag(self.topic, self.channel, lag_nodes(self._subs), timeout)
+        return self._lag
+
+    def _legacy_stats(self) -> dict[str, Any]:
+        """Counters and the flow-control state as the dict stats() returned before."""
         rt = self._rt
         subs = self._subs.subs.values() if self._subs is not None else ()
         return {

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from ..counters import HANDLER_SAMPLE
 from ..logs import summary
 from ..message import FINISHED, PENDING, REQUEUED, Message
 from .config import Handler
@@ -31,6 +32,8 @@ from .link import Link, Runtime, link_of
 __all__ = ["Dispatch", "inline_runner", "is_async", "iterate", "worker"]
 
 log = logging.getLogger("smartnsq.consumer")
+
+_UNTIMED = HANDLER_SAMPLE - 1  # the handler's time is sampled (smartnsq.counters)
 
 
 class Dispatch:
@@ -134,6 +137,7 @@ async def worker(rt: Runtime, handler: Handler) -> None:
     started = dispatch.started
     max_attempts = rt.config.max_attempts
     async_handler = is_async(handler)
+    sample = 0  # this worker's handler calls, for the timing sample
     while True:
         if pending:  # the per-message path, inlined: no call, no wake-up when one is pending
             msg = pending.popleft()
@@ -158,12 +162,16 @@ async def worker(rt: Runtime, handler: Handler) -> None:
                         continue
                 finally:
                     rt.suspended -= 1
+        sample += 1
         try:
             if async_handler:
-                await handler(msg)
+                if sample & _UNTIMED:
+                    await handler(msg)
+                else:
+                    await rt.meter.timed_async(handler, msg)
             else:
                 if result is None:
-                    result = handler(msg)
+                    result = handler(msg) if sample & _UNTIMED else rt.meter.timed(handler, msg)
                 if result is not None and inspect.isawaitable(result):
                     rt.suspended += 1
                     try:
@@ -231,7 +239,7 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], No
             rt.queue.push(msg)
             return
         try:
-            result = handler(msg)
+            result = handler(msg) if rt.received & _UNTIMED else rt.meter.timed(handler, msg)
         except Exception as exc:
             failed(rt, msg, link, exc)
             return

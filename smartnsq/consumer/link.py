@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 from .. import trace as tracing
 from ..connection import Connection
+from ..counters import ConsumeMeter
 from ..message import FINISHED, PENDING, REQUEUED, Message, claimed, names_message_id
 from ..protocol import commands
 from .config import ConsumerConfig
@@ -74,6 +75,7 @@ class Runtime:
         "loop",
         "loop_thread_id",
         "lost_answers",
+        "meter",
         "order_errors",
         "queue",
         "received",
@@ -119,6 +121,7 @@ class Runtime:
         self.stale = 0
         self.sub_failures = 0
         self.duplicates = 0
+        self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (smartnsq.stats)
 
     def requeue_delay(self, msg: Message) -> float:
         return float(self.config.requeue_policy.delay(msg.attempts))
@@ -145,9 +148,10 @@ class Link:
     """One subscribed connection: the responder of the messages it delivered."""
 
     __slots__ = (
-        "_fin", "_req", "_send", "_send_now", "channel", "conn", "copy_fin", "copy_fins", "dead",
-        "detail", "dropped_copy", "in_flight", "lane", "lane_busy", "last", "last_id", "last_offset", "local",
-        "node", "ordered", "partition", "rdy", "rdy_cap", "rt", "topic", "youzan",
+        "_fin", "_req", "_send", "_send_now", "channel", "conn", "copy_fin", "copy_fins", "counts",
+        "dead", "detail", "dropped_copy", "in_flight", "lane", "lane_busy", "last", "last_id",
+        "last_offset", "local", "node", "ordered", "partition", "rdy", "rdy_cap", "rt", "topic",
+        "youzan",
     )
 
     def __init__(self, rt: Runtime, conn: Connection, partition: int | None, *, ordered: bool,
@@ -179,6 +183,7 @@ class Link:
         # after that FIN): FINed once more (expected_error)
         self.dropped_copy = b""
         self.local = conn.local_address
+        self.counts = rt.meter.partition(partition)  # the partition's, over its connections
         self._send = conn.send
         # an ordered FIN cannot be joined by anything (one in flight; the next message waits
         # for it): written in the same turn; a plain FIN waits for the turn's batch
@@ -217,6 +222,7 @@ class Link:
         self.in_flight += 1
         rt.in_flight += 1
         rt.received += 1
+        self.counts.received += 1
         rt.flow.on_message(self, self.conn.last_receive)
         trace = rt.trace
         if trace is not False and (trace or (msg.youzan and msg.id[8:] != _NO_TRACE)) \
@@ -282,6 +288,7 @@ class Link:
             self.last = msg
             return False
         self.rt.duplicates += 1
+        self.counts.duplicates += 1
         if state != FINISHED:
             # PENDING, or claimed by another thread but not sent yet: no FIN has left, so the
             # original was in flight when the server sent this copy
@@ -381,6 +388,7 @@ class Link:
             rt.finished += 1
         else:
             rt.requeued += 1
+            self.counts.requeued += 1
         if self.conn.is_closed:
             rt.lost_answers += 1
             log.debug("%s: %s of a message after its connection closed; the server "
@@ -444,6 +452,7 @@ class Link:
         if lost:
             rt.in_flight -= lost
             self.in_flight = 0
+            self.counts.lost += lost
         self.lane.clear()
         self.lane_busy = False
         rt.check_idle()

@@ -301,6 +301,7 @@ class Subscription:
                       "flight (expected)", self.name, error)
             return
         self.rt.server_errors += 1
+        self.rt.meter.server_error(self.target.partition, error.code)  # (smartnsq.stats)
         if error.refresh_lookup:
             self.owner.refresh()
         level = logging.WARNING if error.fatal else logging.INFO

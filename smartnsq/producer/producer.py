@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import otel
 from ..config import close_timeout
 from ..connection import Connection
+from ..counters import PublishMeter
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ClientClosed, ConnectionError_, InvalidArgument, Timeout
 from ..pool import Address, PartitionPool, RouteSource, TopicRoutes
@@ -49,6 +52,9 @@ from .retry import (
 from .routing import check_features, choose_side, choose_target, route_source
 from .validation import Checks, timeout_seconds
 
+if TYPE_CHECKING:
+    from ..stats import ProducerStats
+
 __all__ = ["Producer"]
 
 log = logging.getLogger("smartnsq.producer")
@@ -62,13 +68,14 @@ class Producer:
     standalone youzan nodes, without partitions); ``source=`` takes any
     :class:`~smartnsq.pool.RouteSource`. Keyword ``options`` override ``config`` fields
     (``Producer(lookupd=..., timeout=5, sharding="java")``); ``lookup_options`` go to the
-    lookup manager.
+    lookup manager. ``tracer_provider``: OpenTelemetry spans per publish (``smartnsq.otel``).
     """
 
     def __init__(self, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, *,
                  config: ProducerConfig | None = None, source: RouteSource | None = None,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
+                 tracer_provider: Any = None,
                  **options: Any) -> None:
         if config is not None and not isinstance(config, ProducerConfig):
             raise InvalidArgument("config", "must be a ProducerConfig", config)
@@ -81,6 +88,8 @@ class Producer:
         self._checks = Checks(config.max_msg_size, config.max_body_size,
                               isinstance(config.sharding, str))
         self.retry_count = 0  # attempts that failed and were retried (for metrics and tests)
+        self._meter = PublishMeter()  # per (topic, partition), for stats()
+        self._now = time.monotonic  # the loop's clock, cheaply (start() sets it)
         self._timeout = config.timeout
         self._receipts = config.sharded_receipts
         self._trace_default: bool | None = config.trace
@@ -105,6 +114,7 @@ class Producer:
         # lingering batches per (topic, partition, node): a topic of several plain nodes
         # round-robins over their connections, one batch each
         self._lingering: dict[tuple[str, int | None, Address], Batch] = {}
+        otel.producer_tracing(self, tracer_provider)  # spans, when asked for (smartnsq.otel)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -125,6 +135,9 @@ class Producer:
         task = self._starting
         if task is None:
             self._loop = asyncio.get_running_loop()
+            # asyncio's own loops read time.monotonic() in a Python method: call it directly
+            self._now = time.monotonic if type(self._loop).time is asyncio.BaseEventLoop.time \
+                else self._loop.time
             task = self._starting = self._loop.create_task(self._pool.start())
             task.add_done_callback(self._start_done)
         return task
@@ -187,6 +200,20 @@ class Producer:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def stats(self) -> ProducerStats:
+        """A typed snapshot (:class:`smartnsq.stats.ProducerStats`): messages published, calls
+        failed and attempts retried by reason, the publish latency, per topic and partition
+        with the leader written to now; connections, leader changes and lookup rounds."""
+        from ..stats import LookupStats, ProducerStats  # (loaded when a snapshot is taken)
+
+        pool = self._pool
+        leaders = {(routes.topic, p): f"{host}:{port}" for routes in pool.known_routes()
+                   for p, (host, port) in routes.leaders.items()}
+        return ProducerStats.build(
+            self._meter, leaders=leaders, connections=len(pool.connections),
+            on_wire=self._on_wire, leader_changes=pool.leader_changes,
+            lookup=LookupStats.of(getattr(self._source, "lookup", None)))
 
     async def routes(self, topic: str, timeout: float | None = None) -> TopicRoutes:
         """The topic's current routes (looked up if unknown): partition_num, leaders, meta.
@@ -300,6 +327,8 @@ class Producer:
                             self._drained.set_result(None)
                     if failed is not None:
                         return await self._send(request, failed)  # type: ignore[return-value]
+                    self._meter.ok(topic, request.target, 1, self._now() - request.deadline
+                                   + timeout)
                     if request.traced or trace_id is not None or self._trace_default is True \
                             or self._trace_topics:
                         return self._result(request, answer)  # type: ignore[return-value]
@@ -476,6 +505,8 @@ class Producer:
             return
         try:
             if error is None:
+                self._meter.ok(request.topic, request.target, 1,
+                               self._now() - request.deadline + request.timeout)
                 if not request.traced and request.trace_id is None \
                         and self._trace_default is not True and not self._trace_topics:
                     # plain OK, nothing to log: the common case, built here (no call)
@@ -584,6 +615,9 @@ class Producer:
                 else:
                     if request.attempt > 1:  # back after a refusal: wake the others waiting
                         self._pool.writable(request.topic, request.target)
+                    self._meter.ok(request.topic, request.target,
+                                   1 if request.bodies is None else len(request.bodies),
+                                   self._now() - request.deadline + request.timeout)
                     return result
             decision = self._decide(request, failed)
             if decision.next is Next.GIVE_UP:
@@ -597,10 +631,13 @@ class Producer:
     def _decide(self, request: Request, error: BaseException) -> Decision:
         request.error = error
         config = self._config
-        return decide(error, request.stage, request.attempt,
-                      request.deadline - self._loop.time(), pinned=request.pinned,
-                      closing=self._closed, topic=request.topic, timeout=request.timeout,
-                      retry_delay=config.retry_delay, retry_delay_max=config.retry_delay_max)
+        decision = decide(error, request.stage, request.attempt,
+                          request.deadline - self._loop.time(), pinned=request.pinned,
+                          closing=self._closed, topic=request.topic, timeout=request.timeout,
+                          retry_delay=config.retry_delay, retry_delay_max=config.retry_delay_max)
+        count = self._meter.failed if decision.next is Next.GIVE_UP else self._meter.retried
+        count(request.topic, getattr(request, "target", None), error)  # (for stats())
+        return decision
 
     async def _wait(self, request: Request, decision: Decision) -> None:
         """Carry out a retry decision: refresh lookup, then wait its back-off."""
@@ -632,8 +669,12 @@ class Producer:
             await self._pool.changed(request.topic, delay, partition)
         if request.deadline - self._loop.time() < least_time(request.timeout):
             assert error is not None  # (too little left for an answer to come back in)
-            raise timed_out(request.topic, request.timeout, error)
+            late = timed_out(request.topic, request.timeout, error)
+            self._meter.failed(request.topic, getattr(request, "target", None), late)
+            raise late
         if self._closed:
+            self._meter.failed(request.topic, getattr(request, "target", None),
+                               ProducerClosed())
             raise ProducerClosed("the producer is closed") from error
 
     async def _attempt(self, request: Request) -> PublishResult | BatchResult:

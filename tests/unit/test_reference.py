@@ -46,12 +46,12 @@ def test_every_consumer_option_is_a_documented_config_field() -> None:
     is a ConsumerConfig field (so it is in the generated table) or a ConnectionConfig one."""
     params = set(inspect.signature(Consumer).parameters)
     assert params == {"topic", "channel", "lookupd", "nsqd", "handler", "lookup", "config",
-                      "options"}
+                      "tracer_provider", "options"}  # (tracer_provider: smartnsq.otel)
     table = config_table("smartnsq.consumer.ConsumerConfig")
     for f in dataclasses.fields(ConsumerConfig):
         assert f"| `{f.name}` |" in table
     page = (_PAGE.parent / "consumer.md").read_text()
-    for name in ("lookupd", "nsqd", "lookup", "handler", "config"):
+    for name in ("lookupd", "nsqd", "lookup", "handler", "config", "tracer_provider"):
         assert f"`{name}" in page, f"docs/consumer.md does not present {name}"
 
 

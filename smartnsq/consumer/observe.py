@@ -1,0 +1,120 @@
+"""``Consumer.stats()`` and ``Consumer.lag()``: the typed snapshot built from the runtime's
+counters (``smartnsq.stats``), the live subscriptions and the flow control, and the channel's
+backlog read from the nodes (through ``smartnsq.admin``).
+
+Nothing here runs per message: the links count (``link.py``), this reads.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..stats import (
+    TIMED_OUT_CODES,
+    ChannelLag,
+    ConsumerPartitionStats,
+    ConsumerStats,
+    LookupStats,
+)
+from .link import Runtime
+from .subscription import Subscriptions
+
+__all__ = ["lag_nodes", "read_lag", "snapshot"]
+
+
+def snapshot(rt: Runtime, subs: Subscriptions | None, lookup: Any, legacy: dict[str, Any],
+             max_in_flight: int, lag: ChannelLag | None) -> ConsumerStats:
+    """The consumer's :class:`~smartnsq.stats.ConsumerStats` now (``legacy``: the old dict,
+    kept for ``stats["..."]``)."""
+    meter = rt.meter
+    flow = rt.flow
+    ctl = flow.ctl if flow is not None else None
+    backoff_of: dict[Any, str] = {}
+    if ctl is not None:
+        now = rt.loop.time() if rt.loop is not None else 0.0
+        for link in (s.link for s in (subs.subs.values() if subs is not None else ())):
+            if link is not None:
+                state = ctl.backoff_state(link, now)
+                if state is not None:
+                    backoff_of[link] = state
+    consumer_backoff = str(ctl.backoff.state) if ctl is not None else "normal"
+    # the live subscriptions' gauges, per partition
+    gauges: dict[int | None, dict[str, Any]] = {}
+    for sub in list(subs.subs.values()) if subs is not None else ():
+        g = gauges.setdefault(sub.target.partition, {
+            "node": None, "connected": False, "ordered": None, "in_flight": 0, "rdy": 0,
+            "backoff": consumer_backoff, "failures": 0, "last_error": None})
+        host, port = sub.target.address
+        g["node"] = f"{host}:{port}"
+        g["failures"] += sub.failures
+        if sub.last_error is not None:
+            g["last_error"] = str(sub.last_error)
+        link = sub.link
+        if link is not None and link.alive:
+            g["connected"] = True
+            g["ordered"] = link.ordered
+            g["in_flight"] += link.in_flight
+            g["rdy"] += link.rdy
+            g["backoff"] = backoff_of.get(link, g["backoff"])
+    parts = []
+    errors: dict[str, int] = {}
+    timed_out = lost = 0
+    for partition, counts in sorted(list(meter.parts.items()),
+                                    key=lambda i: -1 if i[0] is None else i[0]):
+        g = gauges.pop(partition, {})
+        in_flight = g.get("in_flight", 0)
+        part_errors = dict(counts.errors)
+        part_timed_out = sum(n for code, n in part_errors.items() if code in TIMED_OUT_CODES)
+        for code, n in part_errors.items():
+            errors[code] = errors.get(code, 0) + n
+        timed_out += part_timed_out
+        lost += counts.lost
+        parts.append(ConsumerPartitionStats(
+            partition, g.get("node") or counts.node, g.get("connected", False),
+            g.get("ordered"), counts.received,
+            max(0, counts.received - counts.requeued - counts.lost - in_flight),
+            counts.requeued, part_timed_out, counts.duplicates, counts.lost, part_errors,
+            in_flight, g.get("rdy", 0), g.get("backoff", consumer_backoff),
+            g.get("failures", 0), counts.leader_changes, g.get("last_error")))
+    for partition, g in gauges.items():  # subscribed, nothing received yet
+        parts.append(ConsumerPartitionStats(
+            partition, g["node"], g["connected"], g["ordered"], in_flight=g["in_flight"],
+            rdy=g["rdy"], backoff=g["backoff"], subscribe_failures=g["failures"],
+            last_error=g["last_error"]))
+    parts.sort(key=lambda p: -1 if p.partition is None else p.partition)
+    return ConsumerStats(
+        at=time.time(), topic=rt.topic, channel=rt.channel,
+        connections=len(subs.links()) if subs is not None else 0,
+        received=rt.received, finished=rt.finished, requeued=rt.requeued, handled=rt.handled,
+        handler_errors=rt.handler_errors, give_ups=rt.give_ups, timed_out=timed_out,
+        duplicates_dropped=rt.duplicates, discarded=rt.stale, lost=lost,
+        order_errors=rt.order_errors, server_errors=errors,
+        subscribe_failures=rt.sub_failures, leader_changes=meter.leader_changes,
+        in_flight=rt.in_flight, queued=len(rt.queue) if rt.queue is not None else 0,
+        max_in_flight=max_in_flight, rdy=sum(p.rdy for p in parts),
+        backoff=consumer_backoff, starved=flow is not None and flow.is_starved(),
+        handler_seconds=meter.handler.summary(), partitions=tuple(parts),
+        lookup=LookupStats.of(lookup), lag=lag, legacy=legacy)
+
+
+def lag_nodes(subs: Subscriptions | None) -> list[tuple[int | None, str]]:
+    """``(partition, nsqd HTTP address)`` of every place the consumer reads: the lookup's
+    HTTP address where known, else the TCP port + 1 (nsqd's default layout)."""
+    out: list[tuple[int | None, str]] = []
+    for sub in list(subs.subs.values()) if subs is not None else ():
+        target = sub.target
+        host, port = target.address
+        out.append((target.partition, target.http or f"{host}:{port + 1}"))
+    return out
+
+
+async def read_lag(topic: str, channel: str, nodes: list[tuple[int | None, str]],
+                   timeout: float) -> ChannelLag:
+    """The channel's backlog on ``nodes`` (see :meth:`smartnsq.admin.AsyncAdmin.channel_lag`)."""
+    from ..admin import AsyncAdmin  # HTTP code only for consumers that ask
+
+    if not nodes:
+        return ChannelLag(topic, channel, time.time())
+    async with AsyncAdmin(timeout=timeout) as admin:
+        return await admin.channel_lag(topic, channel, nodes=nodes)

@@ -1,0 +1,72 @@
+"""``smartnsq top`` (issue 22): the ``--json`` one-shot as a subprocess against a dev cluster
+(the cluster keeps serving on the test's loop while the command runs), and the live table
+drawn in place (``--count``), in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import bounded
+
+from smartnsq.cli import main
+from smartnsq.producer import Producer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def load(cluster: Any, topic: str, per_partition: dict[int, int]) -> None:
+    await cluster.create_topic(topic, partitions=len(per_partition), channels=["ch"])
+    async with Producer(lookupd=cluster.lookupd_http_addresses, timeout=10) as producer:
+        for partition, count in per_partition.items():
+            async with bounded(10):
+                await producer.publish_many(topic, [b"m"] * count, partition=partition)
+
+
+@pytest.mark.nsq_cluster(nodes=2, lookupds=1)
+async def test_json_one_shot_in_a_subprocess(nsq_cluster: Any) -> None:
+    await load(nsq_cluster, "topt", {0: 3, 1: 5})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("SMARTNSQ_LOOKUPD", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "smartnsq", "top", "topt", "--json", "--interval", "0.2",
+        "--lookupd", nsq_cluster.lookupd_http_addresses[0],
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    rows = [json.loads(line) for line in out.decode().splitlines()]
+    channels = {r["partition"]: r for r in rows if r["channel"] == "ch"}
+    assert sorted(channels) == [0, 1]
+    assert (channels[0]["depth"], channels[1]["depth"]) == (3, 5)
+    assert all(r["in_flight"] == 0 and r["clients"] == 0 for r in channels.values())
+    leaders = {r["partition"]: r["leader"] for r in rows}
+    assert set(leaders.values()) <= set(nsq_cluster.nsqd_http_addresses)
+    assert all(r["pub_rate"] == 0 and r["out_rate"] == 0 for r in channels.values())
+    topics = [r for r in rows if r["channel"] is None]
+    assert sorted(r["partition"] for r in topics) == [0, 1]  # each partition once: its leader
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_live_table_is_drawn_in_place(nsq_cluster: Any) -> None:
+    await load(nsq_cluster, "toplive", {0: 2})
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(
+        main, ["top", "--count", "2", "--interval", "0.1", "--lookupd",
+               nsq_cluster.lookupd_http_addresses[0]], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    screens = out.getvalue().split("\x1b[H\x1b[2J")[1:]
+    assert len(screens) == 2
+    assert "toplive" in screens[1] and "pub/s" in screens[1]
+    assert "0.0" in screens[1]  # the second screen has rates
+
+
+async def test_usage_errors_are_one_line() -> None:
+    err = io.StringIO()
+    code = await asyncio.to_thread(main, ["top"], stdout=io.StringIO(), stderr=err)
+    assert code != 0 and len(err.getvalue().strip().splitlines()) == 1

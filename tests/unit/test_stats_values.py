@@ -1,0 +1,87 @@
+"""The pure parts of ``smartnsq.stats``: histograms, summaries, the meters' bookkeeping."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from smartnsq.errors import ServerError
+from smartnsq.stats import (
+    LATENCY_BOUNDS,
+    ConsumeMeter,
+    ConsumerStats,
+    Histogram,
+    LatencySummary,
+    ProducerStats,
+    PublishMeter,
+    reason_of,
+)
+
+
+def test_histogram_buckets_are_upper_bounds_inclusive() -> None:
+    h = Histogram()
+    for seconds in (0.0001, 0.00011, 0.003, 20.0):
+        h.observe(seconds)
+    s = h.summary()
+    assert s.count == 4 and s.max == 20.0 and s.sum == pytest.approx(20.00321)
+    assert s.buckets[0] == 1 and s.buckets[1] == 1 and s.buckets[-1] == 1
+    assert s.cumulative()[-1] == (float("inf"), 4)
+    assert s.quantile(0.5) == LATENCY_BOUNDS[1]
+    assert s.quantile(1.0) == 20.0  # the last bucket: max
+    assert LatencySummary().quantile(0.5) is None and LatencySummary().mean is None
+    both = s + s
+    assert both.count == 8 and both.max == 20.0
+
+
+def test_publish_meter_counts_per_partition_and_reason() -> None:
+    meter = PublishMeter()
+    meter.ok("t", 0, 1, 0.002)
+    meter.ok("t", 0, 100, 0.004)
+    meter.ok("t", None, 1, 0.001)
+    meter.retried("t", 0, ServerError("E_FAILED_ON_NOT_LEADER", "moved"))
+    meter.failed("t", 1, TimeoutError())
+    stats = ProducerStats.build(meter, leaders={("t", 0): "a:1"}, connections=2, on_wire=0,
+                                leader_changes=1, lookup=None, at=5.0)
+    assert stats.published == 102 and stats.publish_seconds.count == 3
+    assert stats.retried == {"E_FAILED_ON_NOT_LEADER": 1}
+    assert stats.failed == {"TimeoutError": 1}
+    assert [(p.topic, p.partition) for p in stats.partitions] == [("t", None), ("t", 0),
+                                                                   ("t", 1)]
+    p0 = stats.partition("t", 0)
+    assert p0 is not None and p0.leader == "a:1" and p0.published == 101
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p0.published = 0  # type: ignore[misc]
+
+
+def test_reason_of() -> None:
+    assert reason_of(ServerError("E_BAD_TOPIC", "no")) == "E_BAD_TOPIC"
+    assert reason_of(ValueError()) == "ValueError"
+    assert reason_of(None) == "unknown"
+
+
+def test_consume_meter_counts_leader_moves() -> None:
+    @dataclasses.dataclass
+    class Target:
+        address: tuple[str, int]
+        partition: int | None
+
+    meter = ConsumeMeter()
+    meter.targets([Target(("a", 1), 0), Target(("b", 1), 1), Target(("c", 1), None)])
+    meter.targets([Target(("b", 1), 0), Target(("b", 1), 1)])
+    assert meter.leader_changes == 1
+    assert meter.partition(0).leader_changes == 1 and meter.partition(0).node == "b:1"
+    assert meter.timed(lambda m: m * 2, 21) == 42
+    assert meter.handler.summary().count == 1
+
+
+def test_consumer_stats_is_the_old_dict_too() -> None:
+    legacy: dict[str, Any] = {"finished": 3, "subscriptions": {}}
+    fields = {f.name: 0 for f in dataclasses.fields(ConsumerStats)}
+    fields.update(topic="t", channel="c", server_errors={}, backoff="normal", starved=False,
+                  handler_seconds=LatencySummary(), partitions=(), at=1.0)
+    stats = ConsumerStats(**fields, legacy=legacy)  # type: ignore[arg-type]
+    assert stats["finished"] == 3 and stats.get("missing", 7) == 7
+    assert dict(stats) == legacy and stats.as_dict() == legacy
+    assert stats.topic == "t" and stats.partition(0) is None
