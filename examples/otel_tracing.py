@@ -11,7 +11,7 @@ message is a CONSUMER span whose parent is the publish span. Both processes expo
 SDK's in-memory exporter; the consumer prints its spans as JSON lines, and this process
 prints the joined trace and checks that every process span is a child of a publish span.
 
-Needs the ``otel`` extra and the OpenTelemetry SDK (``pip install smartnsq[otel]
+Needs the ``otel`` extra and the OpenTelemetry SDK (``pip install -e '.[otel]'
 opentelemetry-sdk``).
 """
 

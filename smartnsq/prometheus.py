@@ -22,7 +22,7 @@ exact; two of them may be a message apart). The channel's backlog (``Consumer.la
 to the nodes) is exported as last read: keep it fresh with :func:`poll_lag` on the
 consumer's loop, or give a facade consumer with ``lag=True`` (then read at each scrape).
 
-Needs the ``prometheus`` extra (``pip install smartnsq[prometheus]``: prometheus-client).
+Needs the ``prometheus`` extra (``pip install -e '.[prometheus]'``: prometheus-client).
 """
 
 from __future__ import annotations
