@@ -76,11 +76,19 @@ def find_binaries(folder: str | os.PathLike[str] | None, mode: str) -> Path:
     raise RealNsqdError(f"no {mode} nsqd/nsqlookupd in {base} (nor in {base / mode})")
 
 
+_TAKEN: set[int] = set()
+"""Ports this process handed out: the kernel may give a just-closed port again, and two
+members (etcd's client and peer URLs once) then fail with "address already in use"."""
+
+
 def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            port: int = sock.getsockname()[1]
+        if port not in _TAKEN:
+            _TAKEN.add(port)
+            return port
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -324,34 +332,35 @@ class RealCluster:
         log.info("real %s cluster up: lookupds %s, nsqd %s", self.mode,
                  self.lookupd_http_addresses, self.nsqd_tcp_addresses)
 
+    @property
+    def members(self) -> list[RealMember]:
+        """Every process of the cluster: the nsqd, the lookupds, etcd."""
+        return [*self.nodes, *self.lookupds, *([self.etcd] if self.etcd else [])]
+
     async def stop(self) -> None:
         """Stop every member (SIGTERM, then SIGKILL after 5 s) and remove the data folders."""
-        members = [*self.nodes, *self.lookupds, *([self.etcd] if self.etcd else [])]
-        for member in members:
+        for member in self.members:
             member.signal(signal.SIGTERM)
-        for member in members:
+        for member in self.members:
             if not await member.wait_exit(5.0):
                 member.signal(signal.SIGKILL)
                 await member.wait_exit(5.0)
-        self.kill_all()
-        self._stop_auth()
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self.root = None
-        _LIVE.discard(self)
-        self._started = False
+        self._forget()
 
     def stop_now(self) -> None:
         """:meth:`stop` for code outside an event loop (a session fixture's finalizer)."""
-        members = [*self.nodes, *self.lookupds, *([self.etcd] if self.etcd else [])]
-        for member in members:
+        for member in self.members:
             member.signal(signal.SIGTERM)
-        for member in members:
+        for member in self.members:
             if member.process is not None:
                 try:
                     member.process.wait(5)
                 except subprocess.TimeoutExpired:
                     member.signal(signal.SIGKILL)
+        self._forget()
+
+    def _forget(self) -> None:
+        """After the members were asked to stop: kill what is left, drop the data."""
         self.kill_all()
         self._stop_auth()
         if self.root is not None:
@@ -368,12 +377,11 @@ class RealCluster:
     @property
     def healthy(self) -> bool:
         """Every member is running (a shared cluster a test damaged is started anew)."""
-        members = [*self.nodes, *self.lookupds, *([self.etcd] if self.etcd else [])]
-        return self._started and all(member.running for member in members)
+        return self._started and all(member.running for member in self.members)
 
     def kill_all(self) -> None:
         """SIGKILL every member still running (used at exit; no waiting beyond the reap)."""
-        for member in [*self.nodes, *self.lookupds, *([self.etcd] if self.etcd else [])]:
+        for member in self.members:
             if member.running:
                 member.signal(signal.SIGKILL)
                 assert member.process is not None
