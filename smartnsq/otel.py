@@ -399,12 +399,9 @@ def _traced_handler(handler: Callable[[Any], Any], tracer: Any, channel: str) ->
                                     set_status_on_exception=False):
                     result = await handler(message)
             except BaseException as exc:
-                span.set_attribute("messaging.nsq.outcome", _outcome(message, True))
-                _fail(span, exc)
-                span.end()
+                _end_process(span, message, exc)
                 raise
-            span.set_attribute("messaging.nsq.outcome", _outcome(message, False))
-            span.end()
+            _end_process(span, message, None)
             return result
 
         return traced_async
@@ -416,15 +413,20 @@ def _traced_handler(handler: Callable[[Any], Any], tracer: Any, channel: str) ->
                                 set_status_on_exception=False):
                 result = handler(message)
         except BaseException as exc:
-            span.set_attribute("messaging.nsq.outcome", _outcome(message, True))
-            _fail(span, exc)
-            span.end()
+            _end_process(span, message, exc)
             raise
-        span.set_attribute("messaging.nsq.outcome", _outcome(message, False))
-        span.end()
+        _end_process(span, message, None)
         return result
 
     return traced
+
+
+def _end_process(span: Any, message: Any, exc: BaseException | None) -> None:
+    """End a process span with the handler's outcome (and its exception, if it raised)."""
+    span.set_attribute("messaging.nsq.outcome", _outcome(message, exc is not None))
+    if exc is not None:
+        _fail(span, exc)
+    span.end()
 
 
 def _traced_give_up(hook: Any, tracer: Any, channel: str, max_attempts: int) -> Any:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from ..devcluster import DevCluster
 from ..loop_thread import LoopThread
 
-__all__ = ["SparkDevCluster", "python_for_workers"]
+__all__ = ["SparkDevCluster", "local_session", "python_for_workers"]
 
 T = TypeVar("T")
 
@@ -34,6 +34,36 @@ def python_for_workers() -> None:
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def local_session(app_name: str) -> Any:
+    """A ``local[2]`` SparkSession for tests, with the ``nsq`` format registered.
+
+    Tuned for a small, shared machine, where JVM start-up and warm-up dominate short tests.
+    The caller stops it.
+    """
+    python_for_workers()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from . import register
+
+    session = (SparkSession.builder.master("local[2]").appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.sql.streaming.stopTimeout", "30s")
+               # a loaded 2-core box starts Python workers slowly: the default 15 s for a
+               # worker to connect back failed a streaming query's source runner
+               .config("spark.python.authenticate.socketTimeout", "60s")
+               # C2 compiler threads compete with the test for the machine's two cores
+               .config("spark.driver.extraJavaOptions",
+                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
 
 
 class SparkDevCluster:

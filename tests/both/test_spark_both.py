@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,25 +32,9 @@ def spark_session() -> Iterator[Any]:
     """A local SparkSession for this module (tests/spark's settings), stopped after it."""
     if not HAVE_SPARK:
         pytest.skip("pyspark/pyarrow not installed (pip install -e '.[spark]')")
-    from smartnsq.spark.testing import python_for_workers
+    from smartnsq.spark.testing import local_session
 
-    python_for_workers()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    import smartnsq.spark
-
-    session = (SparkSession.builder.master("local[2]").appName("smartnsq-tests-both")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.python.authenticate.socketTimeout", "60s")
-               .config("spark.driver.extraJavaOptions",
-                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    smartnsq.spark.register(session)
+    session = local_session("smartnsq-tests-both")
     try:
         yield session
     finally:

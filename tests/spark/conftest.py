@@ -9,7 +9,6 @@ Tests create their own topics, so sharing the cluster is safe.
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,30 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def spark() -> Iterator[Any]:
     if not HAVE_SPARK:
         pytest.skip("pyspark/pyarrow not installed (pip install -e '.[dev]')")
-    from smartnsq.spark.testing import python_for_workers
+    from smartnsq.spark.testing import local_session
 
-    python_for_workers()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    import smartnsq.spark
-
-    session = (SparkSession.builder.master("local[2]").appName("smartnsq-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.sql.streaming.stopTimeout", "30s")
-               # a loaded 2-core box starts Python workers slowly: the default 15 s for a
-               # worker to connect back failed a streaming query's source runner
-               .config("spark.python.authenticate.socketTimeout", "60s")
-               # the tests are short: JVM start-up and warm-up dominate, and C2 compiler
-               # threads compete with the test for the machine's two cores
-               .config("spark.driver.extraJavaOptions",
-                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    smartnsq.spark.register(session)
+    session = local_session("smartnsq-tests")
     try:
         yield session
     finally:
