@@ -27,7 +27,7 @@ KEYS, PER_KEY = 8, 25
 async def main() -> int:
     async with RealCluster(mode="youzan", nodes=3, lookupds=2) as cluster:
         print(cluster.describe())
-        await cluster.create_topic("orders", partitions=4, replicas=2, ordered=True,
+        await cluster.create_topic("orders", partitions=4, replicas=3, ordered=True,
                                    channels=["billing"])
         lookupd = cluster.lookupd_http_addresses
         seen: dict[str, list[int]] = defaultdict(list)

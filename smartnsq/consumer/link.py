@@ -301,8 +301,10 @@ class Link:
         # expected E_FIN_FAILED where a missing one costs msg_timeout
         log.debug("%s: %r delivered again after its FIN; the copy is FINed too", self.node, msg)
         if not self.conn.is_closed:
+            # either FIN of the id may be refused: the copy's (it was not in flight) or, when
+            # the server had recorded the copy in the original's place, the original's
             self.copy_fin = msg.id
-            self.copy_fins += 1
+            self.copy_fins += 2
             self._send_now(self._fin(msg.id))
         return True
 

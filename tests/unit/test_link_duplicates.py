@@ -106,7 +106,10 @@ def test_a_copy_after_the_fin_is_fined_and_its_failure_is_expected(h: Harness) -
                                b"ErrType:7 ErrCode:0 : Message ID not in flight", "FIN")
     assert not h.link.expected_error(other)
     assert h.link.expected_error(youzan)
-    assert not h.link.expected_error(youzan)  # one FIN of a copy, one expected failure
+    # the original's FIN may be refused as well (seen on the real server: both FINs of the
+    # id refused, the drain complete), but no more than the two FINs sent
+    assert h.link.expected_error(youzan)
+    assert not h.link.expected_error(youzan)
 
 
 def test_a_copy_after_the_req_is_handled_as_a_delivery(h: Harness) -> None:
