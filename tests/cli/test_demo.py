@@ -101,6 +101,7 @@ def test_dev_cluster_subprocess_prints_addresses_and_stops_on_sigint() -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 130  # Ctrl-C, as docs/cli.md says
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        with proc:  # leaving it closes the pipes (else a ResourceWarning, an error here)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -63,13 +63,14 @@ def cluster() -> Iterator[Cluster]:
     try:
         yield c
     finally:
-        if c.proc.poll() is None:
-            c.proc.terminate()
-            try:
-                c.proc.wait(BOUND)
-            except subprocess.TimeoutExpired:
-                c.proc.kill()
-                c.proc.wait(BOUND)
+        with c.proc:  # leaving it closes the pipes (else a ResourceWarning, an error here)
+            if c.proc.poll() is None:
+                c.proc.terminate()
+                try:
+                    c.proc.wait(BOUND)
+                except subprocess.TimeoutExpired:
+                    c.proc.kill()
+                    c.proc.wait(BOUND)
 
 
 def test_help_lists_fault_actions_and_documents_every_option() -> None:
@@ -145,6 +146,7 @@ def test_ctrl_c_exits_130_and_sigterm_0() -> None:
             c.proc.send_signal(sig)
             assert c.proc.wait(BOUND) == expected
         finally:
-            if c.proc.poll() is None:
-                c.proc.kill()
-                c.proc.wait(BOUND)
+            with c.proc:  # leaving it closes the pipes
+                if c.proc.poll() is None:
+                    c.proc.kill()
+                    c.proc.wait(BOUND)

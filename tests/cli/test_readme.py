@@ -55,12 +55,13 @@ def test_readme_python_runs_as_written_against_the_dev_cluster(tmp_path: Path) -
         assert by_order == {str(o): ["b'created'", "b'paid'", "b'shipped'"]
                             for o in (1001, 1002, 1003)}
     finally:
-        cluster.terminate()
-        try:
-            cluster.wait(BOUND)
-        except subprocess.TimeoutExpired:
-            cluster.kill()
-            cluster.wait(BOUND)
+        with cluster:  # leaving it closes the pipes (else a ResourceWarning, an error here)
+            cluster.terminate()
+            try:
+                cluster.wait(BOUND)
+            except subprocess.TimeoutExpired:
+                cluster.kill()
+                cluster.wait(BOUND)
 
 
 def test_install_lines_work_from_a_clone() -> None:
