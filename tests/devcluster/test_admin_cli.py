@@ -58,12 +58,13 @@ def running(tmp_path: Path) -> Iterator[dict[str, str]]:
         assert "DEVCLUSTER_ADMIN" in values, log.read()
         yield values
     finally:
-        proc.terminate()
-        try:
-            proc.wait(BOUND)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(BOUND)
+        with proc:  # leaving it closes the pipe
+            proc.terminate()
+            try:
+                proc.wait(BOUND)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(BOUND)
         log.close()
 
 

@@ -102,7 +102,7 @@ async def test_move_leader_old_leader_refuses_pub_and_sub(cluster: DevCluster) -
         bodies.append(msg.body)
         on_new.writer.write(commands.fin(msg.id))
     assert bodies == [b"before", b"after"]
-    for conn in (producer, on_new):
+    for conn in (producer, consumer, on_new):
         conn.close()
 
 
@@ -114,6 +114,7 @@ async def test_unwritable_partition_refuses_pub(cluster: DevCluster) -> None:
     assert isinstance(answer, ErrorFrame)
     assert answer.payload.startswith(b"E_FAILED_ON_NOT_WRITABLE")
     cluster.set_writable("t", 0, True)
+    producer.close()
     producer = await Raw.open(tcp_address(cluster, cluster.leader_of("t", 0)))
     assert isinstance(await producer.call(commands.pub("t", b"x", 0)), Response)
     producer.close()
@@ -127,6 +128,7 @@ async def test_stopped_node_drops_and_refuses_then_keeps_data(cluster: DevCluste
     assert isinstance(await producer.call(commands.pub("t", b"kept", 0)), Response)
     await cluster.stop_node(leader)
     assert await producer.frame() is None  # the open connection is gone
+    producer.close()
     host, port = address.rsplit(":", 1)
     with pytest.raises(OSError):
         await asyncio.open_connection(host, int(port))
@@ -163,6 +165,8 @@ async def test_proxied_connection_faults() -> None:
         assert await consumer.call(commands.sub("t", "c", 0)) == Response(b"OK")
         assert cluster.cut_connections(0) == 2
         assert await producer.frame() is None and await consumer.frame() is None
+        producer.close()
+        consumer.close()
         again = await Raw.open(address)  # new connections work at once
         assert isinstance(await again.call(commands.pub("t", b"4", 0)), Response)
         again.close()
@@ -199,9 +203,10 @@ def test_command_line_runs_and_prints_addresses() -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=TIMEOUT) == 130  # stopped by Ctrl-C (docs/cli.md)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        with proc:  # leaving it closes the pipes
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 async def identify_answer(address: str, **extra: Any) -> dict[str, Any]:

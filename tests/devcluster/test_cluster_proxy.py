@@ -68,6 +68,8 @@ async def test_cut_closes_every_open_connection(proxy: TCPProxy) -> None:
         except ConnectionResetError:
             data = b""
         assert data == b""  # EOF or reset: the connection is gone
+    for _, gone in conns:
+        gone.close()
     # new connections work again
     reader, writer = await connect(proxy)
     assert await roundtrip(reader, writer) == b"ping\n"

@@ -254,7 +254,8 @@ async def test_leave_answers_exiting_then_moves_leadership(
     assert await first.call(commands.pub("t", b"after", 0)) == OK
     assert [m.body for m in cluster.state.partition("t", 0).log.messages] == [  # type: ignore[union-attr]
         b"before-leave", b"after"]
-    first.close()
+    for conn in (consumer, producer, first):
+        conn.close()
 
 
 async def test_leave_slow_handoff_on_second_partition_and_stall_on_live_leader(

@@ -180,6 +180,7 @@ async def test_stop_drops_open_connections_and_refuses(server: HTTPServer) -> No
     except ConnectionResetError:
         eof = b""
     assert eof == b""
+    writer.close()
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", port)
     await server.start()  # restarts on the same port

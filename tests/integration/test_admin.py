@@ -176,10 +176,12 @@ async def http_peer(answer: Callable[[asyncio.StreamWriter], Any]) -> AsyncItera
     tasks: set[asyncio.Task[Any]] = set()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(Exception):
-            await reader.readuntil(b"\r\n\r\n")
-            await answer(writer)
-        writer.close()
+        try:
+            with contextlib.suppress(Exception):
+                await reader.readuntil(b"\r\n\r\n")
+                await answer(writer)
+        finally:  # cancelled at the end too: a writer left open is a ResourceWarning
+            writer.close()
 
     def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.ensure_future(serve(reader, writer))
