@@ -640,22 +640,23 @@ class Producer:
         return decision
 
     async def _wait(self, request: Request, decision: Decision) -> None:
-        """Carry out a retry decision: the route book learns what failed and waits out the
-        back-off (:meth:`smartnsq.routes.RouteBook.wait_after`)."""
+        """Carry out a retry decision: the route book learns what failed and says how long to
+        wait (:meth:`smartnsq.routes.RouteBook.after_failure`), then the wait."""
         error = request.error
         if decision.keep_partition and request.partition is None \
                 and request.target is not None and self._migration is None:
             request.partition = request.target  # a sharded message is never re-routed
         refused_by = request.address if request.stage is SEND else None
-        waited = await self._pool.book.wait_after(
+        pause = self._pool.book.after_failure(
             request.topic, request.target, decision.delay,
             refresh=decision.next is Next.REFRESH_AND_RETRY, refused_by=refused_by,
             code=getattr(error, "code", None),
             no_leader=decision.keep_partition and isinstance(error, NoLeader),
             probe=decision.probe, probe_period=self._config.retry_delay)
-        if waited > 0:
-            log.debug("publish to %r: attempt %d failed (%s); waited %.3fs", request.topic,
-                      request.attempt, error, waited)
+        if pause.delay > 0:
+            log.debug("publish to %r: attempt %d failed (%s); next in %.3fs", request.topic,
+                      request.attempt, error, pause.delay)
+            await pause.wait()
         if request.deadline - self._loop.time() < least_time(request.timeout):
             assert error is not None  # (too little left for an answer to come back in)
             late = timed_out(request.topic, request.timeout, error)

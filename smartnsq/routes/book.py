@@ -19,9 +19,9 @@ the decisions of :mod:`smartnsq.routes.policy` with timers:
   partition or leaves a publish unanswered (a stalled node: a probe would only queue behind
   the stalled request); a partition dropped or released while its leader was stalled is held
   again (:meth:`RouteBook.rehold`) by the next publish waiting for it once that leader answers.
-* **After a failed publish** (:meth:`RouteBook.wait_after`): tell the book what failed, then
-  wait the delay the retry decision chose, shortened by a reheld partition or a probe turn,
-  woken early by a route change.
+* **After a failed publish** (:meth:`RouteBook.after_failure`): tell the book what failed,
+  then wait the delay the retry decision chose, shortened by a reheld partition or a probe
+  turn, woken early by a route change.
 
 The book owns no connection: whether a node's connection is open and answering is asked of
 the pool through the two callables it is built with.
@@ -39,7 +39,7 @@ from . import policy
 from .policy import Chase, holds, probe_turn, wait_delay
 from .table import Address, RouteSource, TopicRoutes, describe
 
-__all__ = ["RouteBook"]
+__all__ = ["Pause", "RouteBook"]
 
 log = logging.getLogger("smartnsq.pool")  # (the logger users already filter on)
 
@@ -219,17 +219,18 @@ class RouteBook:
         self._probes[key] = turn
         return turn - now
 
-    async def wait_after(self, topic: str, partition: int | None, delay: float, *,
-                         refresh: bool, refused_by: Address | None, code: str | None,
-                         no_leader: bool, probe: bool, probe_period: float) -> float:
-        """What a publisher does between a failed attempt and the next one, in one place.
+    def after_failure(self, topic: str, partition: int | None, delay: float, *,
+                      refresh: bool, refused_by: Address | None, code: str | None,
+                      no_leader: bool, probe: bool, probe_period: float) -> Pause:
+        """What a publisher does between a failed attempt and the next one, in one place:
+        learn what failed, and say how long to wait (then :meth:`Pause.wait`).
 
         ``partition``: the partition the attempt went to (or None); ``delay``: the back-off
         the retry decision chose; ``refresh``: it asked for fresh routes, ``refused_by`` the
         node that refused the write (``code`` its error, None when no answer came in time);
         ``no_leader``: the partition (kept) had no leader in the routes; ``probe``: the
         partition refused writes for now and the caller may take a probe turn
-        (``probe_period`` apart). Returns the delay waited (woken early by a route change).
+        (``probe_period`` apart).
         """
         if refresh:
             if refused_by is not None:
@@ -241,10 +242,7 @@ class RouteBook:
         turn = None
         if probing is not None:  # the partition's next probe turn, if one comes sooner
             turn = self.probe_delay(topic, probing, probe_period, 0.0 if reheld else delay)
-        wait = wait_delay(delay, reheld=reheld, turn=turn)
-        if wait > 0:
-            await self.changed(topic, wait, probing)
-        return wait
+        return Pause(self, topic, wait_delay(delay, reheld=reheld, turn=turn), probing)
 
     # -- holds --------------------------------------------------------------------------------
 
@@ -329,6 +327,24 @@ class RouteBook:
             if partition is not None and self._lost.get((topic, partition)) == address:
                 del self._lost[(topic, partition)]
         self.refresh(topic)
+
+
+class Pause:
+    """A publisher's wait after a failure (:meth:`RouteBook.after_failure`): ``delay`` s,
+    woken early by a route change of ``topic`` (or a success of ``partition``)."""
+
+    __slots__ = ("_book", "delay", "partition", "topic")
+
+    def __init__(self, book: RouteBook, topic: str, delay: float,
+                 partition: int | None) -> None:
+        self._book = book
+        self.topic = topic
+        self.delay = delay
+        self.partition = partition
+
+    async def wait(self) -> None:
+        if self.delay > 0:
+            await self._book.changed(self.topic, self.delay, self.partition)
 
 
 def _settle(waiter: asyncio.Future[None]) -> None:
