@@ -2,11 +2,12 @@
 
 The first view is loaded in the background, retrying (never spinning) until the topic exists;
 then every change the lookup manager reports (a leader moved, a partition added or removed)
-re-applies the targets. A partition without a leader (a failover: tens of seconds on a real
-cluster) is looked up again on a doubling delay rather than at the next regular poll. A lost
-connection or a refused SUB asks for a fresh view (:meth:`Discovery.refresh`): the chase of
-:class:`smartnsq.routes.ViewChase`, whose timing (``CHASE_*``) is
-:mod:`smartnsq.routes.policy`'s, shared with the producers' wait for a route change."""
+re-applies the targets. When to ask lookup again is :class:`smartnsq.routes.ViewChase`'s: a
+partition without a leader (a failover: tens of seconds on a real cluster) is looked up again
+on a doubling delay rather than at the next regular poll, and a lost connection or a refused
+SUB (:meth:`Discovery.refresh`) starts a chase whose timing (``CHASE_*``) is
+:mod:`smartnsq.routes.policy`'s, the same rule as the producers' wait for a route change.
+"""
 
 from __future__ import annotations
 
@@ -50,8 +51,6 @@ class Discovery:
         self._registered = False
         self._task: asyncio.Task[None] | None = None
         self._chase: ViewChase | None = None
-        self._leaderless_handle: asyncio.TimerHandle | None = None
-        self._leaderless_rounds = 0
         self._last_view: Any = None
 
     def start(self) -> None:
@@ -60,7 +59,7 @@ class Discovery:
         if self.lookup is None:
             from ..lookup import LookupManager
             self.lookup = LookupManager(self._lookupd, **self._options)
-        self._chase = ViewChase(self.topic, "r", self.lookup)
+        self._chase = ViewChase(self.topic, "r", self.lookup, self._delay)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"smartnsq-consumer {self.topic} lookup")
 
@@ -154,33 +153,15 @@ class Discovery:
         self._watch_leaderless(view)
 
     def _watch_leaderless(self, view: Any) -> None:
-        missing = missing_leaders(view, self._partitions)
-        if self._leaderless_handle is not None:
-            self._leaderless_handle.cancel()
-            self._leaderless_handle = None
-        if not missing or self._closing:
-            self._leaderless_rounds = 0
+        if self._chase is None:
             return
-        self._leaderless_rounds += 1
-        delay = self._delay(self._leaderless_rounds)
-        log.info("%s: no leader for partitions %s now; looking again in %.1fs", self.topic,
-                 missing, delay)
-        self._leaderless_handle = asyncio.get_running_loop().call_later(
-            delay, self._leaderless_check)
 
-    def _leaderless_check(self) -> None:
-        self._leaderless_handle = None
-        if self._closing:
-            return
-        refreshed = self.lookup.refresh(self.topic, "r")
-        view = self._last_view
-
-        def again(_: Any) -> None:
+        def again() -> None:
             # no change means no TopicChange callback: look at the (same) view again
             if self._last_view is view and not self._closing:
                 self._watch_leaderless(view)
 
-        refreshed.add_done_callback(again)
+        self._chase.leaderless(missing_leaders(view, self._partitions), again)
 
     def refresh(self) -> None:
         """Ask lookup for a fresh view soon, and again until the view changes (the chase of
@@ -193,8 +174,6 @@ class Discovery:
         self._closing = True
         if self._chase is not None:
             self._chase.stop()
-        if self._leaderless_handle is not None:
-            self._leaderless_handle.cancel()
         if self._task is not None:
             self._task.cancel()
 

@@ -8,12 +8,17 @@ one timer: every ``CHASE_FAST_PERIOD`` a round of its own (one at a time, each w
 ``ROUND_TIMEOUT``) in the first ``CHASE_FAST`` s, then every ``CHASE_PERIOD`` a refresh the
 lookup manager spaces, for at most ``CHASE_FOR`` s after the last loss or until the view
 changes (:meth:`ViewChase.news`).
+
+A partition the view names no leader for (a failover: tens of seconds on a real cluster) is
+looked up again on the consumer's doubling delay (:meth:`ViewChase.leaderless`) rather than at
+the next regular poll.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import policy
@@ -28,12 +33,16 @@ class ViewChase:
     """Chases one topic's lookup view (``access``) through ``lookup`` (a
     :class:`~smartnsq.lookup.LookupManager`, or anything with its ``refresh``/``view``)."""
 
-    def __init__(self, topic: str, access: str, lookup: Any) -> None:
+    def __init__(self, topic: str, access: str, lookup: Any,
+                 delay: Callable[[int], float]) -> None:
         self.topic = topic
         self.access = access
         self.lookup = lookup
+        self._delay = delay  # the pause before leaderless look number n (1, 2, ...)
         self._chase = Chase()
         self._handle: asyncio.TimerHandle | None = None
+        self._leaderless_handle: asyncio.TimerHandle | None = None
+        self._leaderless_rounds = 0
         self._round: asyncio.Task[None] | None = None  # the one round of its own running
         self._stopped = False
 
@@ -81,10 +90,34 @@ class ViewChase:
         except Exception as exc:
             log.debug("lookup round failed: %s", exc)
 
+    def leaderless(self, missing: Sequence[int], again: Callable[[], None]) -> None:
+        """The view names no leader for ``missing`` (empty: every partition has one): look
+        again after the next doubling delay, then call ``again()`` (a look that changes the
+        view reports it through the lookup manager's subscription instead)."""
+        if self._leaderless_handle is not None:
+            self._leaderless_handle.cancel()
+            self._leaderless_handle = None
+        if not missing or self._stopped:
+            self._leaderless_rounds = 0
+            return
+        self._leaderless_rounds += 1
+        delay = self._delay(self._leaderless_rounds)
+        log.info("%s: no leader for partitions %s now; looking again in %.1fs", self.topic,
+                 list(missing), delay)
+        self._leaderless_handle = asyncio.get_running_loop().call_later(
+            delay, self._leaderless_look, again)
+
+    def _leaderless_look(self, again: Callable[[], None]) -> None:
+        self._leaderless_handle = None
+        if self._stopped:
+            return
+        self.lookup.refresh(self.topic, self.access).add_done_callback(lambda _: again())
+
     def stop(self) -> None:
         self._stopped = True
         if self._round is not None:
             self._round.cancel()
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        for handle in (self._handle, self._leaderless_handle):
+            if handle is not None:
+                handle.cancel()
+        self._handle = self._leaderless_handle = None

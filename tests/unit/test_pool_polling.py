@@ -9,8 +9,8 @@ import itertools
 import pytest
 from support import wait_until
 
-from smartnsq.routes import policy as pool_module  # (the rule lives in routes.policy)
 from smartnsq.pool import PartitionPool, RoutesCallback, TopicRoutes
+from smartnsq.routes import policy as pool_module  # (the rule lives in routes.policy)
 
 
 class RecordingSource:
