@@ -31,23 +31,20 @@ from .config import ConnectionConfig
 from .connection import Connection
 from .errors import ConnectionError_, Timeout
 from .routes.book import RouteBook
-from .routes.policy import FAST_POLL_FOR, FAST_POLL_REARM, ROUND_TIMEOUT, probe_turn
+from .routes.policy import probe_turn
 from .routes.source import LookupRouteSource
 from .routes.table import (
     Address,
     RoutesCallback,
     RouteSource,
     StaticRouteSource,
-    Target,
     TopicRoutes,
     address_list,
     parse_address,
 )
 
+# (the route names are re-exported: smartnsq.pool is where users and older code import them)
 __all__ = [
-    "FAST_POLL_FOR",
-    "FAST_POLL_REARM",
-    "ROUND_TIMEOUT",
     "Address",
     "LookupRouteSource",
     "NodeBackoff",
@@ -55,7 +52,6 @@ __all__ = [
     "RouteSource",
     "RoutesCallback",
     "StaticRouteSource",
-    "Target",
     "TopicRoutes",
     "address_list",
     "parse_address",
