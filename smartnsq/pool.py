@@ -110,6 +110,9 @@ class PartitionPool:
         self.book = RouteBook(source, wait_refresh=wait_refresh, answering=self._answering,
                               connected=self.connection_open, fresh=self._fresh)
         """Who leads what, the waits on it and the holds (:class:`smartnsq.routes.RouteBook`)."""
+        self.routes: Callable[[str], TopicRoutes | None] = self.book.get
+        """The routes of a topic known now (``None`` before its first lookup): the book's,
+        bound here once, as every publish reads them."""
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -154,10 +157,6 @@ class PartitionPool:
     def known_routes(self) -> list[TopicRoutes]:
         """The routes of every topic known now."""
         return self.book.known()
-
-    def routes(self, topic: str) -> TopicRoutes | None:
-        """The routes known now (``None`` before the first lookup of ``topic``)."""
-        return self.book.get(topic)
 
     async def load_routes(self, topic: str) -> TopicRoutes:
         """The routes, looked up once if unknown; concurrent callers share one lookup."""

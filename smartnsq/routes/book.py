@@ -63,6 +63,9 @@ class RouteBook:
         self._connected = connected
         self._fresh = fresh
         self._routes: dict[str, TopicRoutes] = {}
+        self.get: Callable[[str], TopicRoutes | None] = self._routes.get
+        """The routes of a topic known now, or None (the dict's own ``get``: every publish
+        reads it, so no Python frame in between)."""
         self._loading: dict[str, asyncio.Task[TopicRoutes]] = {}
         # waiters per topic, each for any change (partition None) or for one partition
         self._waiters: dict[str, list[tuple[asyncio.Future[None], int | None]]] = {}
@@ -101,9 +104,6 @@ class RouteBook:
 
     def known(self) -> list[TopicRoutes]:
         return list(self._routes.values())
-
-    def get(self, topic: str) -> TopicRoutes | None:
-        return self._routes.get(topic)
 
     def addresses(self) -> set[Address]:
         """Every node some topic's routes name now."""
