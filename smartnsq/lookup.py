@@ -18,13 +18,12 @@ A :class:`LookupManager` owns one keep-alive HTTP client and a set of lookupd ad
   complete answer), so a lookupd dripping one byte per second cannot hold anything up; an
   answer over ``max_answer_size`` bytes, listing more than ``max_partitions`` partitions or
   ``max_nodes`` producers, or naming a node that is not a ``host:port`` is refused unread.
-* **Health.** A lookupd that fails (refused, timed out, 5xx, malformed) is skipped for a
-  back-off that doubles per consecutive failure, then probed again by the next round; one
-  success restores it. Each lookupd's ``state`` says what it last was (``ok``, ``slow``: it
-  answered after the round had gone on, ``timeout``, ``refused``, ``malformed``, ``error``,
-  ``tls``), in :meth:`LookupManager.health`, ``stats()`` and the log. Slow lookupds are asked
-  after healthy ones. A discovered (non-seed) lookupd failing ``forget_after`` times in a row
-  is dropped until a ``/listlookup`` names it again; seeds are never dropped.
+* **Health.** A lookupd that fails is skipped for a back-off that doubles per consecutive
+  failure, slow ones are asked after healthy ones, discovered ones failing ``forget_after``
+  times in a row are forgotten: the rules are :mod:`smartnsq.routes.health`'s, the racing
+  :mod:`smartnsq.routes.race`'s. Each lookupd's ``state`` (``ok``, ``slow``, ``timeout``,
+  ``refused``, ``malformed``, ``error``, ``tls``) is in :meth:`LookupManager.health`,
+  ``stats()`` and the log.
 * **Addresses.** ``host:port``, ``http://host:port`` or ``https://host:port``; https
   lookupds are asked over TLS (``tls_ca_file``, ``tls_verify``), and the lookupds one of them
   lists are asked the same way. Anything else is refused when the manager is built.
@@ -84,6 +83,9 @@ from .protocol.lookup import (
     valid_host,
 )
 from .protocol.validate import MAX_PARTITION, ascii_int, check_topic
+from .routes.health import LookupdHealth, LookupdStatus, http_url, targets
+from .routes.race import race
+from .routes.table import address_list
 
 __all__ = [
     "LookupConfig",
@@ -250,14 +252,6 @@ def normalize_lookupd(address: str) -> str:
     return f"https://{base}" if scheme == "https" else base
 
 
-def http_url(address: str, path: str = "") -> str:
-    """The URL of ``path`` on an HTTP address as :func:`normalize_lookupd` returns it:
-    ``https://host:port/path`` when it kept an https scheme, ``http://host:port/path``
-    otherwise."""
-    base = address if address.startswith("https://") else f"http://{address}"
-    return f"{base}{path}"
-
-
 @dataclass(frozen=True)
 class TopicChange:
     """A topic's view changed (``old`` is ``None`` the first time, ``new`` when it is gone).
@@ -299,53 +293,6 @@ class TopicChange:
                    frozenset(set(after) - set(before)), frozenset(set(before) - set(after)))
 
 
-@dataclass(frozen=True)
-class LookupdStatus:
-    """One lookupd's health as the manager sees it (a snapshot; see :meth:`health`)."""
-
-    address: str
-    seed: bool
-    classic: bool | None
-    failures: int
-    retry_in: float
-    requests: int
-    errors: int
-    last_error: str
-    state: str = "unknown"
-    """What it last was: ``ok``, ``slow`` (answered after its round had gone on),
-    ``timeout`` (no whole answer within ``timeout``), ``refused`` (no connection),
-    ``malformed`` (an answer too large, not JSON, or breaking the bounds), ``tls``
-    (certificate refused), ``error`` (an error status), ``unknown`` (not asked yet)."""
-    slow: int = 0
-    """Answers that came after their round had gone on without them."""
-
-
-class _Lookupd:
-    __slots__ = ("address", "classic", "errors", "failures", "last_error", "requests",
-                 "retry_at", "seed", "slow", "slow_streak", "state")
-
-    def __init__(self, address: str, seed: bool) -> None:
-        self.address = address
-        self.seed = seed
-        self.classic: bool | None = None
-        self.failures = 0
-        self.retry_at = 0.0
-        self.requests = 0
-        self.errors = 0
-        self.last_error = ""
-        self.state = "unknown"
-        self.slow = 0
-        self.slow_streak = 0
-
-    @property
-    def url(self) -> str:
-        return http_url(self.address)
-
-    def sibling(self, address: str) -> str:
-        """How to reach a lookupd this one listed: over TLS if this one is."""
-        return f"https://{address}" if self.address.startswith("https://") else address
-
-
 class _Failure(LookupdError):
     """One lookupd request failed; ``state`` says how (see :attr:`LookupdStatus.state`)."""
 
@@ -357,12 +304,6 @@ class _Failure(LookupdError):
 class _NoAnswer(LookupFailed):
     """Internal: no lookupd answered this round (worth another round). Never leaves the
     manager: the last round's is raised as a plain ``LookupFailed``."""
-
-
-def _outcome_read(task: asyncio.Task[Any]) -> None:
-    """Mark a task's failure as seen (it was recorded where it happened)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class LookupManager:
@@ -384,17 +325,12 @@ class LookupManager:
                                       sorted(unknown))
             config = replace(config, **options)
         self._config = config
-        if isinstance(lookupd, str):
-            lookupd = [lookupd]
-        elif not isinstance(lookupd, Iterable) or isinstance(lookupd, bytes | bytearray | Mapping):
-            # (pool.address_list's rule; lookup cannot import pool)
-            raise InvalidArgument("lookupd", "must be an address or a list of addresses",
-                                  lookupd)
-        seeds = tuple(dict.fromkeys(normalize_lookupd(a) for a in lookupd))
+        seeds = tuple(dict.fromkeys(normalize_lookupd(a)
+                                    for a in address_list(lookupd, "lookupd")))
         if not seeds:
             raise InvalidArgument("lookupd", "needs at least one address", list(seeds))
         self._seeds = seeds
-        self._lookupds: dict[str, _Lookupd] = {a: _Lookupd(a, True) for a in seeds}
+        self._lookupds: dict[str, LookupdHealth] = {a: LookupdHealth(a, True) for a in seeds}
         self._client = client
         self._own_client = client is None
         self._views: dict[Key, TopicView] = {}
@@ -490,10 +426,7 @@ class LookupManager:
 
     def health(self) -> list[LookupdStatus]:
         now = self._now()
-        return [LookupdStatus(d.address, d.seed, d.classic, d.failures,
-                              max(d.retry_at - now, 0.0), d.requests, d.errors, d.last_error,
-                              d.state, d.slow)
-                for d in self._lookupds.values()]
+        return [d.status(now) for d in self._lookupds.values()]
 
     async def wait_idle(self) -> None:
         """Wait until no request runs in the background (late answers of past rounds,
@@ -691,15 +624,9 @@ class LookupManager:
                                                   attempt, 0.5))
             attempt += 1
 
-    def _targets(self) -> list[_Lookupd]:
-        """Lookupds to ask now: healthy ones (fewest failures first), else the first due."""
-        now = self._now()
-        known = list(self._lookupds.values())
-        ready = [d for d in known if d.retry_at <= now]
-        if not ready:
-            ready = [min(known, key=lambda d: d.retry_at)]
-        ready.sort(key=lambda d: (d.failures, d.slow_streak, not d.seed))
-        return ready
+    def _targets(self) -> list[LookupdHealth]:
+        """Lookupds to ask now (:func:`smartnsq.routes.health.targets`)."""
+        return targets(list(self._lookupds.values()), self._now())
 
     async def _ask_all(self, topic: str, access: str) -> TopicView:
         """One round: every target at once; done once all answered, or ``answer_grace``
@@ -739,39 +666,16 @@ class LookupManager:
         raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}") \
             from (errors[-1] if errors else None)
 
-    async def _race(self, asked: dict[asyncio.Task[T], _Lookupd],
+    async def _race(self, asked: dict[asyncio.Task[T], LookupdHealth],
                     settle: Callable[[asyncio.Task[T]], bool]) -> set[asyncio.Task[T]]:
-        """Wait on requests to several lookupds until all have ended, or ``answer_grace``
-        after the first one ``settle`` (called once per ended request) calls usable; those
-        still running are left to end in the background (:meth:`_late`) and returned."""
-        loop = asyncio.get_running_loop()
-        pending = set(asked)
-        grace_ends: float | None = None
-        try:
-            while pending:
-                wait = None if grace_ends is None else max(grace_ends - loop.time(), 0.0)
-                done, pending = await asyncio.wait(pending, timeout=wait,
-                                                   return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    break  # the grace is over: go on without the slow ones
-                usable = False
-                for task in done:
-                    usable = settle(task) or usable
-                if usable and grace_ends is None:
-                    grace_ends = loop.time() + self._config.answer_grace
-        except BaseException:
-            # cancelled (the manager closing): a request may have ended in the same turn,
-            # its failure unread; read every one's outcome, whenever it comes, so none is
-            # reported as "Task exception was never retrieved"
-            for task in pending:
-                task.add_done_callback(_outcome_read)
-                task.cancel()
-            raise
+        """Race the requests (:func:`smartnsq.routes.race.race`); those still running when
+        the round goes on end in the background (:meth:`_late`) and are returned."""
+        pending = await race(set(asked), settle, self._config.answer_grace)
         for task in pending:
             self._late(task, asked[task])
         return pending
 
-    def _late(self, task: asyncio.Task[Any], lookupd: _Lookupd) -> None:
+    def _late(self, task: asyncio.Task[Any], lookupd: LookupdHealth) -> None:
         """A request its round did not wait for: let it end (by its deadline) in the
         background; an answer that comes marks the lookupd slow, a failure is already
         recorded by the request itself."""
@@ -783,17 +687,15 @@ class LookupManager:
                 return
             error = task.exception()
             if error is None or isinstance(error, TopicNotFound):
-                lookupd.slow += 1
-                lookupd.slow_streak += 1
-                lookupd.state = "slow"
-                level = logging.WARNING if lookupd.slow_streak == 1 else logging.DEBUG
+                streak = lookupd.answered_late()
+                level = logging.WARNING if streak == 1 else logging.DEBUG
                 log.log(level, "lookupd %s is slow: it answered after its round had gone on "
                         "(%d times in a row); asked after the others now", lookupd.address,
-                        lookupd.slow_streak)
+                        streak)
 
         task.add_done_callback(done)
 
-    async def _ask(self, lookupd: _Lookupd, topic: str, access: str) -> TopicView:
+    async def _ask(self, lookupd: LookupdHealth, topic: str, access: str) -> TopicView:
         cfg = self._config
         status, body = await self._get(lookupd, "/lookup", lookup_params(topic, access))
         try:
@@ -815,7 +717,7 @@ class LookupManager:
         self._succeeded(lookupd)
         return view
 
-    async def _get(self, lookupd: _Lookupd, path: str,
+    async def _get(self, lookupd: LookupdHealth, path: str,
                    params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
         """``(status, body)`` of one GET, all of it within ``timeout`` and
         ``max_answer_size``; a failure is recorded on ``lookupd`` and raised as
@@ -837,27 +739,19 @@ class LookupManager:
         self._failed(lookupd, failure, failure.state)
         raise failure
 
-    def _succeeded(self, lookupd: _Lookupd) -> None:
-        if lookupd.failures:
-            log.info("lookupd %s answers again after %d failures", lookupd.address,
-                     lookupd.failures)
-        lookupd.failures = 0
-        lookupd.retry_at = 0.0
-        lookupd.state = "ok"
-        lookupd.slow_streak = 0
+    def _succeeded(self, lookupd: LookupdHealth) -> None:
+        failures = lookupd.succeeded()
+        if failures:
+            log.info("lookupd %s answers again after %d failures", lookupd.address, failures)
 
-    def _failed(self, lookupd: _Lookupd, error: BaseException, state: str = "error") -> None:
+    def _failed(self, lookupd: LookupdHealth, error: BaseException,
+                state: str = "error") -> None:
         cfg = self._config
-        lookupd.failures += 1
-        lookupd.errors += 1
-        lookupd.last_error = str(error)
-        lookupd.state = state
-        delay = exponential_delay(cfg.backoff, cfg.backoff_max, lookupd.failures, 0.2)
-        lookupd.retry_at = self._now() + delay
+        delay = lookupd.failed(self._now(), str(error), state, cfg.backoff, cfg.backoff_max)
         level = logging.WARNING if lookupd.failures == 1 else logging.DEBUG
         log.log(level, "lookupd %s failed (%s, %d in a row; skipped for %.2fs): %s",
                 lookupd.address, state, lookupd.failures, delay, error)
-        if (not lookupd.seed and lookupd.failures >= cfg.forget_after
+        if (lookupd.forgettable(cfg.forget_after)
                 and self._lookupds.get(lookupd.address) is lookupd and len(self._lookupds) > 1):
             del self._lookupds[lookupd.address]
             log.info("forgetting lookupd %s until /listlookup names it again", lookupd.address)
@@ -970,10 +864,10 @@ class LookupManager:
         lookupd = self._lookupds.get(address)
         if lookupd is None:
             log.info("lookupd %s discovered", address)
-            lookupd = self._lookupds[address] = _Lookupd(address, False)
+            lookupd = self._lookupds[address] = LookupdHealth(address, False)
         lookupd.classic = False  # only youzan lookupds list each other
 
-    async def _listlookup(self, lookupds: list[_Lookupd]) -> dict[str, None] | None:
+    async def _listlookup(self, lookupds: list[LookupdHealth]) -> dict[str, None] | None:
         """Every lookupd the given ones list (``None`` if none of them answered).
 
         Like a lookup round, it goes on ``answer_grace`` after the first answer; what a
@@ -1005,7 +899,7 @@ class LookupManager:
         for address in task.result():
             self._adopt(address)
 
-    async def _ask_list(self, lookupd: _Lookupd) -> list[str]:
+    async def _ask_list(self, lookupd: LookupdHealth) -> list[str]:
         status, body = await self._get(lookupd, "/listlookup")
         try:
             answer = parse_listlookup(status, body)

@@ -39,6 +39,9 @@ FLOORS: dict[str, int] = {
     "smartnsq.rdy": 1,
     "smartnsq.stats": 1,
     "smartnsq.counters": 1,
+    "smartnsq.routes.table": 1,  # route values; the routes policy and lookupd health (pure)
+    "smartnsq.routes.policy": 1,
+    "smartnsq.routes.health": 1,
     # 2: the asyncio shell: one connection; the loop thread the blocking facades run on
     "smartnsq.connection": 2,
     "smartnsq.event_loop": 2,
@@ -47,6 +50,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.http": 2,
     # 3: many connections and HTTP: partitions to connections, discovery, administration
     "smartnsq.pool": 3,
+    "smartnsq.routes": 3,  # who leads what and when to ask again (book, chase, lookup source)
     "smartnsq.lookup": 3,
     "smartnsq.admin": 3,
     # 4: the clients and their blocking facades

@@ -2,17 +2,11 @@
 
 The first view is loaded in the background, retrying (never spinning) until the topic exists;
 then every change the lookup manager reports (a leader moved, a partition added or removed)
-re-applies the targets. A partition without a leader (a failover: tens of seconds on a real
-cluster) is looked up again on a doubling delay rather than at the next regular poll. A lost
-connection or a refused SUB asks for a fresh view (:meth:`Discovery.refresh`, coalesced), and
-keeps asking every ``CHASE_PERIOD`` for up to ``CHASE_FOR`` seconds until the view changes: a
-graceful leave drops the consumers' connections at once but hands each partition over a
-little later (0.07-4 s on the real cluster), so the first lookup after the loss usually still
-names the old leader, and the new one should be learned as soon as lookup knows it, not at a
-reconnect back-off. For the first ``CHASE_FAST`` seconds (when most handoffs happen) each of
-those is a round of its own, one at a time, every ``CHASE_FAST_PERIOD``; later ones are
-spaced by the lookup manager's ``refresh_min_interval``..``refresh_max_interval`` like any
-refresh that finds nothing new.
+re-applies the targets. When to ask lookup again is :class:`smartnsq.routes.ViewChase`'s: a
+partition without a leader (a failover: tens of seconds on a real cluster) is looked up again
+on a doubling delay rather than at the next regular poll, and a lost connection or a refused
+SUB (:meth:`Discovery.refresh`) starts a chase whose timing (``CHASE_*``) is
+:mod:`smartnsq.routes.policy`'s, the same rule as the producers' wait for a route change.
 """
 
 from __future__ import annotations
@@ -24,16 +18,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import InvalidArgument, LookupFailed, TopicNotFound
+from ..routes.chase import ViewChase
+from ..routes.policy import CHASE_FAST, CHASE_FAST_PERIOD, CHASE_FOR, CHASE_PERIOD, ROUND_TIMEOUT
 from .targets import Target, missing_leaders, view_targets
 
-__all__ = ["Discovery"]
-
-CHASE_PERIOD = 0.1  # s between the refreshes asked for after a loss
-CHASE_FAST_PERIOD = 0.05  # ... and between the rounds of the first CHASE_FAST seconds
-CHASE_FOR = 10.0  # s after the last loss those refreshes go on (or until the view changes)
-CHASE_FAST = 5.0  # s after a loss during which they are rounds of their own (not spaced):
-# the real cluster's slowest graceful handoffs took 1.3-4.1 s (real-cluster.md)
-ROUND_TIMEOUT = 1.0  # s one such round may take
+__all__ = ["CHASE_FAST", "CHASE_FAST_PERIOD", "CHASE_FOR", "CHASE_PERIOD", "ROUND_TIMEOUT",
+           "Discovery"]
 
 log = logging.getLogger("smartnsq.consumer")
 
@@ -60,13 +50,8 @@ class Discovery:
         self._closing = False
         self._registered = False
         self._task: asyncio.Task[None] | None = None
-        self._refresh_handle: asyncio.TimerHandle | None = None
-        self._leaderless_handle: asyncio.TimerHandle | None = None
-        self._leaderless_rounds = 0
+        self._chase: ViewChase | None = None
         self._last_view: Any = None
-        self._chase_until = 0.0  # loop time until which a lost link keeps refreshing
-        self._fast_until = 0.0  # ... and until which those refreshes are rounds of their own
-        self._round: asyncio.Task[None] | None = None  # the one such round running
 
     def start(self) -> None:
         """Begin in the background and return at once: a slow or silent lookupd delays the
@@ -74,6 +59,7 @@ class Discovery:
         if self.lookup is None:
             from ..lookup import LookupManager
             self.lookup = LookupManager(self._lookupd, **self._options)
+        self._chase = ViewChase(self.topic, "r", self.lookup, self._delay)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"smartnsq-consumer {self.topic} lookup")
 
@@ -160,90 +146,34 @@ class Discovery:
             self._on_view(change.new)
 
     def _on_view(self, view: Any) -> None:
-        self._chase_until = self._fast_until = 0.0  # news: the chase after a loss is over
+        if self._chase is not None:
+            self._chase.news()  # news: the chase after a loss is over
         self._last_view = view
         self._apply(view_targets(view, self._partitions))
         self._watch_leaderless(view)
 
     def _watch_leaderless(self, view: Any) -> None:
-        missing = missing_leaders(view, self._partitions)
-        if self._leaderless_handle is not None:
-            self._leaderless_handle.cancel()
-            self._leaderless_handle = None
-        if not missing or self._closing:
-            self._leaderless_rounds = 0
+        if self._chase is None:
             return
-        self._leaderless_rounds += 1
-        delay = self._delay(self._leaderless_rounds)
-        log.info("%s: no leader for partitions %s now; looking again in %.1fs", self.topic,
-                 missing, delay)
-        self._leaderless_handle = asyncio.get_running_loop().call_later(
-            delay, self._leaderless_check)
 
-    def _leaderless_check(self) -> None:
-        self._leaderless_handle = None
-        if self._closing:
-            return
-        refreshed = self.lookup.refresh(self.topic, "r")
-        view = self._last_view
-
-        def again(_: Any) -> None:
+        def again() -> None:
             # no change means no TopicChange callback: look at the (same) view again
             if self._last_view is view and not self._closing:
                 self._watch_leaderless(view)
 
-        refreshed.add_done_callback(again)
+        self._chase.leaderless(missing_leaders(view, self._partitions), again)
 
     def refresh(self) -> None:
-        """Ask lookup for a fresh view soon (coalesced), and again until the view changes:
-        every ``CHASE_FAST_PERIOD`` in a chase's first ``CHASE_FAST`` s, then every
-        ``CHASE_PERIOD``, for at most ``CHASE_FOR`` s after the last loss."""
-        if self._closing:
-            return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if now >= self._chase_until:  # a new chase: its first seconds are fast; losses
-            self._fast_until = now + CHASE_FAST  # during one (a dead node retried) are not
-        self._chase_until = now + CHASE_FOR
-        if self._refresh_handle is None:
-            self._refresh_handle = loop.call_later(0.05, self._do_refresh)
-
-    def _do_refresh(self) -> None:
-        self._refresh_handle = None
-        if self._closing:
-            return
-        loop = asyncio.get_running_loop()
-        period = CHASE_PERIOD
-        if loop.time() < self._fast_until:
-            period = CHASE_FAST_PERIOD
-            if self._round is None or self._round.done():
-                self._round = loop.create_task(self._fresh_round())
-        else:
-            try:
-                self.lookup.refresh(self.topic, "r")
-            except Exception as exc:
-                log.debug("lookup refresh failed: %s", exc)
-        if loop.time() + period < self._chase_until:
-            self._refresh_handle = loop.call_later(period, self._do_refresh)
-
-    async def _fresh_round(self) -> None:
-        """One lookup round now, past the spacing of idle refreshes (a change it finds comes
-        back through the change subscription)."""
-        try:
-            await self.lookup.view(self.topic, "r", refresh=True, timeout=ROUND_TIMEOUT)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.debug("lookup round failed: %s", exc)
+        """Ask lookup for a fresh view soon, and again until the view changes (the chase of
+        :class:`smartnsq.routes.ViewChase`)."""
+        if not self._closing and self._chase is not None:
+            self._chase.lost()
 
     def stop(self) -> None:
         """Stop reacting (the consumer is closing); :meth:`close` releases the lookup."""
         self._closing = True
-        if self._round is not None:
-            self._round.cancel()
-        for handle in (self._refresh_handle, self._leaderless_handle):
-            if handle is not None:
-                handle.cancel()
+        if self._chase is not None:
+            self._chase.stop()
         if self._task is not None:
             self._task.cancel()
 

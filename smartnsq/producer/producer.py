@@ -640,33 +640,23 @@ class Producer:
         return decision
 
     async def _wait(self, request: Request, decision: Decision) -> None:
-        """Carry out a retry decision: refresh lookup, then wait its back-off."""
+        """Carry out a retry decision: the route book learns what failed and says how long to
+        wait (:meth:`smartnsq.routes.RouteBook.after_failure`), then the wait."""
         error = request.error
         if decision.keep_partition and request.partition is None \
                 and request.target is not None and self._migration is None:
             request.partition = request.target  # a sharded message is never re-routed
-        if decision.next is Next.REFRESH_AND_RETRY:
-            address = request.address
-            if address is not None and request.stage is SEND:
-                self._pool.leader_failed(request.topic, request.target, address,
-                                         getattr(error, "code", None))
-            else:
-                self._pool.refresh(request.topic)
-        delay = decision.delay
-        if decision.keep_partition and isinstance(error, NoLeader) \
-                and request.target is not None \
-                and self._pool.rehold(request.topic, request.target):
-            delay = 0.0  # its stalled leader answers again: ask it (see PartitionPool.rehold)
-        partition = request.target if decision.probe else None
-        if partition is not None:  # the partition's next probe turn, if one comes sooner
-            turn = self._pool.probe_delay(request.topic, partition, self._config.retry_delay,
-                                          delay)
-            if turn is not None:
-                delay = turn
-        if delay > 0:
+        refused_by = request.address if request.stage is SEND else None
+        pause = self._pool.book.after_failure(
+            request.topic, request.target, decision.delay,
+            refresh=decision.next is Next.REFRESH_AND_RETRY, refused_by=refused_by,
+            code=getattr(error, "code", None),
+            no_leader=decision.keep_partition and isinstance(error, NoLeader),
+            probe=decision.probe, probe_period=self._config.retry_delay)
+        if pause.delay > 0:
             log.debug("publish to %r: attempt %d failed (%s); next in %.3fs", request.topic,
-                      request.attempt, error, delay)
-            await self._pool.changed(request.topic, delay, partition)
+                      request.attempt, error, pause.delay)
+            await pause.wait()
         if request.deadline - self._loop.time() < least_time(request.timeout):
             assert error is not None  # (too little left for an answer to come back in)
             late = timed_out(request.topic, request.timeout, error)

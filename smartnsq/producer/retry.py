@@ -126,7 +126,7 @@ class Decision:
     ``delay``: how long to wait at most (a route change of the topic ends the wait early);
     ``keep_partition``: the retry goes to the same partition; ``probe``: the partition's
     leader refused the write for now, so the retry takes the partition's next probe turn
-    (``PartitionPool.probe_delay``) when one is free within ``delay``, and wakes when another
+    (``RouteBook.probe_delay``) when one is free within ``delay``, and wakes when another
     publish to it succeeds; ``error``: what to raise when giving up (its ``__cause__`` already
     set when it wraps the failure).
     """

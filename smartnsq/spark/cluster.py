@@ -48,12 +48,13 @@ from ..errors import (
 )
 from ..loop_thread import LoopThread
 from ..message import names_message_id
-from ..pool import parse_address
 from ..protocol import commands
 from ..protocol.admin import TopicStats
 from ..protocol.commands import StartPosition
 from ..protocol.frames import Message, MessageLayout
 from ..protocol.lookup import Node, TopicView
+from ..routes.policy import LEADER_WAIT_FIRST, leader_wait
+from ..routes.table import parse_address
 from .options import ClusterOptions
 
 __all__ = [
@@ -201,7 +202,8 @@ class LeaderWait:
     One per partition and operation: ``failed(exc)`` sleeps a growing back-off and returns
     when the caller should try again, or raises :class:`PartitionUnavailable` (or ``exc``
     itself, when it is not transient) once the time is up. ``progressed()`` restarts the
-    clock: a read that moved forward between two failures is not stuck.
+    clock: a read that moved forward between two failures is not stuck. The timing is
+    :func:`smartnsq.routes.policy.leader_wait`'s; this is its blocking shell.
     """
 
     def __init__(self, topic: str, partition: int | None, timeout: float) -> None:
@@ -209,26 +211,25 @@ class LeaderWait:
         self.partition = partition
         self.timeout = timeout
         self._since: float | None = None
-        self._delay = 0.1
+        self._delay = LEADER_WAIT_FIRST
 
     def progressed(self) -> None:
         self._since = None
-        self._delay = 0.1
+        self._delay = LEADER_WAIT_FIRST
 
     def failed(self, exc: BaseException) -> None:
         if not is_transient(exc):
             raise exc
-        now = time.monotonic()
         if self._since is None:
-            self._since = now
             log.warning("%s/%s: %s; waiting for a leader (up to %gs)", self.topic,
                         self.partition, condition_of(exc), self.timeout)
-        waited = now - self._since
-        if waited >= self.timeout:
+        step, waited = leader_wait(self._since, time.monotonic(), self._delay, self.timeout)
+        self._since = step.since
+        if step.sleep is None:
             raise PartitionUnavailable(self.topic, self.partition, condition_of(exc),
                                        waited) from exc
-        time.sleep(min(self._delay, self.timeout - waited))
-        self._delay = min(self._delay * 2, 2.0)
+        time.sleep(step.sleep)
+        self._delay = step.next_delay
 
 
 class ClusterClient:

@@ -9,8 +9,8 @@ import itertools
 import pytest
 from support import wait_until
 
-from smartnsq import pool as pool_module
 from smartnsq.pool import PartitionPool, RoutesCallback, TopicRoutes
+from smartnsq.routes import policy as pool_module  # (the rule lives in routes.policy)
 
 
 class RecordingSource:
@@ -84,7 +84,7 @@ async def test_a_wait_soon_after_another_gets_no_second_fast_start(
     pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.04)
     first = await source.polls(pool, 6)
     assert first[0] is True and first[-1] is False
-    await wait_until(lambda: not pool._polling)  # nobody waits any more: the polling ended
+    await wait_until(lambda: not pool.book.polling)  # nobody waits any more: the polling ended
     # within FAST_POLL_REARM of the first start
     assert (await source.polls(pool, 2))[:2] == [False, False]
     await pool.close()
