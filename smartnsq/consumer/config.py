@@ -22,6 +22,7 @@ from ..config import (
     check_fields,
     close_timeout,
     doc,
+    duck,
     flag,
     instance,
     integer,
@@ -173,7 +174,7 @@ class ConsumerConfig:
         check=_MAPPING))
     classic: ClassicDialect | None = field(default=None, metadata=doc(
         "What ordered/start become on classic nodes: a smartnsq.compat.ClassicPolicy "
-        "(None: its defaults, which refuse them).", range="ClassicPolicy or None"))
+        "(None: its defaults, which refuse them).", check=duck("ClassicPolicy or None")))
     connection: ConnectionConfig = field(default_factory=ConnectionConfig, metadata=doc(
         "How connections to nsqd are opened (timeouts, TLS, compression, auth); its fields "
         "may also be given as Consumer keywords.",

@@ -12,7 +12,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConnectionConfig, Rule, check_fields, doc, flag, instance, integer, seconds
+from ..config import (
+    ConnectionConfig,
+    Rule,
+    check_fields,
+    doc,
+    duck,
+    flag,
+    instance,
+    integer,
+    seconds,
+)
 from ..dialect import ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import InvalidArgument
 from ..protocol import validate as v
@@ -28,10 +38,6 @@ def spec(text: str, *, unit: str = "", rule: Rule) -> dict[str, Any]:
 
 def _sharding(name: str, value: Any, config: Any) -> None:
     make_router(value)  # raises InvalidArgument("sharding", ...)
-
-
-def _anything(name: str, value: Any, config: Any) -> None:
-    """Hooks objects are duck-typed (the dialect's Protocols): any object may answer them."""
 
 
 _SIZE = Rule("1..2**31-1", integer(1, 2**31 - 1).check)
@@ -95,12 +101,11 @@ class ProducerConfig:
         "What youzan-only features become on classic nsqd: a "
         "smartnsq.compat.ClassicPolicy (None: its defaults, i.e. sharding keys placed on "
         "nodes by rendezvous hash, trace ids logged but not sent, headers refused).",
-        rule=Rule("ClassicPolicy or None", _anything)))
+        rule=duck("ClassicPolicy or None")))
     migration: RouteChooser | ChooserFactory | None = field(default=None, metadata=spec(
         "Where publishes to a topic found on both a youzan and a classic cluster go: a "
         "smartnsq.compat.MigrationPolicy (prefer youzan, prefer classic, or a percentage "
-        "to youzan). None: youzan.", rule=Rule("MigrationPolicy, MigrationChooser or None",
-                                               _anything)))
+        "to youzan). None: youzan.", rule=duck("MigrationPolicy, MigrationChooser or None")))
 
     def __post_init__(self) -> None:
         check_fields(self)
