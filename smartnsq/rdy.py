@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from .backoff import BACKING_OFF, NORMAL, PROBING, Backoff, BackoffPolicy
 from .errors import InvalidArgument
+from .protocol.numbers import check_int
 
 __all__ = ["MIN_HOLD", "NOTHING", "STARVED_RATIO", "ConnKey", "RdyController"]
 
@@ -128,9 +129,7 @@ class _Changes:
 
 
 def _check_count(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidArgument(name, f"must be an int >= {low}", value)
-    return value
+    return check_int(name, value, low)
 
 
 class RdyController:

@@ -30,6 +30,7 @@ from ..errors import InvalidArgument
 from ..message import Message
 from ..pool import Address, address_list, parse_address
 from ..protocol import validate as v
+from ..protocol.numbers import check_int
 from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
 from .dispatch import Dispatch, inline_runner, is_async, iterate, worker
@@ -354,8 +355,7 @@ class Consumer:
 
     def set_max_in_flight(self, n: int) -> None:
         """Change ``max_in_flight`` at run time; 0 pauses, a positive value resumes."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidArgument("max_in_flight", "must be an int >= 0", n)
+        check_int("max_in_flight", n, 0)
         self._max_in_flight = n
         if self._rt.flow is not None:
             self._rt.flow.set_max_in_flight(n)

@@ -45,6 +45,7 @@ from .lookup import (
     parse_node,
     unwrap,
 )
+from .numbers import check_int
 from .validate import ascii_int
 
 __all__ = [
@@ -150,9 +151,7 @@ def _flag(params: dict[str, str], name: str, on: bool) -> None:
 
 
 def _int_in(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be an int in {low}..{high}", value)
-    return value
+    return check_int(name, value, low, high)
 
 
 def topic_create_params(topic: str, partition_num: int = 1, replicator: int = 1, *,

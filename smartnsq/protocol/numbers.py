@@ -35,13 +35,18 @@ def range_text(low: float | str | None = None, high: float | None = None, *,
                low_open: bool = False) -> str:
     """How a range reads in errors and in the reference: ``1..9``, ``>= 0``, ``> 0, <= 60``
     (``low`` may name another field)."""
-    floor = low if isinstance(low, str) or low is None else f"{low:g}"
+    floor = low if isinstance(low, str) or low is None else _show(low)
     if floor is None:
-        return "" if high is None else f"<= {high:g}"
+        return "" if high is None else f"<= {_show(high)}"
     if high is not None and not low_open:
-        return f"{floor}..{high:g}"
+        return f"{floor}..{_show(high)}"
     text = f"{'>' if low_open else '>='} {floor}"
-    return text if high is None else f"{text}, <= {high:g}"
+    return text if high is None else f"{text}, <= {_show(high)}"
+
+
+def _show(bound: float) -> str:
+    """An int bound exactly (2**64-1 is not 1.84467e+19), a float one short (0.01)."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def check_int(field: str, value: Any, low: int | None = None, high: int | None = None) -> int:

@@ -17,6 +17,7 @@ from ..errors import InvalidArgument
 from ..lookup import normalize_lookupd
 from ..pool import parse_address
 from ..protocol import validate as v
+from ..protocol.numbers import is_int
 
 __all__ = [
     "OFFSET_EARLIEST",
@@ -217,8 +218,7 @@ def check_offsets(value: Any, name: str = "offsets") -> Offsets:
             except (TypeError, ValueError):
                 raise InvalidArgument(name, f"partition {part!r} of {topic!r} is not a "
                                       "number", part) from None
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 \
-                    or pid < 0:
+            if not is_int(offset) or offset < 0 or pid < 0:
                 raise InvalidArgument(name, f"partition {part!r} of {topic!r} needs a "
                                       "non-negative integer queue offset", offset)
             checked[str(pid)] = offset
