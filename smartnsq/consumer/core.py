@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import otel
-from ..config import ConnectionConfig
+from ..config import ConnectionConfig, one_source
 from ..connection import Connection
 from ..errors import InvalidArgument
 from ..message import Message
@@ -88,9 +88,7 @@ class Consumer:
         v.check_channel(channel)
         self.topic = topic
         self.channel = channel
-        given = sum(x is not None and x != [] for x in (lookupd, nsqd, lookup))
-        if given != 1:
-            raise InvalidArgument("Consumer", "give exactly one of lookupd=, nsqd= or lookup=")
+        one_source("Consumer", lookupd=lookupd, nsqd=nsqd, lookup=lookup)
         self._nsqd: tuple[Address, ...] = ()
         if nsqd is not None:
             self._nsqd = tuple(dict.fromkeys(

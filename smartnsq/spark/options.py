@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConnectionConfig
+from ..config import ConnectionConfig, one_source
 from ..errors import InvalidArgument
 from ..lookup import normalize_lookupd
 from ..pool import parse_address
@@ -99,10 +99,7 @@ def _lookupd_or_nsqd(opts: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[st
     """The ``lookupd`` (HTTP) or ``nsqd`` (TCP) addresses: exactly one of them is given."""
     lookupd = _http_addresses(opts.get("lookupd"), "lookupd")
     nsqd = _tcp_addresses(opts.get("nsqd"), "nsqd")
-    if bool(lookupd) == bool(nsqd):
-        raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
-                              "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",
-                              opts.get("lookupd"))
+    one_source("lookupd", lookupd=lookupd, nsqd=nsqd)  # the clients' rule and wording
     return lookupd, nsqd
 
 
