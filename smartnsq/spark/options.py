@@ -17,7 +17,7 @@ from ..errors import InvalidArgument
 from ..lookup import normalize_lookupd
 from ..pool import parse_address
 from ..protocol import validate as v
-from ..protocol.numbers import is_int
+from ..protocol.numbers import check_int, check_number, is_int
 
 __all__ = [
     "OFFSET_EARLIEST",
@@ -123,9 +123,7 @@ def _int(opts: Mapping[str, str], name: str, default: int, low: int = 1,
         value = int(raw)
     except ValueError:
         raise InvalidArgument(name, "must be an integer", raw) from None
-    if not low <= value <= high:
-        raise InvalidArgument(name, f"must be in {low}..{high}", raw)
-    return value
+    return check_int(name, value, low, high)  # the range rule and text of every setting
 
 
 def _float(opts: Mapping[str, str], name: str, default: float) -> float:
@@ -136,9 +134,7 @@ def _float(opts: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise InvalidArgument(name, "must be a number of seconds", raw) from None
-    if not value > 0 or value == float("inf"):
-        raise InvalidArgument(name, "must be a positive, finite number of seconds", raw)
-    return value
+    return check_number(name, value, low_open=True)
 
 
 def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
