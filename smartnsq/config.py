@@ -32,6 +32,7 @@ from .protocol.identify import USER_AGENT, IdentifyOptions
 from .protocol.numbers import check_int, check_number, range_text
 
 __all__ = [
+    "RETRY_CONCEPTS",
     "ConnectionConfig",
     "Rule",
     "SettingDoc",
@@ -62,11 +63,43 @@ class Rule:
 
 
 def doc(text: str, *, unit: str = "", range: str = "",
-        check: Rule | None = None) -> dict[str, Any]:
+        check: Rule | None = None, concept: str = "") -> dict[str, Any]:
     """Field metadata for the generated reference: one line of text, a unit, the range (the
-    rule's text when a rule is given), and the rule itself."""
+    rule's text when a rule is given), the rule itself, and the retry ``concept`` (a key of
+    :data:`RETRY_CONCEPTS`) the field sets, if any."""
+    if concept and concept not in RETRY_CONCEPTS:
+        raise KeyError(f"unknown retry concept {concept!r}")
     return {"doc": text, "unit": unit, "range": range or (check.text if check else ""),
-            "check": check}
+            "check": check, "concept": concept}
+
+
+RETRY_CONCEPTS: dict[str, tuple[str, str]] = {
+    "attempt": (
+        "Back-off between the attempts of one call",
+        "Named retry_delay / retry_delay_max wherever a call is tried again. The Producer's "
+        "is short (0.05 s to 1 s) because a publish retries inside its caller's deadline "
+        "(timeout, 10 s) and the usual cause, a leader move, is resolved by the next lookup; "
+        "the lookup's rounds back off from 0.1 s to 2 s because they are retried only when no "
+        "lookupd answered at all, and asking an unreachable lookupd tier faster helps nobody."),
+    "redial": (
+        "Wait before dialling a failed nsqd again",
+        "Named reconnect_delay / reconnect_delay_max on both clients. The Producer's tops out "
+        "at 2 s because a publish waits on that dial within its deadline (a route change ends "
+        "the wait early); the Consumer's grows to 60 s because nobody waits on a resubscribe, "
+        "and a down nsqd is spared a reconnect storm from every consumer of it."),
+    "skip": (
+        "How long a failing lookupd is left out",
+        "Named backoff / backoff_max (LookupConfig): not a wait before trying the same call "
+        "again but how long one lookupd of several is left out of the rounds while the others "
+        "are asked; it doubles per consecutive failure, as the other two do."),
+    "refresh": (
+        "Gap between on-demand lookups of one topic",
+        "refresh_min_interval / refresh_max_interval (LookupConfig): short (0.1 s) because a "
+        "publish or a consumer waiting for a new leader is waiting on the answer."),
+}
+"""The retry and back-off settings by concept: a title and why the names and defaults are
+what they are. Every field that sets one says so (``doc(..., concept=...)``) and the
+configuration reference lists them side by side (``smartnsq.reference.retries_table``)."""
 
 
 def check_fields(obj: Any) -> None:

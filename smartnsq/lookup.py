@@ -153,10 +153,10 @@ class LookupConfig:
         check=integer(1, 100)))
     retry_delay: float = field(default=0.1, metadata=doc(
         "First wait between such rounds; it doubles, with jitter.", unit="s",
-        check=seconds(low_open=False)))
+        check=seconds(low_open=False), concept="attempt"))
     retry_delay_max: float = field(default=2.0, metadata=doc(
         "Longest wait between such rounds.", unit="s",
-        check=seconds("retry_delay", low_open=False)))
+        check=seconds("retry_delay", low_open=False), concept="attempt"))
     refresh_delay: float = field(default=0.02, metadata=doc(
         "An on-demand refresh waits this long before asking, so a burst of requests makes "
         "one round.", unit="s", check=seconds(low_open=False)))
@@ -164,17 +164,17 @@ class LookupConfig:
         "After an on-demand refresh round that found nothing new, the next one of the topic "
         "starts at least this long after it; the gap doubles per such round. A round that "
         "finds a change resets it, so the refresh after a leader move goes at once.",
-        unit="s", check=seconds(low_open=False)))
+        unit="s", check=seconds(low_open=False), concept="refresh"))
     refresh_max_interval: float = field(default=0.1, metadata=doc(
         "Longest gap between on-demand refresh rounds of one topic (while it keeps finding "
         "nothing new, e.g. a partition without leader during a failover).",
-        unit="s", check=seconds("refresh_min_interval", low_open=False)))
+        unit="s", check=seconds("refresh_min_interval", low_open=False), concept="refresh"))
     backoff: float = field(default=1.0, metadata=doc(
         "How long a lookupd that just failed is skipped; doubles per consecutive failure.",
-        unit="s", check=seconds()))
+        unit="s", check=seconds(), concept="skip"))
     backoff_max: float = field(default=60.0, metadata=doc(
         "Longest a failing lookupd is skipped before it is probed again.",
-        unit="s", check=seconds("backoff", low_open=False)))
+        unit="s", check=seconds("backoff", low_open=False), concept="skip"))
     forget_after: int = field(default=5, metadata=doc(
         "Consecutive failures after which a discovered (non-seed) lookupd is dropped until "
         "/listlookup names it again; seeds are never dropped.", check=integer(1, 1000)))

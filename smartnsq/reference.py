@@ -14,10 +14,14 @@ import re
 import sys
 from typing import Any
 
-from .config import describe
+from .config import RETRY_CONCEPTS, describe
 from .errors import ERROR_TABLE, Action, ErrorSpec
 
-__all__ = ["config_table", "errors_table", "expand_markers"]
+__all__ = ["config_table", "errors_table", "expand_markers", "retries_table"]
+
+_RETRY_CONFIGS = ("smartnsq.config.ConnectionConfig", "smartnsq.producer.ProducerConfig",
+                  "smartnsq.consumer.config.ConsumerConfig", "smartnsq.lookup.LookupConfig")
+"""The configs whose retry and back-off settings are listed side by side."""
 
 _MARKER = re.compile(r"<!--\s*reference:\s*(\w+)\s*([\w.]*)\s*-->")
 
@@ -100,6 +104,22 @@ def errors_table() -> str:
     return "\n".join(lines)
 
 
+def retries_table() -> str:
+    """Every retry and back-off setting, by concept (``doc(..., concept=...)``): the same
+    concept under one name everywhere, each difference of default with its reason."""
+    rows: dict[str, list[str]] = {key: [] for key in RETRY_CONCEPTS}
+    for dotted in _RETRY_CONFIGS:
+        cls = _load(dotted)
+        for f in dataclasses.fields(cls):
+            concept = f.metadata.get("concept", "")
+            if concept:
+                rows[concept].append(f"`{cls.__name__}.{f.name}` = {_default(f.default)} s")
+    lines = ["| concept | settings and defaults | why |", "|---|---|---|"]
+    for key, (title, why) in RETRY_CONCEPTS.items():
+        lines.append(f"| {_cell(title)} | {'<br>'.join(rows[key])} | {_cell(why)} |")
+    return "\n".join(lines)
+
+
 def expand_markers(markdown: str) -> str:
     """Replace every reference marker in a page with its rendered table."""
 
@@ -109,6 +129,8 @@ def expand_markers(markdown: str) -> str:
             return config_table(arg)
         if kind == "errors":
             return errors_table()
+        if kind == "retries":
+            return retries_table()
         raise ValueError(f"unknown reference marker {match.group(0)!r}")
 
     return _MARKER.sub(render, markdown)

@@ -152,10 +152,10 @@ class ConsumerConfig:
         unit="s", check=seconds()))
     reconnect_delay: float = field(default=1.0, metadata=doc(
         "First wait before resubscribing after a failure; doubles per consecutive failure, "
-        "jittered.", unit="s", check=seconds()))
+        "jittered.", unit="s", check=seconds(), concept="redial"))
     reconnect_delay_max: float = field(default=60.0, metadata=doc(
         "Longest wait before resubscribing (raised to reconnect_delay if below it).",
-        unit="s", check=seconds()))
+        unit="s", check=seconds(), concept="redial"))
     discovery_timeout: float | None = field(default=None, metadata=doc(
         "Fail fast (lookupd= only): when no lookup answer about the topic came within this "
         "many seconds of start() (every lookupd unreachable or silent, or the topic not "

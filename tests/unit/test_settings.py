@@ -72,3 +72,14 @@ def test_one_source_rule_has_one_wording() -> None:
         with pytest.raises(InvalidArgument, match="give exactly one of lookupd=, nsqd= or "
                                                   "lookup="):
             one_source("Consumer", **{"lookupd": None, "nsqd": None, "lookup": None, **given})
+
+
+def test_every_retry_concept_is_set_somewhere_and_explained() -> None:
+    from smartnsq.config import RETRY_CONCEPTS
+    from smartnsq.reference import expand_markers
+
+    table = expand_markers("<!-- reference: retries -->")
+    for title, why in RETRY_CONCEPTS.values():
+        row = next(line for line in table.splitlines() if line.startswith(f"| {title} |"))
+        assert "Config." in row and why[:20] in row
+    assert "`ConsumerConfig.reconnect_delay_max` = `60.0` s" in table
