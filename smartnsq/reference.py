@@ -17,7 +17,7 @@ from typing import Any
 from .config import RETRY_CONCEPTS, describe
 from .errors import ERROR_TABLE, Action, ErrorSpec
 
-__all__ = ["config_table", "errors_table", "expand_markers", "retries_table"]
+__all__ = ["config_table", "errors_table", "expand_markers", "retries_table", "spark_table"]
 
 _RETRY_CONFIGS = ("smartnsq.config.ConnectionConfig", "smartnsq.producer.ProducerConfig",
                   "smartnsq.consumer.config.ConsumerConfig", "smartnsq.lookup.LookupConfig")
@@ -120,6 +120,23 @@ def retries_table() -> str:
     return "\n".join(lines)
 
 
+def spark_table() -> str:
+    """The numbers and switches of ``format("nsq")``, by the reader that takes them, from
+    their declarations (``smartnsq.spark.options.Option``)."""
+    from .spark.options import OPTION_TABLES  # (the docs build only; no pyspark needed)
+
+    lines = ["| reader | option | default | unit / range | meaning |", "|---|---|---|---|---|"]
+    for reader, options in OPTION_TABLES.items():
+        for option in options.values():
+            default = option.default_text or (str(option.default).lower()
+                                              if isinstance(option.default, bool)
+                                              else f"{option.default:g}")
+            bounds = " ".join(x for x in (option.unit, option.rule.text) if x)
+            lines.append(f"| {reader} | `{option.name}` | {_cell(default)} | {_cell(bounds)} "
+                         f"| {_cell(option.doc)} |")
+    return "\n".join(lines)
+
+
 def expand_markers(markdown: str) -> str:
     """Replace every reference marker in a page with its rendered table."""
 
@@ -131,6 +148,8 @@ def expand_markers(markdown: str) -> str:
             return errors_table()
         if kind == "retries":
             return retries_table()
+        if kind == "spark":
+            return spark_table()
         raise ValueError(f"unknown reference marker {match.group(0)!r}")
 
     return _MARKER.sub(render, markdown)

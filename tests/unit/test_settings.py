@@ -83,3 +83,17 @@ def test_every_retry_concept_is_set_somewhere_and_explained() -> None:
         row = next(line for line in table.splitlines() if line.startswith(f"| {title} |"))
         assert "Config." in row and why[:20] in row
     assert "`ConsumerConfig.reconnect_delay_max` = `60.0` s" in table
+
+
+def test_spark_options_are_declared_once_and_read_through_their_rule() -> None:
+    from smartnsq.spark.options import OPTION_TABLES, SINK, SinkOptions
+
+    for options in OPTION_TABLES.values():
+        for option in options.values():
+            option.rule.check(option.name, option.default, None)  # each default passes
+            assert option.doc and option.read({}) == option.default
+    assert SINK["batchSize"].read({"batchsize": "7"}) == 7
+    for bad in ("0", "x", "100001"):
+        with pytest.raises(InvalidArgument) as info:
+            SinkOptions.parse({"lookupd": "127.0.0.1:4161", "topic": "t", "batchSize": bad})
+        assert info.value.field == "batchSize"
