@@ -154,8 +154,8 @@ class ConsumerConfig:
         "First wait before resubscribing after a failure; doubles per consecutive failure, "
         "jittered.", unit="s", check=seconds(), concept="redial"))
     reconnect_delay_max: float = field(default=60.0, metadata=doc(
-        "Longest wait before resubscribing (raised to reconnect_delay if below it).",
-        unit="s", check=seconds(), concept="redial"))
+        "Longest wait before resubscribing.", unit="s",
+        check=seconds("reconnect_delay", low_open=False), concept="redial"))
     discovery_timeout: float | None = field(default=None, metadata=doc(
         "Fail fast (lookupd= only): when no lookup answer about the topic came within this "
         "many seconds of start() (every lookupd unreachable or silent, or the topic not "
@@ -193,7 +193,8 @@ class ConsumerConfig:
 
     @property
     def reconnect_max(self) -> float:
-        return float(max(self.reconnect_delay_max, self.reconnect_delay))
+        """The longest resubscribe wait (``reconnect_delay_max``, never below the first)."""
+        return float(self.reconnect_delay_max)
 
 
 _CONSUMER_FIELDS = frozenset(f.name for f in dataclasses.fields(ConsumerConfig))

@@ -97,3 +97,10 @@ def test_spark_options_are_declared_once_and_read_through_their_rule() -> None:
         with pytest.raises(InvalidArgument) as info:
             SinkOptions.parse({"lookupd": "127.0.0.1:4161", "topic": "t", "batchSize": bad})
         assert info.value.field == "batchSize"
+
+
+@pytest.mark.parametrize("cls", [ProducerConfig, ConsumerConfig], ids=lambda c: c.__name__)
+def test_a_retry_maximum_below_its_first_delay_is_refused_the_same_way(cls: type) -> None:
+    with pytest.raises(InvalidArgument, match=">= reconnect_delay") as info:
+        cls(reconnect_delay=2.0, reconnect_delay_max=1.0)
+    assert info.value.field == "reconnect_delay_max"
