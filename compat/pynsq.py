@@ -687,7 +687,7 @@ class Message:
         backoff = bool(kwargs.get("backoff", True))
         delay = kwargs.get("delay")
         time_ms = kwargs.get("time_ms", -1)
-        if isinstance(delay, int | float) and not isinstance(delay, bool) and delay >= 0:
+        if is_real(delay) and delay >= 0:
             seconds = float(delay)
         elif isinstance(time_ms, int | float) and time_ms >= 0:
             seconds = time_ms / 1000.0

@@ -28,7 +28,7 @@ from typing import Literal, TypeAlias
 import mmh3
 
 from .errors import InvalidArgument
-from .protocol.numbers import check_int
+from .protocol.numbers import check_int, is_int
 
 __all__ = [
     "SCHEMES",
@@ -66,7 +66,7 @@ def key_bytes(key: ShardingKey) -> bytes:
                                   "surrogate, which UTF-8 cannot encode)", key) from None
     if isinstance(key, bytearray | memoryview):
         return bytes(key)
-    if isinstance(key, int) and not isinstance(key, bool):
+    if is_int(key):
         return b"%d" % key
     raise InvalidArgument("sharding_key", "must be str, bytes or int", key)
 

@@ -54,7 +54,7 @@ from .pool import TopicRoutes
 from .producer import BatchResult, ProducerConfig, PublishResult
 from .producer import Producer as AsyncProducer
 from .producer.validation import batch_items
-from .protocol.numbers import check_int
+from .protocol.numbers import check_int, is_real
 from .sharding import ShardingKey
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def _overran(what: str, timeout: float | None) -> Timeout:
 def _guard_for(timeout: object) -> float:
     """How long a blocking call waits for the loop: the async deadline plus ``_GUARD`` (a
     bad ``timeout`` is the async call's to refuse, with ``InvalidArgument``)."""
-    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+    if is_real(timeout) and timeout > 0:
         return float(timeout) + _GUARD
     return _GUARD
 

@@ -12,19 +12,19 @@ sit below the configs.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..errors import InvalidArgument
 
 __all__ = ["check_int", "check_number", "is_int", "is_real", "range_text"]
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """An ``int`` that is not a ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_real(value: Any) -> bool:
+def is_real(value: Any) -> TypeGuard[int | float]:
     """An ``int`` or ``float`` that is not a ``bool`` and not NaN (infinity is a real here;
     :func:`check_number` refuses it unless told)."""
     return isinstance(value, int | float) and not isinstance(value, bool) \
