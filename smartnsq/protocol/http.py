@@ -208,13 +208,14 @@ class ResponseParser:
     """
 
     __slots__ = ("_body", "_close", "_conn", "_eof", "_head", "_max_body", "_max_head",
-                 "_response", "_size", "_state", "leftover", "request")
+                 "_method", "_response", "_size", "_state", "leftover", "request")
 
     def __init__(self, *, max_body: int, max_head: int = MAX_HEAD, method: str = "GET",
                  url: Url | None = None, headers: Iterable[tuple[str, str]] = (),
                  body: bytes = b"", absolute: bool = False) -> None:
         self._max_body = max_body
         self._max_head = max_head
+        self._method = method
         self._conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_head)
         event = _request(method, url or _PROBE, headers, body, absolute and url is not None)
         data = self._conn.send(event) or b""
@@ -261,13 +262,16 @@ class ResponseParser:
 
     def _watch_head(self, data: bytes) -> None:
         """What h11 takes that this client does not: a start that is not HTTP (said at once,
-        not when the peer closes) and folded header lines."""
+        not when the peer closes), a whole head over ``max_head`` arriving in one piece, and
+        folded header lines."""
         room = self._max_head + 4 - len(self._head)
         if room > 0:
             self._head += data[:room]
         if not looks_like_http(self._head):
             raise NotHttp(describe_start(self._head[:256]))
         end = self._head.find(b"\r\n\r\n")
+        if end < 0 and len(self._head) > self._max_head:  # (h11 bounds only an unfinished one)
+            raise HttpError(f"status line and headers over {self._max_head} bytes")
         head = self._head if end < 0 else self._head[:end]
         for fold in (b"\r\n ", b"\r\n\t"):
             at = head.find(fold)
@@ -320,19 +324,14 @@ class ResponseParser:
         encoding = values.get(b"content-encoding", b"identity").decode("latin-1").lower()
         if encoding != "identity":
             raise HttpError(f"answer encoded {encoding!r}, though identity was asked for")
-        bodyless = self._conn.our_state is h11.DONE and (
-            event.status_code in (204, 304) or self._method_is_head())
-        if bodyless:
-            return
+        if event.status_code in (204, 304) or self._method == "HEAD":
+            return  # no body, whatever the headers say (h11 frames it so too)
         if b"transfer-encoding" not in values:
             declared = values.get(b"content-length")
             if declared is None:
                 self._close = True  # delimited by the close
             elif int(declared) > self._max_body:
                 raise AnswerTooLarge(self._max_body, int(declared))
-
-    def _method_is_head(self) -> bool:
-        return self.request.startswith(b"HEAD ")
 
     def _pending(self) -> None:
         """Bounds on what h11 holds unfinished in a chunked body: the chunk declared by the
