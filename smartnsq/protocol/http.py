@@ -15,7 +15,13 @@ any of it is read, a chunk's declared size, and the bytes themselves for chunked
 close-delimited bodies), each chunk-size line, and the number of headers and trailer lines.
 Requests always ask for the identity encoding, so an answer announcing another one is refused
 rather than inflated (a compressed answer could be a bomb). Bytes in, values out; no sockets,
-no time. Cost against the hand-written parser it replaced: ``bench/http_parse.py``.
+no time.
+
+What h11 costs against the hand-written parser it replaced (``bench/http_parse.py``: a
+``/lookup`` request built and a real 1.2 KB lookupd answer read): a tracemalloc peak of 9.2 KB
+instead of 4.8 KB per exchange, and 0.59 M instead of 0.17 M instructions (callgrind), i.e.
+about 0.2 ms of CPU per lookupd request, which a Producer or Consumer makes once per poll
+interval (60 s) per topic; the import adds nothing (h11 was loaded with the HTTP client).
 """
 
 from __future__ import annotations
