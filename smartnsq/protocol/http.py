@@ -21,7 +21,8 @@ What h11 costs against the hand-written parser it replaced (``bench/http_parse.p
 ``/lookup`` request built and a real 1.2 KB lookupd answer read): a tracemalloc peak of 9.2 KB
 instead of 4.8 KB per exchange, and 0.59 M instead of 0.17 M instructions (callgrind), i.e.
 about 0.2 ms of CPU per lookupd request, which a Producer or Consumer makes once per poll
-interval (60 s) per topic; the import adds nothing (h11 was loaded with the HTTP client).
+interval (60 s) per topic. Loading h11 adds 0.32 MB (tracemalloc) and 12 modules to a process
+that uses lookupd or the admin API; a client given nsqd addresses loads neither.
 """
 
 from __future__ import annotations
