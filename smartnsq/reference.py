@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] == "errors":
         print(errors_table())
+    elif args[0] in ("retries", "spark"):
+        print(retries_table() if args[0] == "retries" else spark_table())
     else:
         for dotted in args:
             print(config_table(dotted))
