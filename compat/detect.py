@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smartnsq.protocol.lookup import YOUZAN_VERSION_MARK, Node, TopicView
+from smartnsq.protocol.numbers import is_int
 from smartnsq.protocol.responses import IdentifyResponse
 
 __all__ = [
@@ -200,8 +201,7 @@ class LookupKinds:
 def _address(peer: Mapping[str, Any]) -> str | None:
     host = peer.get("broadcast_address")
     port = peer.get("tcp_port")
-    if not isinstance(host, str) or not host or isinstance(port, bool) \
-            or not isinstance(port, int):
+    if not isinstance(host, str) or not host or not is_int(port):
         return None
     return f"{host}:{port}"
 

@@ -28,7 +28,6 @@ does. An unkeyed publish falls over to the other side when its side has no node 
 from __future__ import annotations
 
 import logging
-import math
 import random
 import weakref
 from collections.abc import Callable, Mapping
@@ -41,6 +40,7 @@ from smartnsq.config import doc
 from smartnsq.dialect import key_for_hash
 from smartnsq.errors import InvalidArgument
 from smartnsq.pool import TopicRoutes
+from smartnsq.protocol.numbers import check_number
 from smartnsq.sharding import ShardingKey
 
 __all__ = ["MigrationChooser", "MigrationPolicy", "Side", "split_routes"]
@@ -71,9 +71,8 @@ class MigrationPolicy:
         if self.prefer not in ("youzan", "classic"):
             raise InvalidArgument("prefer", "must be 'youzan' or 'classic'", self.prefer)
         pct = self.youzan_percent
-        if pct is not None and (isinstance(pct, bool) or not isinstance(pct, int | float)
-                                or math.isnan(pct) or not 0 <= pct <= 100):
-            raise InvalidArgument("youzan_percent", "must be a number in 0..100 or None", pct)
+        if pct is not None:
+            check_number("youzan_percent", pct, 0, high=100, what="number")
         for topic, policy in self.topics.items():
             if not isinstance(policy, MigrationPolicy):
                 raise InvalidArgument(f"topics[{topic!r}]", "must be a MigrationPolicy", policy)

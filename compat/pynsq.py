@@ -59,6 +59,7 @@ from smartnsq.message import AlreadyResponded
 from smartnsq.message import Message as CoreMessage
 from smartnsq.pool import parse_address
 from smartnsq.producer import BatchResult, PublishResult
+from smartnsq.protocol.numbers import check_int, is_real
 from smartnsq.protocol.validate import check_channel, check_topic
 
 __all__ = ["Error", "Message", "Reader", "SendError", "Writer", "run", "stop"]
@@ -435,8 +436,7 @@ class Writer:
         if bool(nsqd) == bool(lookupd):
             raise InvalidArgument("nsqd_tcp_addresses", "give nsqd_tcp_addresses or "
                                   "lookupd_http_addresses (one of them)")
-        if isinstance(reconnect_interval, bool) or \
-                not isinstance(reconnect_interval, int | float):
+        if not is_real(reconnect_interval):
             raise InvalidArgument("reconnect_interval", "must be a number of seconds",
                                   reconnect_interval)
         options, _ = connection_options(dict(kwargs))
@@ -506,8 +506,7 @@ class Writer:
     def dpub(self, topic: str, delay_ms: int, msg: bytes | str,
              callback: Callback | None = None) -> concurrent.futures.Future[PublishResult]:
         """Publish one message delivered after ``delay_ms`` (DPUB; classic nsqd only)."""
-        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
-            raise InvalidArgument("delay_ms", "must be an int >= 0", delay_ms)
+        check_int("delay_ms", delay_ms, 0)
         future: concurrent.futures.Future[PublishResult] = concurrent.futures.Future()
         self._post(future, "dpub", topic, callback, _body(msg), delay_ms / 1000.0)
         return future
@@ -688,7 +687,7 @@ class Message:
         backoff = bool(kwargs.get("backoff", True))
         delay = kwargs.get("delay")
         time_ms = kwargs.get("time_ms", -1)
-        if isinstance(delay, int | float) and not isinstance(delay, bool) and delay >= 0:
+        if is_real(delay) and delay >= 0:
             seconds = float(delay)
         elif isinstance(time_ms, int | float) and time_ms >= 0:
             seconds = time_ms / 1000.0
@@ -731,12 +730,8 @@ class Reader:
                  consumer_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
         check_topic(topic)
         check_channel(channel)
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) \
-                or max_in_flight < 0:
-            raise InvalidArgument("max_in_flight", "must be an int >= 0", max_in_flight)
-        if isinstance(max_tries, bool) or not isinstance(max_tries, int) or max_tries < 0:
-            raise InvalidArgument("max_tries", "must be an int >= 0 (0: never give up)",
-                                  max_tries)
+        check_int("max_in_flight", max_in_flight, 0)
+        check_int("max_tries", max_tries, 0)  # 0: never give up
         if not 0 <= lookupd_poll_jitter <= 1:
             raise InvalidArgument("lookupd_poll_jitter", "must be in 0..1", lookupd_poll_jitter)
         nsqd = _addresses(nsqd_tcp_addresses, "nsqd_tcp_addresses")
@@ -931,9 +926,7 @@ class Reader:
 
     def set_max_in_flight(self, max_in_flight: int) -> None:
         """Change max_in_flight at run time; 0 pauses the Reader."""
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) \
-                or max_in_flight < 0:
-            raise InvalidArgument("max_in_flight", "must be an int >= 0", max_in_flight)
+        check_int("max_in_flight", max_in_flight, 0)
         self.max_in_flight = max_in_flight
         for consumer, share in zip(self._consumers, _split(max_in_flight, len(self._consumers)),
                                    strict=False):

@@ -57,6 +57,7 @@ from .protocol.admin import (
 from .protocol.commands import StartPosition
 from .protocol.http import AnswerTooLarge, HttpError
 from .protocol.lookup import merge_views
+from .protocol.numbers import check_int, check_number
 from .stats import ChannelLag, PartitionLag
 
 __all__ = [
@@ -82,10 +83,7 @@ Progress = Callable[[CreationProgress], object]
 
 
 def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not 0 < value < float("inf"):
-        raise InvalidArgument(name, "must be a finite number of seconds > 0", value)
-    return float(value)
+    return check_number(name, value, low_open=True)
 
 
 def _addresses(values: Sequence[str] | str | None, what: str) -> tuple[str, ...]:
@@ -118,10 +116,7 @@ class AsyncAdmin:
                  client: HttpClient | None = None) -> None:
         self.lookupd = _addresses(lookupd, "lookupd")
         self.timeout = _positive("timeout", timeout)
-        if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) \
-                or max_answer_bytes < 1024:
-            raise InvalidArgument("max_answer_bytes", "must be an int >= 1024",
-                                  max_answer_bytes)
+        check_int("max_answer_bytes", max_answer_bytes, 1024)
         self.max_answer_bytes = max_answer_bytes
         self._client = client
         self._own_client = client is None

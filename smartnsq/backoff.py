@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .config import check_fields, doc, flag, number, seconds
-from .errors import InvalidArgument
+from .protocol.numbers import check_int
 
 __all__ = [
     "BACKING_OFF",
@@ -236,8 +236,7 @@ class RequeuePolicy:
         ``attempts`` is the message's attempt counter (1 on first delivery); values below 1
         are treated as 1. Jitter (when configured) draws from ``rng`` or a shared generator.
         """
-        if isinstance(attempts, bool) or not isinstance(attempts, int):
-            raise InvalidArgument("attempts", "must be an int", attempts)
+        check_int("attempts", attempts)
         n = max(attempts, 1) - 1
         if self.multiplier == 1 or self.initial == 0:
             value = self.initial

@@ -18,7 +18,6 @@ misconfiguration is reported where it is written, not at the first connection.
 from __future__ import annotations
 
 import dataclasses
-import math
 import socket
 import ssl
 from collections.abc import Callable
@@ -30,8 +29,10 @@ from .errors import InvalidArgument
 from .protocol.compression import COMPRESSIONS, Compression
 from .protocol.frames import DEFAULT_MAX_FRAME_SIZE
 from .protocol.identify import USER_AGENT, IdentifyOptions
+from .protocol.numbers import check_int, check_number, range_text
 
 __all__ = [
+    "RETRY_CONCEPTS",
     "ConnectionConfig",
     "Rule",
     "SettingDoc",
@@ -40,10 +41,14 @@ __all__ = [
     "close_timeout",
     "describe",
     "doc",
+    "duck",
     "flag",
     "instance",
     "integer",
+    "number",
+    "one_source",
     "seconds",
+    "text",
 ]
 
 
@@ -58,11 +63,43 @@ class Rule:
 
 
 def doc(text: str, *, unit: str = "", range: str = "",
-        check: Rule | None = None) -> dict[str, Any]:
+        check: Rule | None = None, concept: str = "") -> dict[str, Any]:
     """Field metadata for the generated reference: one line of text, a unit, the range (the
-    rule's text when a rule is given), and the rule itself."""
+    rule's text when a rule is given), the rule itself, and the retry ``concept`` (a key of
+    :data:`RETRY_CONCEPTS`) the field sets, if any."""
+    if concept and concept not in RETRY_CONCEPTS:
+        raise KeyError(f"unknown retry concept {concept!r}")
     return {"doc": text, "unit": unit, "range": range or (check.text if check else ""),
-            "check": check}
+            "check": check, "concept": concept}
+
+
+RETRY_CONCEPTS: dict[str, tuple[str, str]] = {
+    "attempt": (
+        "Back-off between the attempts of one call",
+        "Named retry_delay / retry_delay_max wherever a call is tried again. The Producer's "
+        "is short (0.05 s to 1 s) because a publish retries inside its caller's deadline "
+        "(timeout, 10 s) and the usual cause, a leader move, is resolved by the next lookup; "
+        "the lookup's rounds back off from 0.1 s to 2 s because they are retried only when no "
+        "lookupd answered at all, and asking an unreachable lookupd tier faster helps nobody."),
+    "redial": (
+        "Wait before dialling a failed nsqd again",
+        "Named reconnect_delay / reconnect_delay_max on both clients. The Producer's tops out "
+        "at 2 s because a publish waits on that dial within its deadline (a route change ends "
+        "the wait early); the Consumer's grows to 60 s because nobody waits on a resubscribe, "
+        "and a down nsqd is spared a reconnect storm from every consumer of it."),
+    "skip": (
+        "How long a failing lookupd is left out",
+        "Named backoff / backoff_max (LookupConfig): not a wait before trying the same call "
+        "again but how long one lookupd of several is left out of the rounds while the others "
+        "are asked; it doubles per consecutive failure, as the other two do."),
+    "refresh": (
+        "Gap between on-demand lookups of one topic",
+        "refresh_min_interval / refresh_max_interval (LookupConfig): short (0.1 s) because a "
+        "publish or a consumer waiting for a new leader is waiting on the answer."),
+}
+"""The retry and back-off settings by concept: a title and why the names and defaults are
+what they are. Every field that sets one says so (``doc(..., concept=...)``) and the
+configuration reference lists them side by side (``smartnsq.reference.retries_table``)."""
 
 
 def check_fields(obj: Any) -> None:
@@ -73,35 +110,20 @@ def check_fields(obj: Any) -> None:
             rule.check(f.name, getattr(obj, f.name), obj)
 
 
-def _bound(obj: Any, bound: float | str) -> float:
-    return float(getattr(obj, bound)) if isinstance(bound, str) else float(bound)
-
-
 def number(low: float | str = 0, *, low_open: bool = False, high: float | None = None,
            optional: bool = False, what: str = "number", finite: bool = True) -> Rule:
     """A finite number (``what`` names it in errors) from ``low`` (``low_open``: above it) to
     ``high``; ``low`` may name another field (``">= initial"``); ``optional`` allows None;
-    ``finite=False`` allows infinity ("wait for ever")."""
-    floor_text = low if isinstance(low, str) else f"{low:g}"
-    if high is not None and not low_open:
-        text = f"{floor_text}..{high:g}"
-    else:
-        text = f"{'>' if low_open else '>='} {floor_text}"
-        if high is not None:
-            text += f", <= {high:g}"
-    if optional:
-        text += " or None"
+    ``finite=False`` allows infinity ("wait for ever"). The check and its error text are
+    :func:`smartnsq.protocol.numbers.check_number`'s, as for every number argument."""
+    text = range_text(low, high, low_open=low_open) + (" or None" if optional else "")
 
     def check(name: str, value: Any, obj: Any) -> None:
         if value is None and optional:
             return
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or math.isnan(value) or (finite and math.isinf(value)):
-            raise InvalidArgument(name, f"must be a {'finite ' if finite else ''}{what}", value)
-        floor = _bound(obj, low)
-        if value < floor or (low_open and value == floor) or (high is not None
-                                                               and value > high):
-            raise InvalidArgument(name, f"must be {text.removesuffix(' or None')}", value)
+        floor = float(getattr(obj, low)) if isinstance(low, str) else None
+        check_number(name, value, low, low_open=low_open, high=high, finite=finite,
+                     what=what, floor=floor)
 
     return Rule(text, check)
 
@@ -116,18 +138,14 @@ def seconds(low: float | str = 0, *, low_open: bool = True, high: float | None =
 
 
 def integer(low: int, high: int | None = None, *, optional: bool = False) -> Rule:
-    """An int in ``low..high`` (no upper bound when ``high`` is None); ``optional``: or None."""
-    text = f">= {low}" if high is None else f"{low}..{high}"
-    if optional:
-        text += " or None"
+    """An int in ``low..high`` (no upper bound when ``high`` is None); ``optional``: or None.
+    The check and its error text are :func:`smartnsq.protocol.numbers.check_int`'s."""
+    text = range_text(low, high) + (" or None" if optional else "")
 
     def check(name: str, value: Any, obj: Any) -> None:
         if value is None and optional:
             return
-        if isinstance(value, bool) or not isinstance(value, int) or value < low \
-                or (high is not None and value > high):
-            raise InvalidArgument(name, f"must be an int {text.removesuffix(' or None')}",
-                                  value)
+        check_int(name, value, low, high)
 
     return Rule(text, check)
 
@@ -167,6 +185,43 @@ def instance(kind: type | tuple[type, ...], text: str, *, optional: bool = True)
     return Rule(text, check)
 
 
+def text(*, optional: bool = False, empty: bool = True) -> Rule:
+    """A str (non-empty unless ``empty``), or None when ``optional``."""
+    what = "str" if empty else "non-empty str"
+    label = what + (" or None" if optional else "")
+
+    def check(name: str, value: Any, obj: Any) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, str) or (not empty and not value):
+            raise InvalidArgument(name, f"must be a {label}", value)
+
+    return Rule(label, check)
+
+
+def duck(text: str) -> Rule:
+    """Any object: hooks (the dialect's Protocols) are duck-typed, so nothing is checked
+    until they are called; ``text`` names what is expected in the reference."""
+
+    def check(name: str, value: Any, obj: Any) -> None:
+        """Duck-typed: accepted as given."""
+
+    return Rule(text, check)
+
+
+def one_source(who: str, **given: Any) -> str:
+    """The name of the one route source given to ``who`` (``lookupd=``, ``nsqd=``,
+    ``lookup=``...): a client reads its routes from exactly one, so none or two are refused
+    here, with one wording for every client. None or an empty list is "not given"."""
+    named = [name for name, value in given.items() if value is not None and value != []
+             and value != ()]
+    if len(named) != 1:
+        names = [f"{name}=" for name in given]
+        listed = ", ".join(names[:-1]) + f" or {names[-1]}"
+        raise InvalidArgument(who, f"give exactly one of {listed}")
+    return named[0]
+
+
 @dataclass(frozen=True)
 class SettingDoc:
     """One row of a generated configuration reference."""
@@ -189,31 +244,6 @@ def describe(cls: type) -> list[SettingDoc]:
     return rows
 
 
-def _seconds(name: str, value: float | None, low: float, high: float,
-             *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise InvalidArgument(name, "must be a number of seconds", value)
-    if not low <= value <= high:
-        raise InvalidArgument(name, f"must be {low:g}..{high:g} s", value)
-
-
-def _positive_seconds(name: str, value: float | None, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-            or math.isinf(value):
-        raise InvalidArgument(name, "must be a positive, finite number of seconds", value)
-
-
-def _int(name: str, value: int | None, low: int, high: int, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be an int in {low}..{high}", value)
-
-
 @lru_cache(maxsize=1)
 def _host_name() -> str:
     """The machine's host name for IDENTIFY (asked once: an OS call per connection is waste)."""
@@ -224,105 +254,109 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def _output_buffer(name: str, value: Any, obj: Any) -> None:
+    if value is not None and value != -1:
+        check_int(name, value, 64, 64 * 1024)
+
+
+def _key_file(name: str, value: Any, obj: Any) -> None:
+    _PATH.check(name, value, obj)
+    if value is not None and obj.tls_cert_file is None:
+        raise InvalidArgument(name, "needs tls_cert_file", value)
+
+
+def _secret(name: str, value: Any, obj: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise InvalidArgument(name, "must be a non-empty str")  # the value is never shown
+
+
+_PATH = Rule("path or None", text(optional=True).check)
+_TEXT = text(optional=True)
+_OUTPUT_BUFFER = Rule("-1, 64..65536 or None", _output_buffer)
+_KEY_FILE = Rule("path or None (with tls_cert_file)", _key_file)
+_SECRET = Rule("non-empty str or None", _secret)
+
+
 @dataclass(frozen=True)
 class ConnectionConfig:
     """How one connection to an nsqd is opened and run (timeouts, features, TLS, auth)."""
 
     connect_timeout: float = field(default=5.0, metadata=doc(
         "Deadline for the TCP connect plus the whole handshake (IDENTIFY, TLS, AUTH).",
-        unit="s", range="> 0"))
+        unit="s", check=seconds()))
     request_timeout: float | None = field(default=10.0, metadata=doc(
         "Default deadline of a request that gets an answer (PUB, SUB, ...); a request past "
         "it fails with Timeout and its late answer is discarded (the connection stays "
-        "open); None waits for ever.", unit="s", range="> 0 or None"))
+        "open); None waits for ever.", unit="s", check=seconds(optional=True)))
     max_timed_out: int = field(default=256, metadata=doc(
         "Timed-out requests still unanswered after which the connection is deemed dead and "
         "closed (so is one whose oldest such request stays unanswered for twice its "
-        "timeout).", range="1..65536"))
+        "timeout).", check=integer(1, 65536)))
     close_timeout: float = field(default=5.0, metadata=doc(
         "How long close() waits for the socket to shut down before aborting it.",
-        unit="s", range="> 0"))
+        unit="s", check=seconds()))
     heartbeat_interval: float | None = field(default=30.0, metadata=doc(
         "Heartbeat interval asked of the server; silence for twice this closes the connection "
         "as stalled; None disables heartbeats (the server then refuses SUB).",
-        unit="s", range="1..60 or None"))
+        unit="s", check=seconds(1, low_open=False, high=60, optional=True)))
     msg_timeout: float | None = field(default=None, metadata=doc(
         "How long the server waits for FIN before redelivering; None keeps the server's "
-        "default (60 s).", unit="s", range="1..900 or None"))
+        "default (60 s).", unit="s", check=seconds(1, low_open=False, high=900, optional=True)))
     output_buffer_size: int | None = field(default=None, metadata=doc(
         "Server-side output buffer for this client; None keeps the server default, -1 "
-        "disables buffering.", unit="bytes", range="-1, 64..65536 or None"))
+        "disables buffering.", unit="bytes", check=_OUTPUT_BUFFER))
     output_buffer_timeout: float | None = field(default=None, metadata=doc(
         "Longest time the server holds buffered output; None keeps the server default.",
-        unit="s", range="0.01..1 or None"))
+        unit="s", check=seconds(0.01, low_open=False, high=1, optional=True)))
     sample_rate: int = field(default=0, metadata=doc(
         "Percentage of messages the server delivers (0 = all); must be 0 for ordered "
-        "subscriptions.", unit="%", range="0..99"))
+        "subscriptions.", unit="%", check=integer(0, 99)))
     compression: Compression = field(default="none", metadata=doc(
         "Stream compression to negotiate; the server may decline it.",
-        range="'none', 'snappy', 'deflate'"))
+        check=choice(*COMPRESSIONS)))
     deflate_level: int = field(default=6, metadata=doc(
         "Deflate level asked of the server (it caps it at its max_deflate_level).",
-        range="1..9"))
+        check=integer(1, 9)))
     tls: bool | ssl.SSLContext = field(default=False, metadata=doc(
         "Negotiate TLS (tls_v1): an ssl.SSLContext is used as is; True builds a verifying "
-        "context from the tls_* options.", range="bool or SSLContext"))
+        "context from the tls_* options.",
+        check=instance((bool, ssl.SSLContext), "bool or SSLContext", optional=False)))
     tls_verify: bool = field(default=True, metadata=doc(
-        "Verify the server's certificate and host name (when tls is True)."))
+        "Verify the server's certificate and host name (when tls is True).", check=flag()))
     tls_ca_file: str | None = field(default=None, metadata=doc(
         "CA bundle (PEM) to verify the server with; None uses the system store.",
-        range="path or None"))
+        check=_PATH))
     tls_cert_file: str | None = field(default=None, metadata=doc(
-        "Client certificate (PEM) for servers that ask for one.", range="path or None"))
+        "Client certificate (PEM) for servers that ask for one.", check=_PATH))
     tls_key_file: str | None = field(default=None, metadata=doc(
-        "Private key of tls_cert_file when it is a separate file.", range="path or None"))
+        "Private key of tls_cert_file when it is a separate file.", check=_KEY_FILE))
     tls_server_hostname: str | None = field(default=None, metadata=doc(
-        "Name the certificate must match; None uses the host connected to."))
+        "Name the certificate must match; None uses the host connected to.", check=_TEXT))
     tls_required: bool = field(default=True, metadata=doc(
         "With tls on, refuse a server that answers tls_v1:false rather than go on in "
-        "plaintext."))
+        "plaintext.", check=flag()))
     auth_secret: str | None = field(default=None, repr=False, metadata=doc(
-        "Secret sent with AUTH when the server answers auth_required; never logged."))
+        "Secret sent with AUTH when the server answers auth_required; never logged.",
+        check=_SECRET))
     allow_plaintext_auth: bool = field(default=False, metadata=doc(
         "Send auth_secret over a connection without TLS; by default such a server is "
-        "refused (PlaintextAuthRefused) rather than given the secret in the clear."))
+        "refused (PlaintextAuthRefused) rather than given the secret in the clear.",
+        check=flag()))
     max_frame_size: int = field(default=DEFAULT_MAX_FRAME_SIZE, metadata=doc(
         "Largest frame accepted from the server; a larger size prefix means a corrupt "
-        "stream.", unit="bytes", range="1024..2**31-1"))
+        "stream.", unit="bytes", check=integer(1024, 2**31 - 1)))
     flush_threshold: int = field(default=64 * 1024, metadata=doc(
         "Queued command bytes that trigger a write before the end of the event-loop "
-        "iteration.", unit="bytes", range="1..2**31-1"))
+        "iteration.", unit="bytes", check=integer(1, 2**31 - 1)))
     client_id: str | None = field(default=None, metadata=doc(
-        "client_id sent in IDENTIFY; None uses the short host name."))
+        "client_id sent in IDENTIFY; None uses the short host name.", check=_TEXT))
     hostname: str | None = field(default=None, metadata=doc(
-        "hostname sent in IDENTIFY; None uses the machine's host name."))
+        "hostname sent in IDENTIFY; None uses the machine's host name.", check=_TEXT))
     user_agent: str = field(default=USER_AGENT, metadata=doc(
-        "user_agent sent in IDENTIFY."))
+        "user_agent sent in IDENTIFY.", check=text()))
 
     def __post_init__(self) -> None:
-        _positive_seconds("connect_timeout", self.connect_timeout)
-        _positive_seconds("request_timeout", self.request_timeout, optional=True)
-        _positive_seconds("close_timeout", self.close_timeout)
-        _seconds("heartbeat_interval", self.heartbeat_interval, 1, 60, optional=True)
-        _seconds("msg_timeout", self.msg_timeout, 1, 900, optional=True)
-        if self.output_buffer_size not in (None, -1):
-            _int("output_buffer_size", self.output_buffer_size, 64, 64 * 1024)
-        _seconds("output_buffer_timeout", self.output_buffer_timeout, 0.01, 1, optional=True)
-        _int("sample_rate", self.sample_rate, 0, 99)
-        if self.compression not in COMPRESSIONS:
-            raise InvalidArgument("compression", "must be 'none', 'snappy' or 'deflate'",
-                                  self.compression)
-        _int("deflate_level", self.deflate_level, 1, 9)
-        if not isinstance(self.tls, (bool, ssl.SSLContext)):
-            raise InvalidArgument("tls", "must be a bool or an ssl.SSLContext", self.tls)
-        if self.tls_key_file is not None and self.tls_cert_file is None:
-            raise InvalidArgument("tls_key_file", "needs tls_cert_file", self.tls_key_file)
-        if self.auth_secret is not None and (not isinstance(self.auth_secret, str)
-                                             or not self.auth_secret):
-            raise InvalidArgument("auth_secret", "must be a non-empty str")  # value not shown
-        _int("max_frame_size", self.max_frame_size, 1024, 2**31 - 1)
-        _int("flush_threshold", self.flush_threshold, 1, 2**31 - 1)
-        _int("max_timed_out", self.max_timed_out, 1, 65536)
+        check_fields(self)
 
     # -- derived values ---------------------------------------------------------------------
 

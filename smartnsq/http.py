@@ -1,9 +1,11 @@
 """The library's one HTTP client: HTTP/1.1 over asyncio streams, for nsqlookupd and nsqd.
 
 :mod:`smartnsq.lookup` (discovery) and :mod:`smartnsq.admin` (administration) send their
-requests here; the bytes are built and parsed by the sans-I/O :mod:`smartnsq.protocol.http`.
-It is small on purpose: the servers answer short GETs and POSTs with JSON, and a general
-client cost every lookupd Producer or Consumer 12-17 MiB (``docs/performance.md``).
+requests here; the bytes are built and parsed by h11's connection state machine, driven
+sans-I/O by :mod:`smartnsq.protocol.http` (one h11 connection per exchange, which carries the
+request out and the answer in). This module is the asyncio shell around it. It is small on
+purpose: the servers answer short GETs and POSTs with JSON, and a general client cost every
+lookupd Producer or Consumer 12-17 MiB (``docs/performance.md``).
 
 * **One deadline** (``timeout``) bounds a whole request: connect, TLS, send, the complete
   answer. A peer dripping one byte a second is cut off there; the TCP connect (and TLS
@@ -32,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .errors import ConnectionError_, InvalidArgument, Timeout
 from .protocol.http import (
@@ -41,7 +43,6 @@ from .protocol.http import (
     Response,
     ResponseParser,
     Url,
-    build_request,
     parse_url,
 )
 from .protocol.identify import USER_AGENT
@@ -189,9 +190,15 @@ class HttpClient:
         if headers:  # the request's own headers replace the client's of the same name
             names = {name.lower() for name in headers}
             fields = [f for f in fields if f[0].lower() not in names] + list(headers.items())
-        data = build_request(method, target, fields, body, absolute=proxy is not None)
+        absolute = proxy is not None
+
+        def parser() -> ResponseParser:  # one h11 connection per attempt
+            return ResponseParser(max_body=max_body, max_head=self._max_head, method=method,
+                                  url=target, headers=fields, body=body, absolute=absolute)
+
+        first = parser()  # a request h11 refuses is refused here, before any connection
         exchange = asyncio.get_running_loop().create_task(
-            self._exchange(method, target, proxy or target, data, max_body))
+            self._exchange(method, target, proxy or target, first, parser))
         # a caller cancelled as the exchange fails (a client closing while a lookupd refuses):
         # wait_for (3.10/3.11) then drops the failure unread, and asyncio reports "Task
         # exception was never retrieved"; it is the caller's to see or not, so mark it read
@@ -204,8 +211,8 @@ class HttpClient:
             raise HttpTimeout(target.authority,
                               f"no whole answer within {timeout:g}s (timeout)") from None
 
-    async def _exchange(self, method: str, url: Url, peer: Url, data: bytes,
-                        max_body: int) -> Response:
+    async def _exchange(self, method: str, url: Url, peer: Url, parser: ResponseParser,
+                        again: Callable[[], ResponseParser]) -> Response:
         key = (peer.scheme, peer.host, peer.port)
         conn = self._take(key)
         while True:
@@ -213,10 +220,9 @@ class HttpClient:
             if conn is None:
                 conn = await self._connect(url, peer)
             self._busy.add(conn)
-            parser = ResponseParser(max_body=max_body, max_head=self._max_head, method=method)
             keep = False
             try:
-                response = await self._roundtrip(conn, data, parser, url)
+                response = await self._roundtrip(conn, parser, url)
                 keep = response.keep_alive and not self._closed
                 return response
             except HttpClosed:
@@ -226,6 +232,7 @@ class HttpClient:
                     self._busy.discard(conn)
                     conn.abort()
                     conn = None
+                    parser = again()
                     continue
                 raise
             finally:
@@ -236,10 +243,9 @@ class HttpClient:
                     else:
                         conn.abort()
 
-    async def _roundtrip(self, conn: _Conn, data: bytes, parser: ResponseParser,
-                         url: Url) -> Response:
+    async def _roundtrip(self, conn: _Conn, parser: ResponseParser, url: Url) -> Response:
         try:
-            conn.writer.write(data)
+            conn.writer.write(parser.request)
             await conn.writer.drain()
             while True:
                 chunk = await conn.reader.read(_READ)

@@ -52,7 +52,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
 from .backoff import exponential_delay
-from .config import doc
+from .config import Rule, check_fields, doc, flag, integer, number, seconds, text
 from .errors import (
     ConnectionError_,
     InvalidArgument,
@@ -82,6 +82,7 @@ from .protocol.lookup import (
     parse_lookup,
     valid_host,
 )
+from .protocol.numbers import check_number
 from .protocol.validate import MAX_PARTITION, ascii_int, check_topic
 from .routes.health import LookupdHealth, LookupdStatus, http_url, targets
 from .routes.race import race
@@ -116,108 +117,78 @@ class LookupConfig:
     """How lookupds are asked, how often, and how failures are handled."""
 
     poll_interval: float = field(default=60.0, metadata=doc(
-        "How often each watched topic is looked up again.", unit="s", range="> 0"))
+        "How often each watched topic is looked up again.", unit="s", check=seconds()))
     jitter: float = field(default=0.3, metadata=doc(
         "Each poll interval is shortened by up to this fraction, at random, so clients "
-        "started together do not poll together.", range="0..1"))
+        "started together do not poll together.",
+        check=number(0, high=1, what="fraction")))
     timeout: float = field(default=5.0, metadata=doc(
         "Deadline of one whole HTTP request to a lookupd (connect, send, read the complete "
         "answer): a lookupd sending one byte per second is cut off here.",
-        unit="s", range="> 0"))
+        unit="s", check=seconds()))
     answer_grace: float = field(default=0.05, metadata=doc(
         "Once one lookupd has answered a round, how much longer the others are waited for; "
         "the round then goes on with the answers it has (late ones only update health).",
-        unit="s", range=">= 0"))
+        unit="s", check=seconds(low_open=False)))
     max_answer_size: int = field(default=4 * 1024 * 1024, metadata=doc(
         "Largest lookupd answer read; a longer one is refused (and the lookupd counted as "
-        "malformed) without being read to the end.", unit="bytes", range="1024..2**31-1"))
+        "malformed) without being read to the end.", unit="bytes", check=integer(1024, 2**31 - 1)))
     max_partitions: int = field(default=MAX_PARTITION + 1, metadata=doc(
         "Most partitions an answer may list (and partition ids stay below it); partition ids "
         "are 0..1023 whatever it says (the one partition limit, as for publish's partition=).",
-        range=f"1..{MAX_PARTITION + 1}"))
+        check=integer(1, MAX_PARTITION + 1)))
     max_nodes: int = field(default=4096, metadata=doc(
-        "Most producers (nsqd) an answer may list.", range="1..1000000"))
+        "Most producers (nsqd) an answer may list.", check=integer(1, 1_000_000)))
     tls_verify: bool = field(default=True, metadata=doc(
-        "Verify the certificate of https:// lookupds."))
+        "Verify the certificate of https:// lookupds.", check=flag()))
     tls_ca_file: str | None = field(default=None, metadata=doc(
         "CA bundle (PEM) for https:// lookupds; None uses the system store.",
-        range="path or None"))
+        check=Rule("path or None", text(optional=True).check)))
     connect_timeout: float = field(default=2.0, metadata=doc(
-        "Deadline of the TCP connect to a lookupd (capped by timeout).", unit="s", range="> 0"))
+        "Deadline of the TCP connect to a lookupd (capped by timeout).", unit="s",
+        check=seconds()))
     discover_interval: float = field(default=60.0, metadata=doc(
         "How often the seeds' /listlookup is read again to learn the cluster's lookupds.",
-        unit="s", range="> 0"))
+        unit="s", check=seconds()))
     attempts: int = field(default=3, metadata=doc(
-        "Rounds tried per lookup when no lookupd answers at all.", range="1..100"))
+        "Rounds tried per lookup when no lookupd answers at all.",
+        check=integer(1, 100)))
     retry_delay: float = field(default=0.1, metadata=doc(
-        "First wait between such rounds; it doubles, with jitter.", unit="s", range=">= 0"))
+        "First wait between such rounds; it doubles, with jitter.", unit="s",
+        check=seconds(low_open=False), concept="attempt"))
     retry_delay_max: float = field(default=2.0, metadata=doc(
-        "Longest wait between such rounds.", unit="s", range=">= retry_delay"))
+        "Longest wait between such rounds.", unit="s",
+        check=seconds("retry_delay", low_open=False), concept="attempt"))
     refresh_delay: float = field(default=0.02, metadata=doc(
         "An on-demand refresh waits this long before asking, so a burst of requests makes "
-        "one round.", unit="s", range=">= 0"))
+        "one round.", unit="s", check=seconds(low_open=False)))
     refresh_min_interval: float = field(default=0.1, metadata=doc(
         "After an on-demand refresh round that found nothing new, the next one of the topic "
         "starts at least this long after it; the gap doubles per such round. A round that "
         "finds a change resets it, so the refresh after a leader move goes at once.",
-        unit="s", range=">= 0"))
+        unit="s", check=seconds(low_open=False), concept="refresh"))
     refresh_max_interval: float = field(default=0.1, metadata=doc(
         "Longest gap between on-demand refresh rounds of one topic (while it keeps finding "
         "nothing new, e.g. a partition without leader during a failover).",
-        unit="s", range=">= refresh_min_interval"))
+        unit="s", check=seconds("refresh_min_interval", low_open=False), concept="refresh"))
     backoff: float = field(default=1.0, metadata=doc(
         "How long a lookupd that just failed is skipped; doubles per consecutive failure.",
-        unit="s", range="> 0"))
+        unit="s", check=seconds(), concept="skip"))
     backoff_max: float = field(default=60.0, metadata=doc(
         "Longest a failing lookupd is skipped before it is probed again.",
-        unit="s", range=">= backoff"))
+        unit="s", check=seconds("backoff", low_open=False), concept="skip"))
     forget_after: int = field(default=5, metadata=doc(
         "Consecutive failures after which a discovered (non-seed) lookupd is dropped until "
-        "/listlookup names it again; seeds are never dropped.", range="1..1000"))
+        "/listlookup names it again; seeds are never dropped.", check=integer(1, 1000)))
     trust_env: bool = field(default=False, metadata=doc(
         "Send requests to http:// lookupds through the proxy the environment names "
-        "(HTTP_PROXY, NO_PROXY); https:// lookupds are always asked directly."))
+        "(HTTP_PROXY, NO_PROXY); https:// lookupds are always asked directly.",
+        check=flag()))
     user_agent: str = field(default=USER_AGENT, metadata=doc(
-        "User-Agent header of lookupd requests."))
+        "User-Agent header of lookupd requests.", check=text()))
 
     def __post_init__(self) -> None:
-        for name in ("poll_interval", "timeout", "connect_timeout", "discover_interval",
-                     "backoff", "backoff_max"):
-            _check_seconds(name, getattr(self, name), positive=True)
-        for name in ("retry_delay", "retry_delay_max", "refresh_delay",
-                     "refresh_min_interval", "refresh_max_interval", "answer_grace"):
-            _check_seconds(name, getattr(self, name), positive=False)
-        jitter = self.jitter
-        if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) \
-                or not 0 <= jitter <= 1:
-            raise InvalidArgument("jitter", "must be a fraction in 0..1", jitter)
-        _check_int("attempts", self.attempts, 1, 100)
-        _check_int("forget_after", self.forget_after, 1, 1000)
-        _check_int("max_answer_size", self.max_answer_size, 1024, 2**31 - 1)
-        _check_int("max_partitions", self.max_partitions, 1, MAX_PARTITION + 1)
-        _check_int("max_nodes", self.max_nodes, 1, 1_000_000)
-        if self.tls_ca_file is not None and not isinstance(self.tls_ca_file, str):
-            raise InvalidArgument("tls_ca_file", "must be a path or None", self.tls_ca_file)
-        if self.retry_delay_max < self.retry_delay:
-            raise InvalidArgument("retry_delay_max", "must be >= retry_delay",
-                                  self.retry_delay_max)
-        if self.refresh_max_interval < self.refresh_min_interval:
-            raise InvalidArgument("refresh_max_interval", "must be >= refresh_min_interval",
-                                  self.refresh_max_interval)
-        if self.backoff_max < self.backoff:
-            raise InvalidArgument("backoff_max", "must be >= backoff", self.backoff_max)
-
-
-def _check_seconds(name: str, value: Any, *, positive: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
-            or math.isinf(value) or value < 0 or (positive and value == 0):
-        rule = "a positive, finite" if positive else "a non-negative, finite"
-        raise InvalidArgument(name, f"must be {rule} number of seconds", value)
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be an int in {low}..{high}", value)
+        check_fields(self)
 
 
 _LOOKUPD_RULE = "must be 'host:http_port', 'http://host:http_port' or 'https://host:http_port'"
@@ -456,7 +427,7 @@ class LookupManager:
         """
         key = self._key(topic, access)
         if timeout is not None:
-            _check_seconds("timeout", timeout, positive=True)
+            check_number("timeout", timeout, low_open=True)
         if not refresh and self._started:
             view = self._views.get(key)
             if view is not None:

@@ -23,11 +23,11 @@ one that races the event loop's own answer in the same instant is dropped (logge
 
 from __future__ import annotations
 
-import math
 from typing import NoReturn, Protocol
 
-from .errors import InvalidArgument, NSQError
+from .errors import NSQError
 from .protocol import frames
+from .protocol.numbers import check_number
 
 __all__ = [
     "CLAIMED_FINISH",
@@ -164,10 +164,8 @@ class Message(frames.Message):
         ``False`` to requeue without slowing down (e.g. "not for me now"). On ordered
         subscriptions the delay is always 0: the server ignores a delayed REQ there.
         """
-        if delay is not None and (isinstance(delay, bool) or not isinstance(delay, (int, float))
-                                  or not 0 <= delay < math.inf):  # (also refuses nan)
-            raise InvalidArgument("requeue delay", "must be a finite number of seconds >= 0",
-                                  delay)
+        if delay is not None:
+            check_number("requeue delay", delay, 0)
         self._responder.answer(self, REQUEUED, delay, backoff)
 
     def touch(self) -> None:

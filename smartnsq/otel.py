@@ -48,6 +48,7 @@ from typing import Any
 
 from . import __version__
 from .counters import reason_of
+from .protocol.numbers import is_int, is_real
 
 __all__ = [
     "consumer_tracing",
@@ -168,7 +169,7 @@ class _PublishTracing:
     def _start(self, topic: str, kwargs: Mapping[str, Any], count: int | None,
                body_size: int | None) -> Any:
         trace_id = kwargs.get("trace_id")
-        if not isinstance(trace_id, int) or isinstance(trace_id, bool):
+        if not is_int(trace_id):
             trace_id = None
         span = self.tracer.start_span(
             f"publish {topic}", kind=_api().SpanKind.PRODUCER,
@@ -227,8 +228,7 @@ class _PublishTracing:
         if self.producer.pool.routes(topic) is not None:
             return
         given = kwargs.get("timeout")
-        if given is not None and (not isinstance(given, int | float)
-                                  or isinstance(given, bool) or not 0 < given < float("inf")):
+        if given is not None and (not is_real(given) or not 0 < given < float("inf")):
             return  # a bad timeout: the publish refuses it, as it is
         timeout = self.producer.config.timeout if given is None else float(given)
         loop = asyncio.get_running_loop()

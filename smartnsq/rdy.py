@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from .backoff import BACKING_OFF, NORMAL, PROBING, Backoff, BackoffPolicy
 from .errors import InvalidArgument
+from .protocol.numbers import check_int, check_number
 
 __all__ = ["MIN_HOLD", "NOTHING", "STARVED_RATIO", "ConnKey", "RdyController"]
 
@@ -128,9 +129,7 @@ class _Changes:
 
 
 def _check_count(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidArgument(name, f"must be an int >= {low}", value)
-    return value
+    return check_int(name, value, low)
 
 
 class RdyController:
@@ -140,12 +139,8 @@ class RdyController:
                  rng: random.Random | None = None,
                  backoff: Backoff | BackoffPolicy | None = None) -> None:
         self._mif = _check_count("max_in_flight", max_in_flight, 0)
-        if isinstance(low_rdy_idle_timeout, bool) \
-                or not isinstance(low_rdy_idle_timeout, (int, float)) \
-                or not low_rdy_idle_timeout > 0:
-            raise InvalidArgument("low_rdy_idle_timeout", "must be a number of seconds > 0",
-                                  low_rdy_idle_timeout)
-        self.low_rdy_idle_timeout = float(low_rdy_idle_timeout)
+        self.low_rdy_idle_timeout = check_number("low_rdy_idle_timeout", low_rdy_idle_timeout,
+                                                 low_open=True, finite=False)
         self._rng = rng if rng is not None else random.Random()
         if isinstance(backoff, Backoff):
             self.backoff = backoff

@@ -14,10 +14,14 @@ import re
 import sys
 from typing import Any
 
-from .config import describe
+from .config import RETRY_CONCEPTS, describe
 from .errors import ERROR_TABLE, Action, ErrorSpec
 
-__all__ = ["config_table", "errors_table", "expand_markers"]
+__all__ = ["config_table", "errors_table", "expand_markers", "retries_table", "spark_table"]
+
+_RETRY_CONFIGS = ("smartnsq.config.ConnectionConfig", "smartnsq.producer.ProducerConfig",
+                  "smartnsq.consumer.config.ConsumerConfig", "smartnsq.lookup.LookupConfig")
+"""The configs whose retry and back-off settings are listed side by side."""
 
 _MARKER = re.compile(r"<!--\s*reference:\s*(\w+)\s*([\w.]*)\s*-->")
 
@@ -100,6 +104,39 @@ def errors_table() -> str:
     return "\n".join(lines)
 
 
+def retries_table() -> str:
+    """Every retry and back-off setting, by concept (``doc(..., concept=...)``): the same
+    concept under one name everywhere, each difference of default with its reason."""
+    rows: dict[str, list[str]] = {key: [] for key in RETRY_CONCEPTS}
+    for dotted in _RETRY_CONFIGS:
+        cls = _load(dotted)
+        for f in dataclasses.fields(cls):
+            concept = f.metadata.get("concept", "")
+            if concept:
+                rows[concept].append(f"`{cls.__name__}.{f.name}` = {_default(f.default)} s")
+    lines = ["| concept | settings and defaults | why |", "|---|---|---|"]
+    for key, (title, why) in RETRY_CONCEPTS.items():
+        lines.append(f"| {_cell(title)} | {'<br>'.join(rows[key])} | {_cell(why)} |")
+    return "\n".join(lines)
+
+
+def spark_table() -> str:
+    """The numbers and switches of ``format("nsq")``, by the reader that takes them, from
+    their declarations (``smartnsq.spark.options.Option``)."""
+    from .spark.options import OPTION_TABLES  # (the docs build only; no pyspark needed)
+
+    lines = ["| reader | option | default | unit / range | meaning |", "|---|---|---|---|---|"]
+    for reader, options in OPTION_TABLES.items():
+        for option in options.values():
+            default = option.default_text or (str(option.default).lower()
+                                              if isinstance(option.default, bool)
+                                              else f"{option.default:g}")
+            bounds = " ".join(x for x in (option.unit, option.rule.text) if x)
+            lines.append(f"| {reader} | `{option.name}` | {_cell(default)} | {_cell(bounds)} "
+                         f"| {_cell(option.doc)} |")
+    return "\n".join(lines)
+
+
 def expand_markers(markdown: str) -> str:
     """Replace every reference marker in a page with its rendered table."""
 
@@ -109,6 +146,10 @@ def expand_markers(markdown: str) -> str:
             return config_table(arg)
         if kind == "errors":
             return errors_table()
+        if kind == "retries":
+            return retries_table()
+        if kind == "spark":
+            return spark_table()
         raise ValueError(f"unknown reference marker {match.group(0)!r}")
 
     return _MARKER.sub(render, markdown)
@@ -118,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] == "errors":
         print(errors_table())
+    elif args[0] in ("retries", "spark"):
+        print(retries_table() if args[0] == "retries" else spark_table())
     else:
         for dotted in args:
             print(config_table(dotted))

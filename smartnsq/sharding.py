@@ -28,6 +28,7 @@ from typing import Literal, TypeAlias
 import mmh3
 
 from .errors import InvalidArgument
+from .protocol.numbers import check_int, is_int
 
 __all__ = [
     "SCHEMES",
@@ -65,7 +66,7 @@ def key_bytes(key: ShardingKey) -> bytes:
                                   "surrogate, which UTF-8 cannot encode)", key) from None
     if isinstance(key, bytearray | memoryview):
         return bytes(key)
-    if isinstance(key, int) and not isinstance(key, bool):
+    if is_int(key):
         return b"%d" % key
     raise InvalidArgument("sharding_key", "must be str, bytes or int", key)
 
@@ -130,10 +131,7 @@ def java_partition(key: ShardingKey, partition_num: int) -> int:
 def _checked(router: Router) -> Router:
     def route(key: ShardingKey, partition_num: int) -> int:
         partition = router(key, partition_num)
-        if isinstance(partition, bool) or not isinstance(partition, int) \
-                or not 0 <= partition < partition_num:
-            raise InvalidArgument("sharding function result",
-                                  f"must be an int in 0..{partition_num - 1}", partition)
+        check_int("sharding function result", partition, 0, partition_num - 1)
         return partition
 
     route.__name__ = getattr(router, "__name__", "sharding")

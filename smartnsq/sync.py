@@ -54,6 +54,7 @@ from .pool import TopicRoutes
 from .producer import BatchResult, ProducerConfig, PublishResult
 from .producer import Producer as AsyncProducer
 from .producer.validation import batch_items
+from .protocol.numbers import check_int, is_real
 from .sharding import ShardingKey
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def _overran(what: str, timeout: float | None) -> Timeout:
 def _guard_for(timeout: object) -> float:
     """How long a blocking call waits for the loop: the async deadline plus ``_GUARD`` (a
     bad ``timeout`` is the async call's to refuse, with ``InvalidArgument``)."""
-    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+    if is_real(timeout) and timeout > 0:
         return float(timeout) + _GUARD
     return _GUARD
 
@@ -315,8 +316,7 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
         max_in_flight = kwargs.get("max_in_flight", 100)
         if threads is None:
             threads = max(1, min(32, max_in_flight if isinstance(max_in_flight, int) else 1))
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise InvalidArgument("threads", "must be an int >= 1", threads)
+        check_int("threads", threads, 1)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         wrapper = None
         if handler is not None:

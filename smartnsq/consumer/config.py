@@ -22,6 +22,7 @@ from ..config import (
     check_fields,
     close_timeout,
     doc,
+    duck,
     flag,
     instance,
     integer,
@@ -151,10 +152,10 @@ class ConsumerConfig:
         unit="s", check=seconds()))
     reconnect_delay: float = field(default=1.0, metadata=doc(
         "First wait before resubscribing after a failure; doubles per consecutive failure, "
-        "jittered.", unit="s", check=seconds()))
+        "jittered.", unit="s", check=seconds(), concept="redial"))
     reconnect_delay_max: float = field(default=60.0, metadata=doc(
-        "Longest wait before resubscribing (raised to reconnect_delay if below it).",
-        unit="s", check=seconds()))
+        "Longest wait before resubscribing.", unit="s",
+        check=seconds("reconnect_delay", low_open=False), concept="redial"))
     discovery_timeout: float | None = field(default=None, metadata=doc(
         "Fail fast (lookupd= only): when no lookup answer about the topic came within this "
         "many seconds of start() (every lookupd unreachable or silent, or the topic not "
@@ -173,7 +174,7 @@ class ConsumerConfig:
         check=_MAPPING))
     classic: ClassicDialect | None = field(default=None, metadata=doc(
         "What ordered/start become on classic nodes: a smartnsq.compat.ClassicPolicy "
-        "(None: its defaults, which refuse them).", range="ClassicPolicy or None"))
+        "(None: its defaults, which refuse them).", check=duck("ClassicPolicy or None")))
     connection: ConnectionConfig = field(default_factory=ConnectionConfig, metadata=doc(
         "How connections to nsqd are opened (timeouts, TLS, compression, auth); its fields "
         "may also be given as Consumer keywords.",
@@ -192,7 +193,8 @@ class ConsumerConfig:
 
     @property
     def reconnect_max(self) -> float:
-        return float(max(self.reconnect_delay_max, self.reconnect_delay))
+        """The longest resubscribe wait (``reconnect_delay_max``, never below the first)."""
+        return float(self.reconnect_delay_max)
 
 
 _CONSUMER_FIELDS = frozenset(f.name for f in dataclasses.fields(ConsumerConfig))

@@ -24,12 +24,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from .. import otel
-from ..config import ConnectionConfig
+from ..config import ConnectionConfig, one_source
 from ..connection import Connection
 from ..errors import InvalidArgument
 from ..message import Message
 from ..pool import Address, address_list, parse_address
 from ..protocol import validate as v
+from ..protocol.numbers import check_int
 from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
 from .dispatch import Dispatch, inline_runner, is_async, iterate, worker
@@ -87,9 +88,7 @@ class Consumer:
         v.check_channel(channel)
         self.topic = topic
         self.channel = channel
-        given = sum(x is not None and x != [] for x in (lookupd, nsqd, lookup))
-        if given != 1:
-            raise InvalidArgument("Consumer", "give exactly one of lookupd=, nsqd= or lookup=")
+        one_source("Consumer", lookupd=lookupd, nsqd=nsqd, lookup=lookup)
         self._nsqd: tuple[Address, ...] = ()
         if nsqd is not None:
             self._nsqd = tuple(dict.fromkeys(
@@ -354,8 +353,7 @@ class Consumer:
 
     def set_max_in_flight(self, n: int) -> None:
         """Change ``max_in_flight`` at run time; 0 pauses, a positive value resumes."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise InvalidArgument("max_in_flight", "must be an int >= 0", n)
+        check_int("max_in_flight", n, 0)
         self._max_in_flight = n
         if self._rt.flow is not None:
             self._rt.flow.set_max_in_flight(n)

@@ -12,7 +12,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConnectionConfig, Rule, check_fields, doc, flag, instance, integer, seconds
+from ..config import (
+    ConnectionConfig,
+    Rule,
+    check_fields,
+    doc,
+    duck,
+    flag,
+    instance,
+    integer,
+    seconds,
+)
 from ..dialect import ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import InvalidArgument
 from ..protocol import validate as v
@@ -21,17 +31,13 @@ from ..sharding import ShardingScheme, make_router
 __all__ = ["ProducerConfig", "with_options"]
 
 
-def spec(text: str, *, unit: str = "", rule: Rule) -> dict[str, Any]:
+def spec(text: str, *, unit: str = "", rule: Rule, concept: str = "") -> dict[str, Any]:
     """A field's one description: its reference row, whose range is the rule checking it."""
-    return doc(text, unit=unit, check=rule)
+    return doc(text, unit=unit, check=rule, concept=concept)
 
 
 def _sharding(name: str, value: Any, config: Any) -> None:
     make_router(value)  # raises InvalidArgument("sharding", ...)
-
-
-def _anything(name: str, value: Any, config: Any) -> None:
-    """Hooks objects are duck-typed (the dialect's Protocols): any object may answer them."""
 
 
 _SIZE = Rule("1..2**31-1", integer(1, 2**31 - 1).check)
@@ -55,16 +61,16 @@ class ProducerConfig:
         "Largest MPUB batch (the server's max_body_size).", unit="bytes", rule=_SIZE))
     retry_delay: float = field(default=0.05, metadata=spec(
         "First back-off between attempts of one publish; doubles per attempt, jittered.",
-        unit="s", rule=seconds()))
+        unit="s", rule=seconds(), concept="attempt"))
     retry_delay_max: float = field(default=1.0, metadata=spec(
         "Longest back-off between attempts (a route change ends a back-off early).",
-        unit="s", rule=seconds("retry_delay", low_open=False)))
+        unit="s", rule=seconds("retry_delay", low_open=False), concept="attempt"))
     reconnect_delay: float = field(default=0.05, metadata=spec(
         "First wait before dialling a node again after its connect failed; doubles per "
-        "consecutive failure, jittered.", unit="s", rule=seconds()))
+        "consecutive failure, jittered.", unit="s", rule=seconds(), concept="redial"))
     reconnect_delay_max: float = field(default=2.0, metadata=spec(
         "Longest wait before dialling a failed node again.", unit="s",
-        rule=seconds("reconnect_delay", low_open=False)))
+        rule=seconds("reconnect_delay", low_open=False), concept="redial"))
     drain_timeout: float = field(default=5.0, metadata=spec(
         "How long close() waits for publishes already sent to be acknowledged before it "
         "fails them (the server may have accepted them: a caller retrying a failed one "
@@ -95,12 +101,11 @@ class ProducerConfig:
         "What youzan-only features become on classic nsqd: a "
         "smartnsq.compat.ClassicPolicy (None: its defaults, i.e. sharding keys placed on "
         "nodes by rendezvous hash, trace ids logged but not sent, headers refused).",
-        rule=Rule("ClassicPolicy or None", _anything)))
+        rule=duck("ClassicPolicy or None")))
     migration: RouteChooser | ChooserFactory | None = field(default=None, metadata=spec(
         "Where publishes to a topic found on both a youzan and a classic cluster go: a "
         "smartnsq.compat.MigrationPolicy (prefer youzan, prefer classic, or a percentage "
-        "to youzan). None: youzan.", rule=Rule("MigrationPolicy, MigrationChooser or None",
-                                               _anything)))
+        "to youzan). None: youzan.", rule=duck("MigrationPolicy, MigrationChooser or None")))
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..config import one_source
 from ..dialect import ClassicDialect, RouteChooser
 from ..errors import InvalidArgument
 from ..pool import Address, LookupRouteSource, RouteSource, StaticRouteSource, TopicRoutes
@@ -30,10 +31,7 @@ def route_source(lookupd: Sequence[str] | str | None, nsqd: Sequence[str] | str 
                  lookup_options: Mapping[str, Any] | None) -> RouteSource:
     """Where a Producer's routes come from: exactly one of lookupd addresses, fixed nsqd
     addresses, a lookup manager or a route source."""
-    given = sum(x is not None and x != [] for x in (lookupd, nsqd, source, lookup))
-    if given != 1:
-        raise InvalidArgument("Producer", "give exactly one of lookupd=, nsqd=, lookup= "
-                              "or source=")
+    one_source("Producer", lookupd=lookupd, nsqd=nsqd, lookup=lookup, source=source)
     if source is not None:
         return source
     if nsqd is not None:

@@ -8,12 +8,12 @@ argument was wrong. What only the topic's routes can tell is checked in ``routin
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidArgument
 from ..protocol import validate as v
+from ..protocol.numbers import check_number
 from ..sharding import ShardingKey, check_key
 from .encoding import batch_exts, encode_headers
 
@@ -32,11 +32,7 @@ def timeout_seconds(timeout: object, default: float) -> float:
     """
     if timeout is None:
         return default
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
-            or not 0 < timeout < math.inf:  # (also refuses nan)
-        raise InvalidArgument("timeout", "must be a positive, finite number of seconds",
-                              timeout)
-    return timeout
+    return check_number("timeout", timeout, low_open=True)
 
 
 def batch_items(bodies: object) -> list[Any]:
@@ -51,11 +47,7 @@ def batch_items(bodies: object) -> list[Any]:
 
 def delay_ms(delay: object) -> int:
     """A DPUB ``delay`` in seconds as the wire's milliseconds."""
-    if isinstance(delay, bool) or not isinstance(delay, int | float) \
-            or not 0 <= delay < math.inf:  # (also refuses nan)
-        raise InvalidArgument("delay", "must be a non-negative, finite number of seconds",
-                              delay)
-    ms = round(delay * 1000)
+    ms = round(check_number("delay", delay, 0) * 1000)
     if ms > MAX_DELAY_MS:
         raise InvalidArgument("delay", "too long", delay)
     return ms

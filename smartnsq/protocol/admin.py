@@ -45,6 +45,7 @@ from .lookup import (
     parse_node,
     unwrap,
 )
+from .numbers import check_int, is_int
 from .validate import ascii_int
 
 __all__ = [
@@ -150,9 +151,7 @@ def _flag(params: dict[str, str], name: str, on: bool) -> None:
 
 
 def _int_in(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgument(name, f"must be an int in {low}..{high}", value)
-    return value
+    return check_int(name, value, low, high)
 
 
 def topic_create_params(topic: str, partition_num: int = 1, replicator: int = 1, *,
@@ -224,7 +223,7 @@ def stats_params(topic: str | None = None, channel: str | None = None,
 def _opt_int(obj: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = obj.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if is_int(value):
             return value
     return None
 
@@ -329,7 +328,7 @@ def _channel_stats(obj: Any) -> ChannelStats:
 def _partition_of(value: object) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         return value
     number = ascii_int(value, signed=True) if isinstance(value, str) else None
     if number is not None:

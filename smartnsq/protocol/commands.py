@@ -20,6 +20,7 @@ from typing import Literal
 
 from ..errors import InvalidArgument
 from . import validate as v
+from .numbers import check_int
 
 MAGIC_V2 = b"  V2"
 
@@ -153,8 +154,7 @@ def sub_advanced(topic: str, channel: str, partition: int | None = None,
 
 
 def rdy(count: int) -> bytes:
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise InvalidArgument("rdy", "must be a non-negative int", count)
+    check_int("rdy", count, 0)
     return b"RDY %d\n" % count
 
 
@@ -171,9 +171,7 @@ def fin(msg_id: bytes) -> bytes:
 def req(msg_id: bytes, delay_ms: int = 0) -> bytes:
     if len(msg_id) != 16:
         v.check_message_id(msg_id)
-    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
-        raise InvalidArgument("requeue delay", "must be a non-negative int of milliseconds",
-                              delay_ms)
+    check_int("requeue delay", delay_ms, 0)
     try:
         return b"REQ " + msg_id + b" %d\n" % delay_ms
     except TypeError:
@@ -235,8 +233,7 @@ def dpub(topic: str, delay_ms: int, body: bytes,
          max_msg_size: int = v.DEFAULT_MAX_MSG_SIZE) -> bytes:
     """DPUB (classic nsqd only; youzan nsqd answers ``E_INVALID invalid command``)."""
     v.check_topic(topic)
-    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
-        raise InvalidArgument("delay", "must be a non-negative int of milliseconds", delay_ms)
+    check_int("delay", delay_ms, 0)
     v.check_body(body, max_msg_size)
     return dpub_unchecked(topic, delay_ms, body)
 

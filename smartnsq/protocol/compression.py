@@ -38,6 +38,7 @@ from typing import Any, Final, Literal, Protocol
 
 from ..errors import InvalidArgument, ProtocolError
 from .diagnose import describe_start, looks_like_http, nsqd_hint_for_http
+from .numbers import check_int, is_int
 
 __all__ = [
     "COMPRESSIONS",
@@ -184,8 +185,7 @@ class DeflateStream:
     __slots__ = ("_in", "_more", "_out", "_tail", "level")
 
     def __init__(self, level: int = 6) -> None:
-        if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 9:
-            raise InvalidArgument("deflate_level", "must be an int in 1..9", level)
+        check_int("deflate_level", level, 1, 9)
         self._setup(level, zlib.Z_DEFAULT_STRATEGY)
 
     def _setup(self, level: int, strategy: int) -> None:
@@ -202,8 +202,7 @@ class DeflateStream:
         Outside -2..9 raises ``ValueError`` with Go's own text (nsqd fails the upgrade
         with it).
         """
-        if isinstance(level, bool) or not isinstance(level, int) \
-                or not GO_MIN_FLATE_LEVEL <= level <= GO_MAX_FLATE_LEVEL:
+        if not is_int(level) or not GO_MIN_FLATE_LEVEL <= level <= GO_MAX_FLATE_LEVEL:
             raise ValueError(f"flate: invalid compression level {level}: want value in range "
                              f"[{GO_MIN_FLATE_LEVEL}, {GO_MAX_FLATE_LEVEL}]")
         stream = cls.__new__(cls)

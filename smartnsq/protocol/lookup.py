@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from ..errors import LookupFailed, ProtocolError, TopicNotFound
 from .diagnose import first_line, is_html, lookupd_hint
+from .numbers import is_int
 from .validate import MAX_PARTITION, ascii_int
 
 __all__ = [
@@ -302,7 +303,7 @@ def unwrap(status: int, body: bytes | str) -> tuple[int, Any, str]:
             and set(value) <= {"status_code", "status_txt", "data"}):
         code = value.get("status_code")
         text = value.get("status_txt")
-        status = code if isinstance(code, int) and not isinstance(code, bool) else status
+        status = code if is_int(code) else status
         message = text if isinstance(text, str) else ""
         return status, value.get("data"), "" if status == 200 else message
     if status != 200:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 
 from ..errors import InvalidArgument
+from .numbers import check_int
 
 MAX_NAME_LENGTH = 64
 MAX_PARTITION = 1023  # ids carry the partition in 10 bits: (internal_id >> 50) & 0x3FF
@@ -59,18 +60,12 @@ def check_channel(name: str) -> str:
 
 def check_partition(partition: int) -> int:
     """A partition id is 0..1023 (-1, "the node's default", is expressed by omitting it)."""
-    if isinstance(partition, bool) or not isinstance(partition, int):
-        raise InvalidArgument("partition", "must be an int", partition)
-    if not 0 <= partition <= MAX_PARTITION:
-        raise InvalidArgument("partition", f"must be 0..{MAX_PARTITION}", partition)
+    check_int("partition", partition, 0, MAX_PARTITION)
     return partition
 
 
 def check_uint64(field: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(field, "must be an int", value)
-    if not 0 <= value <= MAX_UINT64:
-        raise InvalidArgument(field, "must be an unsigned 64-bit integer", value)
+    check_int(field, value, 0, MAX_UINT64)
     return value
 
 
@@ -101,11 +96,7 @@ def check_body(body: bytes, max_size: int = DEFAULT_MAX_MSG_SIZE, field: str = "
 
 
 def check_count(field: str, value: int, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(field, "must be an int", value)
-    if not low <= value <= high:
-        raise InvalidArgument(field, f"must be {low}..{high}", value)
-    return value
+    return check_int(field, value, low, high)
 
 
 def check_headers(headers: Mapping[str, str]) -> Mapping[str, str]:

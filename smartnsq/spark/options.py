@@ -12,18 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConnectionConfig
+from ..config import ConnectionConfig, Rule, flag, integer, one_source, seconds
 from ..errors import InvalidArgument
 from ..lookup import normalize_lookupd
 from ..pool import parse_address
 from ..protocol import validate as v
+from ..protocol.numbers import is_int
 
 __all__ = [
     "OFFSET_EARLIEST",
     "OFFSET_LATEST",
+    "OPTION_TABLES",
     "AckSourceOptions",
     "ClusterOptions",
     "ConnectionOptions",
+    "Option",
     "SinkOptions",
     "SourceOptions",
     "parse_offsets",
@@ -98,10 +101,7 @@ def _lookupd_or_nsqd(opts: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[st
     """The ``lookupd`` (HTTP) or ``nsqd`` (TCP) addresses: exactly one of them is given."""
     lookupd = _http_addresses(opts.get("lookupd"), "lookupd")
     nsqd = _tcp_addresses(opts.get("nsqd"), "nsqd")
-    if bool(lookupd) == bool(nsqd):
-        raise InvalidArgument("lookupd", "give exactly one of the options lookupd "
-                              "(nsqlookupd HTTP addresses) or nsqd (nsqd TCP addresses)",
-                              opts.get("lookupd"))
+    one_source("lookupd", lookupd=lookupd, nsqd=nsqd)  # the clients' rule and wording
     return lookupd, nsqd
 
 
@@ -116,43 +116,95 @@ def _tcp_addresses(text: str | None, name: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _int(opts: Mapping[str, str], name: str, default: int, low: int = 1,
-         high: int = 2**31 - 1) -> int:
-    raw = opts.get(name.lower())
-    if raw is None or raw == "":
-        return default
+@dataclass(frozen=True)
+class Option:
+    """One number or switch of ``format("nsq")``, declared once: its name as written, its
+    default, its :class:`~smartnsq.config.Rule` (the check, its error text and the range the
+    reference shows, as for every client setting) and one line of doc. Spark gives options as
+    strings; :meth:`read` turns the string into the default's type, then applies the rule."""
+
+    name: str
+    default: int | float | bool
+    rule: Rule
+    doc: str
+    unit: str = ""
+    default_text: str = ""  # what an absent option means, when not the default's value
+
+    def read(self, opts: Mapping[str, str]) -> Any:
+        raw = opts.get(self.name.lower())
+        if raw is None or raw == "":
+            return self.default
+        value = _from_text(self.name, raw, type(self.default))
+        self.rule.check(self.name, value, None)
+        return value
+
+
+def _from_text(name: str, raw: str, kind: type) -> int | float | bool:
+    """An option's string as ``kind``: ``true``/``false`` (also 1/0, yes/no), an integer, or
+    a number of seconds."""
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise InvalidArgument(name, "must be true or false", raw)
     try:
-        value = int(raw)
+        return int(raw) if kind is int else float(raw)
     except ValueError:
-        raise InvalidArgument(name, "must be an integer", raw) from None
-    if not low <= value <= high:
-        raise InvalidArgument(name, f"must be in {low}..{high}", raw)
-    return value
+        what = "an integer" if kind is int else "a number of seconds"
+        raise InvalidArgument(name, f"must be {what}", raw) from None
 
 
-def _float(opts: Mapping[str, str], name: str, default: float) -> float:
-    raw = opts.get(name.lower())
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InvalidArgument(name, "must be a number of seconds", raw) from None
-    if not value > 0 or value == float("inf"):
-        raise InvalidArgument(name, "must be a positive, finite number of seconds", raw)
-    return value
+def _options(*options: Option) -> dict[str, Option]:
+    return {o.name: o for o in options}
 
 
-def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = opts.get(name.lower())
-    if raw is None or raw == "":
-        return default
-    lowered = raw.strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise InvalidArgument(name, "must be true or false", raw)
+_SWITCH = Rule("true or false", flag().check)  # as Spark users write them
+TLS_VERIFY = Option("tlsVerify", True, _SWITCH, "Verify the server certificate and host name "
+                    "(false only for tests).")
+SINK = _options(
+    Option("batchSize", 500, integer(1, 100_000), "Messages per MPUB; a batch is also cut "
+           "before it would exceed the server's max_body_size."),
+    Option("maxInFlight", 8, integer(1, 1024), "MPUB batches a task keeps in flight (never "
+           "more than one per partition)."),
+    Option("timeout", 30.0, seconds(), "How long a batch may take, retries included, before "
+           "the task fails.", "s"),
+    Option("idempotencyKey", False, _SWITCH, "Add an idempotency header to every message "
+           "(ext topics only)."),
+)
+SOURCE = _options(
+    Option("maxMessagesPerTrigger", 1, integer(1), "Streaming: at most this many messages "
+           "per micro-batch.", default_text="unlimited"),
+    Option("readTimeout", 30.0, seconds(), "How long a range read may wait for the next "
+           "message before the task fails.", "s"),
+    Option("rdy", 500, integer(1, 2500), "RDY of a range read (messages in flight per "
+           "connection)."),
+    Option("httpTimeout", 5.0, seconds(), "Deadline of each HTTP call to nsqlookupd/nsqd.",
+           "s"),
+    Option("leaderTimeout", 120.0, seconds(), "How long a partition may stay without a usable "
+           "leader before the query fails.", "s"),
+    Option("failOnDataLoss", True, _SWITCH, "A range that starts before the retained queue "
+           "fails the query (true) or skips to the first retained message (false)."),
+    Option("minPartitions", 1, integer(1, 100_000), "Split the ranges into at least this many "
+           "Spark tasks.", default_text="one task per partition range"),
+    Option("orderedReadChannels", 8, integer(1, 64), "Ordered topics: channels one task reads "
+           "its range with at once."),
+)
+ACK_SOURCE = _options(
+    Option("maxInFlight", 1000, integer(1, 1_000_000), "mode=ack: the consumer's RDY budget "
+           "(messages received and not yet FINed)."),
+    Option("maxMessagesPerTrigger", 1, integer(1), "mode=ack: at most this many messages per "
+           "micro-batch.", default_text="all buffered"),
+    Option("touchInterval", 20.0, seconds(), "mode=ack: time between TOUCHes of the messages "
+           "waiting for their commit.", "s"),
+    Option("connectTimeout", 120.0, seconds(), "mode=ack: how long the source may go without "
+           "any nsqd connection before the query fails.", "s"),
+)
+OPTION_TABLES: dict[str, dict[str, Option]] = {
+    "connection": {TLS_VERIFY.name: TLS_VERIFY}, "sink": SINK, "source (replay)": SOURCE,
+    "source (mode=ack)": ACK_SOURCE}
+"""Every declared option by the reader that takes it (rendered in docs/configuration.md)."""
 
 
 def _topics(raw: str | None) -> tuple[str, ...]:
@@ -217,8 +269,7 @@ def check_offsets(value: Any, name: str = "offsets") -> Offsets:
             except (TypeError, ValueError):
                 raise InvalidArgument(name, f"partition {part!r} of {topic!r} is not a "
                                       "number", part) from None
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0 \
-                    or pid < 0:
+            if not is_int(offset) or offset < 0 or pid < 0:
                 raise InvalidArgument(name, f"partition {part!r} of {topic!r} needs a "
                                       "non-negative integer queue offset", offset)
             checked[str(pid)] = offset
@@ -249,7 +300,8 @@ class ConnectionOptions:
             raise InvalidArgument("compression", "must be none, snappy or deflate", compression)
         files = {name: opts.get(name.lower()) or None
                  for name in ("tlsCaFile", "tlsCertFile", "tlsKeyFile")}
-        tls = _bool(opts, "tls", any(files.values()))
+        tls = bool(_from_text("tls", opts["tls"], bool)) if opts.get("tls") \
+            else any(files.values())
         if not tls and any(files.values()):
             raise InvalidArgument("tls", "is false but tlsCaFile/tlsCertFile/tlsKeyFile are "
                                   "given: drop them or set tls=true", opts.get("tls"))
@@ -261,7 +313,7 @@ class ConnectionOptions:
             raise InvalidArgument("authSecret", "must not be empty", "")
         return cls(tls=tls, tls_ca_file=files["tlsCaFile"], tls_cert_file=files["tlsCertFile"],
                    tls_key_file=files["tlsKeyFile"],
-                   tls_verify=_bool(opts, "tlsVerify", True),
+                   tls_verify=TLS_VERIFY.read(opts),
                    tls_server_hostname=opts.get("tlsserverhostname") or None,
                    auth_secret=secret or None, compression=compression)
 
@@ -347,11 +399,11 @@ class SinkOptions:
             sharding_key_column=key, partition_column=part,
             trace_id_column=opts.get("traceidcolumn") or None,
             headers_column=opts.get("headerscolumn") or None,
-            batch_size=_int(opts, "batchSize", 500, 1, 100_000),
+            batch_size=SINK["batchSize"].read(opts),
             sharding=sharding,
-            timeout=_float(opts, "timeout", 30.0),
-            max_in_flight=_int(opts, "maxInFlight", 8, 1, 1024),
-            idempotency=_bool(opts, "idempotencyKey", False),
+            timeout=SINK["timeout"].read(opts),
+            max_in_flight=SINK["maxInFlight"].read(opts),
+            idempotency=SINK["idempotencyKey"].read(opts),
             idempotency_header=header,
             idempotency_id=opts.get("idempotencyid") or None,
             key_header=key_header,
@@ -415,26 +467,26 @@ class SourceOptions:
         v.check_channel(prefix + "-" + "0" * 16)
         return cls(
             cluster=ClusterOptions(lookupd=lookupd, nsqd_http=nsqd_http,
-                                   http_timeout=_float(opts, "httpTimeout", 5.0),
+                                   http_timeout=SOURCE["httpTimeout"].read(opts),
                                    connection=ConnectionOptions.parse(opts)),
             topics=_topics(opts.get("topic")),
             starting=parse_offsets(opts.get("startingoffsets"), "startingOffsets",
                                    OFFSET_LATEST if streaming else OFFSET_EARLIEST),
             ending=parse_offsets(opts.get("endingoffsets"), "endingOffsets", OFFSET_LATEST,
                                  (OFFSET_LATEST,)),
-            max_messages_per_trigger=(_int(opts, "maxMessagesPerTrigger", 0)
+            max_messages_per_trigger=(SOURCE["maxMessagesPerTrigger"].read(opts)
                                       if limit else None),
             channel=channel,
             channel_prefix=prefix,
             commit_channel=commit_channel,
-            read_timeout=_float(opts, "readTimeout", 30.0),
-            rdy=_int(opts, "rdy", 500, 1, 2500),
-            leader_timeout=_float(opts, "leaderTimeout", 120.0),
-            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            read_timeout=SOURCE["readTimeout"].read(opts),
+            rdy=SOURCE["rdy"].read(opts),
+            leader_timeout=SOURCE["leaderTimeout"].read(opts),
+            fail_on_data_loss=SOURCE["failOnDataLoss"].read(opts),
             partitions=_partition_list(opts.get("partitions")),
-            min_partitions=(_int(opts, "minPartitions", 1, 1, 100_000)
+            min_partitions=(SOURCE["minPartitions"].read(opts)
                             if opts.get("minpartitions") else None),
-            ordered_read_channels=_int(opts, "orderedReadChannels", 8, 1, 64),
+            ordered_read_channels=SOURCE["orderedReadChannels"].read(opts),
             key_header=_key_header(opts.get("keyheader")),
         )
 
@@ -498,13 +550,13 @@ class AckSourceOptions:
             raise InvalidArgument("channel", "mode=ack consumes a channel: name it", channel)
         v.check_channel(channel)
         limit = opts.get("maxmessagespertrigger")
-        max_in_flight = _int(opts, "maxInFlight", 1000, 1, 1_000_000)
+        max_in_flight = ACK_SOURCE["maxInFlight"].read(opts)
         return cls(
             cluster=ClusterOptions(lookupd=lookupd, nsqd=nsqd,
                                    connection=ConnectionOptions.parse(opts)),
             topic=topics[0], channel=channel, max_in_flight=max_in_flight,
-            max_messages_per_trigger=(_int(opts, "maxMessagesPerTrigger", 0)
+            max_messages_per_trigger=(ACK_SOURCE["maxMessagesPerTrigger"].read(opts)
                                       if limit else None),
-            touch_interval=_float(opts, "touchInterval", 20.0),
-            connect_timeout=_float(opts, "connectTimeout", 120.0),
+            touch_interval=ACK_SOURCE["touchInterval"].read(opts),
+            connect_timeout=ACK_SOURCE["connectTimeout"].read(opts),
         )

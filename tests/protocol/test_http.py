@@ -221,3 +221,17 @@ def test_urls_the_library_never_builds_are_refused(url: str) -> None:
 def test_no_request_smuggling(method: str, headers: list[tuple[str, str]]) -> None:
     with pytest.raises(InvalidArgument):
         build_request(method, parse_url("http://h:1/"), headers)
+
+
+def test_the_parser_carries_its_request_on_the_same_h11_connection() -> None:
+    url = parse_url("http://h:1/stats", {"format": "json"})
+    parser = ResponseParser(max_body=100, method="HEAD", url=url, headers=[("X", "1")])
+    assert parser.request == build_request("HEAD", url, [("X", "1")])
+    answer = parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n")
+    assert answer is not None and answer.body == b"" and answer.keep_alive
+
+
+def test_a_whole_head_over_the_bound_is_refused_even_in_one_piece() -> None:
+    data = b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70000 + b"\r\nContent-Length: 0\r\n\r\n"
+    with pytest.raises(HttpError, match="headers over 65536 bytes"):
+        ResponseParser(max_body=100).feed(data)
