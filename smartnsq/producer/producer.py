@@ -408,11 +408,22 @@ class Producer:
         retry loop runs in a task and settles the future. Cancelling the future abandons the
         publish the way cancelling ``publish()`` does.
         """
+        return self._nowait(None, topic, body, sharding_key, partition, trace_id, headers,
+                            delay, timeout)
+
+    def _nowait(self, result: asyncio.Future[PublishResult] | None, topic: str, body: bytes,
+                sharding_key: ShardingKey | None, partition: int | None,
+                trace_id: int | None, headers: Mapping[str, str] | None,
+                delay: float | None, timeout: float | None) -> asyncio.Future[PublishResult]:
+        """``publish_nowait`` settling ``result`` (a new future when None): the blocking
+        facade passes its own slot (``loop_thread.Slot``), which wakes its caller as soon as
+        the answer is read, without an asyncio future between them."""
         body, ext, delay_ms = self._checks.one(topic, body, sharding_key, partition, trace_id,
                                                headers, delay)
         timeout = self._timeout if timeout is None else timeout_seconds(timeout, self._timeout)
         loop = self._loop if self._started else asyncio.get_running_loop()
-        result: asyncio.Future[PublishResult] = loop.create_future()
+        if result is None:
+            result = loop.create_future()
         request = NowaitRequest(topic, body, sharding_key, partition, trace_id, ext,
                                 delay_ms, timeout, loop.time())
         request.owner = self
