@@ -57,6 +57,7 @@ log = logging.getLogger("smartnsq.sync")
 T = TypeVar("T")
 
 _STOP_GRACE = 5.0
+_forks = 0  # how many fork()s led to this process (counted in the child: register_at_fork)
 
 
 class LoopTimeout(TimeoutError):
@@ -214,6 +215,9 @@ class LoopThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        # forks seen in this process line when created: a blocking call compares it, not the
+        # pid (os.getpid() is a system call per publish), and a forked child's count differs
+        self._forks = _forks
         self._lock = threading.Lock()
         self._stopped = False
         # call_future(): queued calls, whether a drain is scheduled, the started ones not done
@@ -293,7 +297,7 @@ class LoopThread:
         return self._thread is not None and threading.current_thread() is self._thread
 
     def _check(self) -> asyncio.AbstractEventLoop:
-        if self._pid != os.getpid():
+        if self._forks != _forks and self._pid != os.getpid():
             raise RuntimeError(f"{self.name}: this loop thread belongs to the parent process; "
                                "objects created before fork() cannot be used in the child")
         if self._stopped:
@@ -580,7 +584,8 @@ def release_shared(loop_thread: LoopThread) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _shared, _shared_users, _shared_lock
+    global _shared, _shared_users, _shared_lock, _forks
+    _forks += 1
     _shared_lock = threading.Lock()
     _shared = None
     _shared_users = 0

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import otel
 from ..config import close_timeout
-from ..connection import AnswerSlot, Connection
+from ..connection import Connection
 from ..counters import PublishMeter
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ClientClosed, ConnectionError_, InvalidArgument, Timeout
@@ -329,7 +329,10 @@ class Producer:
                     if failed is not None:
                         return await self._send(request, failed)  # type: ignore[return-value]
                     self._meter.ok(topic, request.target, 1, self._now() - request.start)
-                    return self._result(request, answer)  # type: ignore[return-value]
+                    topics = self._trace_topics  # (_result, inline: once a publish)
+                    return self._results.of(  # type: ignore[return-value]
+                        request, answer, topics.get(topic, self._trace_default) if topics
+                        else self._trace_default)
         return await self._send(request)  # type: ignore[return-value]
 
     def _submit_first(self, request: Request, routes: TopicRoutes,
@@ -376,8 +379,11 @@ class Producer:
             youzan, address, request.topic, request.target, request.body, request.trace_id,
             request.ext, request.delay_ms, receipt, self._classic)
         request.command = command
-        try:  # (the call began this turn: its start is the time now)
-            answer = self._submit(conn, data, command, request.deadline, request.start, slot)
+        # (the call began this turn: its start is the time now)
+        until = answer_deadline(request.deadline, request.start, self._request_timeout)
+        try:
+            answer = conn.submit(data, command, until - request.start, alone=True, slot=slot,
+                                 deadline=until)
         except ConnectionError_:
             self._unroute(request)
             raise
@@ -479,18 +485,11 @@ class Producer:
             data = commands.mpub_unchecked(topic, [r.body for r in batch.requests],
                                            target if conn.is_youzan else None,
                                            self._checks.max_body)
-            self._submit(conn, data, MPUB, batch.deadline, self._loop.time(), batch)
+            now = self._loop.time()
+            until = answer_deadline(batch.deadline, now, self._request_timeout)
+            conn.submit(data, MPUB, until - now, alone=True, slot=batch, deadline=until)
         except Exception as exc:  # closed meanwhile, or no time left: each decides
             batch.set_exception(exc)
-
-    def _submit(self, conn: Connection, data: bytes, command: str, deadline: float,
-                now: float, slot: AnswerSlot | None = None) -> asyncio.Future[bytes]:
-        """Write an attempt (or a lingering batch) on ``conn``: the one place a publish's
-        deadline reaches the connection, cut by ``retry.answer_deadline``. Written at once
-        when nothing else waits on the connection (a lone publish: this turn's write would
-        have nothing to coalesce); in a burst the rest join one write at the turn's end."""
-        until = answer_deadline(deadline, now, self._request_timeout)
-        return conn.submit(data, command, until - now, alone=True, slot=slot, deadline=until)
 
     def _unroute(self, request: Request) -> None:
         """Take back the round-robin step of a first attempt that was routed but not sent:
@@ -512,7 +511,10 @@ class Producer:
         try:
             if error is None:
                 self._meter.ok(request.topic, request.target, 1, self._now() - request.start)
-                result.set_result(self._result(request, answer))  # type: ignore[arg-type]
+                topics = self._trace_topics  # (_result, inline: once a publish)
+                result.set_result(self._results.of(  # type: ignore[arg-type]
+                    request, answer, topics.get(request.topic, self._trace_default) if topics
+                    else self._trace_default))
                 return
             decision = self._decide(request, error)
             if decision.next is Next.GIVE_UP:
@@ -713,7 +715,9 @@ class Producer:
         if request.deadline <= now:
             after = f" after: {request.error}" if request.error is not None else ""
             raise Timeout(f"no time left for attempt {request.attempt}{after}")
-        answer_future = self._submit(conn, data, request.command, request.deadline, now)
+        until = answer_deadline(request.deadline, now, self._request_timeout)
+        answer_future = conn.submit(data, request.command, until - now, alone=True,
+                                    deadline=until)
         self._on_wire += 1
         try:
             answer = await answer_future
