@@ -43,7 +43,9 @@ with an ``-O`` run on asyncio.
 Three ways of publishing:
 
 * sequential: one publish at a time, each awaited (acknowledged) before the next;
-* pipelined: windows of W (1024) concurrent publishes on one connection, each window awaited;
+* pipelined: windows of W (1024) concurrent publishes on one connection, each window awaited
+  (``smartnsq-sync``: 8 threads, each one at a time; ``--window 8`` puts the asyncio rows at 8
+  outstanding beside them, issue 24 item 4's comparison);
 * MPUB x100: batches of 100 messages, each batch awaited before the next.
 
 Each client runs in its own interpreter (gevent's monkeypatching stays with gnsq) after a

@@ -375,7 +375,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def submit(self, data: bytes, command: str | None = None,
                timeout: float | None = _USE_CONFIG, *, now: bool = False,
-               slot: AnswerSlot | None = None) -> asyncio.Future[bytes]:
+               alone: bool = False, slot: AnswerSlot | None = None,
+               deadline: float | None = None) -> asyncio.Future[bytes]:
         """Queue a command that gets an answer; the future settles with the answer's payload.
 
         ``command`` names it for error attribution (``"PUB"``, ``"SUB_ORDERED"``...; read from
@@ -388,7 +389,10 @@ class Connection(asyncio.BufferedProtocol):
         ``now=True`` writes at once instead of on the next loop turn: for a caller that knows
         nothing else will join this write (a lone publish awaited before the next one), the
         turn would only add latency and a callback. ``slot`` (an :class:`AnswerSlot`) takes
-        the answer instead of a new future, and is returned.
+        the answer instead of a new future, and is returned. ``alone=True`` writes at once
+        only when no other call is waiting for its answer (a lone request, awaited before the
+        next: a burst's first call goes at once and the rest coalesce). ``deadline``: the loop
+        time the ``timeout`` ends at, when the caller has it already (no second clock read).
         """
         if not self._accepting:
             raise self._not_accepting(command)
@@ -399,13 +403,17 @@ class Connection(asyncio.BufferedProtocol):
         if timeout is not None and timeout <= 0:
             raise Timeout(f"{command} to {self.address_text} not sent: no time left "
                           f"(timeout {timeout:g}s)")
-        loop = self._loop
-        future = loop.create_future() if slot is None else cast("asyncio.Future[bytes]", slot)
+        pending = self._pending
+        if alone and not pending:
+            now = True
+        future = self._loop.create_future() if slot is None \
+            else cast("asyncio.Future[bytes]", slot)
         if timeout is None:
-            self._pending.append((future, command, None, None))
+            pending.append((future, command, None, None))
         else:
-            deadline = loop.time() + timeout
-            self._pending.append((future, command, deadline, timeout))
+            if deadline is None:
+                deadline = self._loop.time() + timeout
+            pending.append((future, command, deadline, timeout))
             if self._deadline_timer is None or deadline < self._deadline_at:
                 self._arm_deadline(deadline)
         self._queue(data, now)

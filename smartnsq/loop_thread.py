@@ -23,6 +23,13 @@ Hot calls (the sync producer's publish) skip the coroutine and the Task: ``call_
 outcome is copied into a ``concurrent.futures.Future``. The queue is drained by one loop
 callback per batch (only the enqueue that finds it empty wakes the loop), so many threads
 calling at once cost one self-pipe write per loop iteration, not one per call.
+
+The hottest call of all goes further: ``call_slot(fn, ...)`` hands ``fn`` a :class:`Slot`, an
+answer slot with the settling side of an asyncio future (``done``, ``set_result``,
+``set_exception``, ``cancel``, ``add_done_callback``) over one lock the calling thread blocks
+on. The async work settles it directly where the answer is read, so the caller wakes in that
+same loop step: no asyncio future, no done callback scheduled for the next loop turn, no
+``concurrent.futures.Future`` (whose condition variable allocates a lock per wait).
 """
 
 from __future__ import annotations
@@ -37,19 +44,20 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from . import event_loop
 
 _WAIT_MAX = min(threading.TIMEOUT_MAX, 2.0 ** 31)  # seconds: decades, and no overflow
 
-__all__ = ["LoopThread", "LoopTimeout", "release_shared", "shared", "shared_users"]
+__all__ = ["LoopThread", "LoopTimeout", "Slot", "release_shared", "shared", "shared_users"]
 
 log = logging.getLogger("smartnsq.sync")
 
 T = TypeVar("T")
 
 _STOP_GRACE = 5.0
+_forks = 0  # how many fork()s led to this process (counted in the child: register_at_fork)
 
 
 class LoopTimeout(TimeoutError):
@@ -98,6 +106,101 @@ class _Call(concurrent.futures.Future[T]):
             pass  # settled meanwhile
 
 
+_PENDING, _FINISHED, _CANCELLED = 0, 1, 2
+
+
+class Slot(Generic[T]):
+    """One ``call_slot`` call: the function to start on the loop, and the answer slot it is
+    given, settled on the loop thread and waited on by the calling thread.
+
+    The loop side is the part of ``asyncio.Future`` that producing code uses to settle a
+    future it was handed: ``done``, ``cancelled``, ``set_result``, ``set_exception``,
+    ``cancel``, ``add_done_callback`` (callbacks run at once, on the loop thread, when it
+    settles). The calling side is ``LoopThread.wait``. Settling releases the lock the caller
+    blocks on, so the caller wakes as soon as the loop settles it.
+    """
+
+    __slots__ = ("args", "callbacks", "error", "fn", "lock", "running", "state", "value")
+
+    def __init__(self, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+        self.lock = threading.Lock()
+        self.lock.acquire()  # released once, when settled
+        self.state = _PENDING
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.callbacks: list[Callable[[Slot[T]], object]] | None = None
+        self.running: set[Any] | None = None  # the loop thread's started calls, once started
+
+    # -- the loop's side (asyncio.Future's settling API) ---------------------------------
+
+    def done(self) -> bool:
+        return self.state != _PENDING
+
+    def cancelled(self) -> bool:
+        return self.state == _CANCELLED
+
+    def set_result(self, value: T, /) -> None:
+        if self.state:
+            raise asyncio.InvalidStateError("the slot is already settled")
+        self.value = value
+        self._settle(_FINISHED)
+
+    def set_exception(self, error: BaseException | type[BaseException], /) -> None:
+        if self.state:
+            raise asyncio.InvalidStateError("the slot is already settled")
+        self.error = error() if isinstance(error, type) else error
+        self._settle(_FINISHED)
+
+    def cancel(self, msg: object = None) -> bool:
+        if self.state:
+            return False
+        self._settle(_CANCELLED)
+        return True
+
+    def add_done_callback(self, fn: Callable[[Slot[T]], object], *,
+                          context: object = None) -> None:
+        if self.state:
+            fn(self)
+        elif self.callbacks is None:
+            self.callbacks = [fn]
+        else:
+            self.callbacks.append(fn)
+
+    def fail(self, error: BaseException) -> None:
+        """Fail unless settled (the loop thread is stopping: nothing else will settle it)."""
+        if not self.state:
+            self.error = error
+            self._settle(_FINISHED)
+
+    def _settle(self, state: int) -> None:
+        self.state = state
+        running = self.running
+        if running is not None:
+            running.discard(self)
+        self.lock.release()
+        callbacks = self.callbacks
+        if callbacks:
+            self.callbacks = None
+            for fn in callbacks:
+                try:
+                    fn(self)
+                except Exception:
+                    log.exception("a slot's done callback raised")
+
+    # -- the caller's side ------------------------------------------------------------------
+
+    def outcome(self) -> T:
+        """The value, or raise the error (settled slots only)."""
+        if self.state == _CANCELLED:
+            raise concurrent.futures.CancelledError()
+        error = self.error
+        if error is not None:
+            raise error
+        return self.value  # type: ignore[return-value]
+
+
 def _abandon(call: _Call[Any]) -> None:
     """On the loop: the caller gave up on ``call``; cancel the work it started, if any."""
     if call.source is not None and not call.source.done():
@@ -112,12 +215,15 @@ class LoopThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        # forks seen in this process line when created: a blocking call compares it, not the
+        # pid (os.getpid() is a system call per publish), and a forked child's count differs
+        self._forks = _forks
         self._lock = threading.Lock()
         self._stopped = False
         # call_future(): queued calls, whether a drain is scheduled, the started ones not done
-        self._queue: deque[_Call[Any]] = deque()
+        self._queue: deque[_Call[Any] | Slot[Any]] = deque()
         self._drain_scheduled = False
-        self._running_calls: set[_Call[Any]] = set()
+        self._running_calls: set[_Call[Any] | Slot[Any]] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -191,7 +297,7 @@ class LoopThread:
         return self._thread is not None and threading.current_thread() is self._thread
 
     def _check(self) -> asyncio.AbstractEventLoop:
-        if self._pid != os.getpid():
+        if self._forks != _forks and self._pid != os.getpid():
             raise RuntimeError(f"{self.name}: this loop thread belongs to the parent process; "
                                "objects created before fork() cannot be used in the child")
         if self._stopped:
@@ -246,7 +352,28 @@ class LoopThread:
             self._fail_calls()
         return call
 
-    def wait(self, future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+    def call_slot(self, fn: Callable[..., object], /, *args: Any) -> Slot[Any]:
+        """Run ``fn(*args, slot)`` on the loop and return the :class:`Slot` it settles; wait
+        for it with ``wait(slot, timeout)``. What ``fn`` raises fails the slot. Queued and
+        woken like ``call_future`` (one wake-up per batch); a slot still pending when the loop
+        thread stops fails with ``RuntimeError``."""
+        loop = self._check()
+        slot: Slot[Any] = Slot(fn, args)
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError(f"{self.name}: the loop thread is stopped")
+            self._queue.append(slot)
+            if self._drain_scheduled:
+                return slot
+            self._drain_scheduled = True
+        try:
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop closed meanwhile (stopped from its own thread)
+            self._fail_calls()
+        return slot
+
+    def wait(self, future: concurrent.futures.Future[T] | Slot[T],
+             timeout: float | None = None) -> T:
         """Wait for a ``submit``/``call_future`` result; on timeout or interruption cancel the
         work first. What the call raised is raised as is; :class:`LoopTimeout` only when the
         call did not finish within ``timeout``."""
@@ -256,6 +383,9 @@ class LoopThread:
         # concurrent.futures' is), so a timeout is this wait's only when the future is not done
         if timeout is not None and timeout > _WAIT_MAX:
             timeout = _WAIT_MAX  # (a longer wait overflows the platform's lock timeout)
+        if future.__class__ is Slot:
+            return self._wait_slot(future, timeout)
+        assert isinstance(future, concurrent.futures.Future)
         try:
             return future.result(timeout)
         except (concurrent.futures.TimeoutError, TimeoutError):
@@ -268,9 +398,26 @@ class LoopThread:
                 self.abandon(future)
             raise
 
-    def abandon(self, future: concurrent.futures.Future[Any]) -> None:
+    def _wait_slot(self, slot: Slot[T], timeout: float | None) -> T:
+        try:
+            settled = slot.lock.acquire(True, -1 if timeout is None else timeout)
+        except BaseException:  # interrupted (KeyboardInterrupt): give the work up
+            self.abandon(slot)
+            raise
+        if not settled:
+            self.abandon(slot)
+            raise LoopTimeout(f"no result within {timeout:g}s")
+        return slot.outcome()
+
+    def abandon(self, future: concurrent.futures.Future[Any] | Slot[Any]) -> None:
         """Give up on a ``call_future`` result: cancel it, and the work on the loop."""
         loop = self._loop
+        if future.__class__ is Slot:  # settled on the loop only: cancel it there
+            if loop is not None and self.running:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(future.cancel)
+            return
+        assert isinstance(future, concurrent.futures.Future)
         if future.cancel() and isinstance(future, _Call) and loop is not None and self.running:
             with contextlib.suppress(RuntimeError):  # stopped meanwhile: nothing runs any more
                 loop.call_soon_threadsafe(_abandon, future)
@@ -288,6 +435,9 @@ class LoopThread:
             call = batch.popleft()
             if call.cancelled():
                 continue
+            if isinstance(call, Slot):
+                self._start_slot(call, batch)
+                continue
             try:
                 source = call.fn(*call.args, **call.kwargs)
             except (KeyboardInterrupt, SystemExit) as exc:
@@ -304,6 +454,22 @@ class LoopThread:
             call.kwargs = {}
             running.add(call)
             source.add_done_callback(partial(_settled, running, call))
+
+    def _start_slot(self, slot: Slot[Any], batch: deque[_Call[Any] | Slot[Any]]) -> None:
+        try:
+            slot.fn(*slot.args, slot)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            slot.fail(exc)
+            for rest in batch:  # nothing else runs on this loop now: do not leave waiters
+                rest.fail(RuntimeError(f"{self.name}: the loop thread is stopping"))
+            raise
+        except BaseException as exc:
+            slot.fail(exc)
+        slot.fn = _started  # drop the references to the arguments
+        slot.args = ()
+        if not slot.state:  # in flight: failed if the loop stops before it settles
+            slot.running = self._running_calls
+            self._running_calls.add(slot)
 
     def _fail_calls(self) -> None:
         """Fail every queued or started call (the loop is stopping: nothing will settle them)."""
@@ -363,7 +529,8 @@ def _started(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("a call_future function ran twice")
 
 
-def _settled(running: set[_Call[Any]], call: _Call[Any], source: asyncio.Future[Any]) -> None:
+def _settled(running: set[_Call[Any] | Slot[Any]], call: _Call[Any],
+             source: asyncio.Future[Any]) -> None:
     running.discard(call)
     call.settle(source)
 
@@ -417,7 +584,8 @@ def release_shared(loop_thread: LoopThread) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _shared, _shared_users, _shared_lock
+    global _shared, _shared_users, _shared_lock, _forks
+    _forks += 1
     _shared_lock = threading.Lock()
     _shared = None
     _shared_users = 0

@@ -42,13 +42,13 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import loop_thread as _loops
 from .consumer import Consumer as AsyncConsumer
 from .consumer.config import close_timeout
 from .errors import ClientClosed, InvalidArgument, Timeout
-from .loop_thread import LoopThread, LoopTimeout
+from .loop_thread import LoopThread, LoopTimeout, Slot
 from .message import Message
 from .pool import TopicRoutes
 from .producer import BatchResult, ProducerConfig, PublishResult
@@ -215,28 +215,29 @@ class Producer(_Facade):
                 headers: Mapping[str, str] | None = None, delay: float | None = None,
                 timeout: float | None = None) -> PublishResult:
         """Blocking ``Producer.publish``: same arguments, result and errors."""
-        # No coroutine, no Task: the loop runs the task-free publish_nowait, whose future is
-        # copied into the concurrent future waited on here (argument errors included).
+        # No coroutine, no Task, no future: the loop runs the task-free publish_nowait path
+        # with a Slot as its result, which the answer settles directly, waking this thread in
+        # the loop step that read it (argument errors included).
         if self._closed:
             raise self._closed_error()
-        future = self._loop_thread.call_future(
+        slot: Slot[PublishResult] = self._loop_thread.call_slot(
             self._publish_on_loop, topic, body, sharding_key, partition, trace_id, headers,
             delay, timeout)
         deadline = self._timeout if timeout is None else timeout
         try:
-            return self._loop_thread.wait(future, _guard_for(deadline))
+            return self._loop_thread.wait(slot, _guard_for(deadline))
         except LoopTimeout as exc:
             raise _overran(f"publish to {topic!r}", _guard_for(deadline) - _GUARD) from exc
 
     def _publish_on_loop(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
                          partition: int | None, trace_id: int | None,
                          headers: Mapping[str, str] | None, delay: float | None,
-                         timeout: float | None) -> asyncio.Future[PublishResult]:
+                         timeout: float | None, slot: Slot[PublishResult]) -> None:
         if self._closed:  # closed while this call was queued
             raise self._closed_error()
-        return self._producer.publish_nowait(
-            topic, body, sharding_key=sharding_key, partition=partition, trace_id=trace_id,
-            headers=headers, delay=delay, timeout=timeout)
+        # (a Slot settles like the asyncio future publish_nowait would otherwise create)
+        self._producer._nowait(cast("asyncio.Future[PublishResult]", slot), topic, body,
+                               sharding_key, partition, trace_id, headers, delay, timeout)
 
     def publish_many(self, topic: str, bodies: Iterable[bytes], *,
                      sharding_key: ShardingKey | None = None, partition: int | None = None,

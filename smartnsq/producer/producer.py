@@ -35,7 +35,7 @@ from .config import ProducerConfig, with_options
 from .encoding import MPUB, encode_batch, encode_one
 from .linger import LINGER_TIMEOUTS, Batch
 from .request import BatchRequest, NowaitRequest, Request
-from .results import BatchResult, PublishResult, result_of
+from .results import BatchResult, PublishResult, Results
 from .retry import (
     CONNECT,
     ROUTE,
@@ -45,6 +45,7 @@ from .retry import (
     NoLeader,
     NotWritable,
     ProducerClosed,
+    answer_deadline,
     decide,
     least_time,
     timed_out,
@@ -96,7 +97,7 @@ class Producer:
         self._trace_topics: dict[str, bool | None] = {}
         self._rr: dict[str, int] = {}
         self._request_timeout = config.connection.request_timeout
-        self._names: dict[tuple[str, int], str] = {}  # "host:port" of each address, built once
+        self._results = Results()  # makes every PublishResult/BatchResult
         self._classic: ClassicDialect = config.classic or DEFAULT_POLICY
         migration = config.migration
         if isinstance(migration, ChooserFactory):
@@ -224,7 +225,7 @@ class Producer:
         self._checks.topic(topic)
         timeout = timeout_seconds(timeout, self._timeout)
         request = Request(topic, b"", None, None, None, None, None, timeout,
-                          asyncio.get_running_loop().time() + timeout)
+                          asyncio.get_running_loop().time())
         if not self._started or self._closed:
             await self._ensure_started(request)
         return await self._load_routes(request)
@@ -300,7 +301,7 @@ class Producer:
         started = self._started
         loop = self._loop if started else asyncio.get_running_loop()
         request = Request(topic, body, sharding_key, partition, trace_id, ext, delay_ms,
-                          timeout, loop.time() + timeout)
+                          timeout, loop.time())
         if not started or self._closed:
             await self._ensure_started(request)
         elif topic not in self._slow and self._migration is None:
@@ -327,16 +328,11 @@ class Producer:
                             self._drained.set_result(None)
                     if failed is not None:
                         return await self._send(request, failed)  # type: ignore[return-value]
-                    self._meter.ok(topic, request.target, 1, self._now() - request.deadline
-                                   + timeout)
-                    if request.traced or trace_id is not None or self._trace_default is True \
-                            or self._trace_topics:
-                        return self._result(request, answer)  # type: ignore[return-value]
-                    # plain OK, nothing to log: the common case, built here (no call)
-                    name = self._names.get(request.address)  # type: ignore[arg-type]
-                    if name is None:
-                        name = self._node_name(request)
-                    return PublishResult(topic, request.target, name, None, None, None, None, 1)
+                    self._meter.ok(topic, request.target, 1, self._now() - request.start)
+                    topics = self._trace_topics  # (_result, inline: once a publish)
+                    return self._results.of(  # type: ignore[return-value]
+                        request, answer, topics.get(topic, self._trace_default) if topics
+                        else self._trace_default)
         return await self._send(request)  # type: ignore[return-value]
 
     def _submit_first(self, request: Request, routes: TopicRoutes,
@@ -383,14 +379,11 @@ class Producer:
             youzan, address, request.topic, request.target, request.body, request.trace_id,
             request.ext, request.delay_ms, receipt, self._classic)
         request.command = command
-        remaining = request.timeout  # (the deadline was set this turn)
-        request_timeout = self._request_timeout
-        if request_timeout is not None and request_timeout < remaining:
-            remaining = request_timeout
-        # a lone request is written at once: nothing else would join this turn's write
+        # (the call began this turn: its start is the time now)
+        until = answer_deadline(request.deadline, request.start, self._request_timeout)
         try:
-            answer = conn.submit(data, command, remaining, now=not conn.pending_count,
-                                 slot=slot)
+            answer = conn.submit(data, command, until - request.start, alone=True, slot=slot,
+                                 deadline=until)
         except ConnectionError_:
             self._unroute(request)
             raise
@@ -421,13 +414,27 @@ class Producer:
         retry loop runs in a task and settles the future. Cancelling the future abandons the
         publish the way cancelling ``publish()`` does.
         """
+        return self._nowait(None, topic, body, sharding_key, partition, trace_id, headers,
+                            delay, timeout)
+
+    def _nowait(self, result: asyncio.Future[PublishResult] | None, topic: str, body: bytes,
+                sharding_key: ShardingKey | None, partition: int | None,
+                trace_id: int | None, headers: Mapping[str, str] | None,
+                delay: float | None, timeout: float | None) -> asyncio.Future[PublishResult]:
+        """``publish_nowait`` settling ``result`` (a new future when None): the blocking
+        facade passes its own slot (``loop_thread.Slot``), which wakes its caller as soon as
+        the answer is read, without an asyncio future between them."""
         body, ext, delay_ms = self._checks.one(topic, body, sharding_key, partition, trace_id,
                                                headers, delay)
         timeout = self._timeout if timeout is None else timeout_seconds(timeout, self._timeout)
         loop = self._loop if self._started else asyncio.get_running_loop()
-        result: asyncio.Future[PublishResult] = loop.create_future()
+        if result is None:
+            result = loop.create_future()
         request = NowaitRequest(topic, body, sharding_key, partition, trace_id, ext,
-                                delay_ms, timeout, loop.time() + timeout, self, result)
+                                delay_ms, timeout, loop.time())
+        request.owner = self
+        request.result = result
+        request.answered = False
         if not self._started or self._closed:
             return self._later(loop, request, result)
         routes = self._pool.routes(topic)
@@ -478,11 +485,9 @@ class Producer:
             data = commands.mpub_unchecked(topic, [r.body for r in batch.requests],
                                            target if conn.is_youzan else None,
                                            self._checks.max_body)
-            remaining = batch.deadline - self._loop.time()
-            request_timeout = self._request_timeout
-            if request_timeout is not None and request_timeout < remaining:
-                remaining = request_timeout
-            conn.submit(data, MPUB, remaining, now=not conn.pending_count, slot=batch)
+            now = self._loop.time()
+            until = answer_deadline(batch.deadline, now, self._request_timeout)
+            conn.submit(data, MPUB, until - now, alone=True, slot=batch, deadline=until)
         except Exception as exc:  # closed meanwhile, or no time left: each decides
             batch.set_exception(exc)
 
@@ -505,18 +510,11 @@ class Producer:
             return
         try:
             if error is None:
-                self._meter.ok(request.topic, request.target, 1,
-                               self._now() - request.deadline + request.timeout)
-                if not request.traced and request.trace_id is None \
-                        and self._trace_default is not True and not self._trace_topics:
-                    # plain OK, nothing to log: the common case, built here (no call)
-                    name = self._names.get(request.address)  # type: ignore[arg-type]
-                    if name is None:
-                        name = self._node_name(request)
-                    result.set_result(PublishResult(request.topic, request.target, name, None,
-                                                    None, None, None, 1))
-                else:
-                    result.set_result(self._result(request, answer))  # type: ignore[arg-type]
+                self._meter.ok(request.topic, request.target, 1, self._now() - request.start)
+                topics = self._trace_topics  # (_result, inline: once a publish)
+                result.set_result(self._results.of(  # type: ignore[arg-type]
+                    request, answer, topics.get(request.topic, self._trace_default) if topics
+                    else self._trace_default))
                 return
             decision = self._decide(request, error)
             if decision.next is Next.GIVE_UP:
@@ -595,7 +593,7 @@ class Producer:
                                                  trace_id, headers)
         timeout = timeout_seconds(timeout, self._timeout)
         request = BatchRequest(topic, items, traces, exts, sharding_key, partition, timeout,
-                               asyncio.get_running_loop().time() + timeout)
+                               asyncio.get_running_loop().time())
         if not self._started or self._closed:
             await self._ensure_started(request)
         return await self._send(request)  # type: ignore[return-value]
@@ -617,7 +615,7 @@ class Producer:
                         self._pool.writable(request.topic, request.target)
                     self._meter.ok(request.topic, request.target,
                                    1 if request.bodies is None else len(request.bodies),
-                                   self._now() - request.deadline + request.timeout)
+                                   self._now() - request.start)
                     return result
             decision = self._decide(request, failed)
             if decision.next is Next.GIVE_UP:
@@ -703,16 +701,13 @@ class Producer:
         # no attempt with no time left: what the awaits above took may have used it up (a
         # request given a deadline already past would time out at once, and close the
         # shared connection with it)
-        remaining = request.deadline - loop.time()
-        if remaining <= 0:
+        now = loop.time()
+        if request.deadline <= now:
             after = f" after: {request.error}" if request.error is not None else ""
             raise Timeout(f"no time left for attempt {request.attempt}{after}")
-        if self._request_timeout is not None and self._request_timeout < remaining:
-            remaining = self._request_timeout
-        # nothing else in flight: write now rather than at the end of this loop iteration
-        # (in a burst only the first publish does this, the rest still coalesce)
-        answer_future = conn.submit(data, request.command, remaining,
-                                    now=not conn.pending_count)
+        until = answer_deadline(request.deadline, now, self._request_timeout)
+        answer_future = conn.submit(data, request.command, until - now, alone=True,
+                                    deadline=until)
         self._on_wire += 1
         try:
             answer = await answer_future
@@ -811,17 +806,8 @@ class Producer:
                 request.traces, request.exts, receipt, self._checks.max_body, self._classic)
         return data
 
-    def _node_name(self, request: Request) -> str:
-        """``"host:port"`` of the node that answered, built once per address."""
-        address = request.address
-        assert address is not None
-        name = self._names.get(address)
-        if name is None:
-            name = self._names[address] = f"{address[0]}:{address[1]}"
-        return name
-
     def _result(self, request: Request, answer: bytes) -> PublishResult | BatchResult:
-        name = self._node_name(request)
+        """The call's result (from ``Results``, the one maker), by the topic's trace mode."""
         topics = self._trace_topics
         mode = topics.get(request.topic, self._trace_default) if topics else self._trace_default
-        return result_of(request, name, answer, mode)
+        return self._results.of(request, answer, mode)

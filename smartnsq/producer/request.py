@@ -4,11 +4,16 @@ Everything the attempts of one call share (what to send, the deadline) and what 
 attempt learned (where it went, how far it got, what failed) travels in a :class:`Request`
 instead of a dozen positional arguments: the retry loop, the ``publish_nowait`` fast path's
 answer callback and its slow-path task all read the same object.
+
+The call's deadline is made here and nowhere else (``start + timeout``, on the loop clock);
+how much of it one attempt may wait for its answer is :func:`retry.answer_deadline`'s to say.
+A ``NowaitRequest`` hands its answer to an :class:`Answers` (the producer), named by protocol
+so that this module does not import the producer (no import circle).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..pool import Address
 from ..sharding import ShardingKey
@@ -17,10 +22,16 @@ from .retry import ROUTE
 if TYPE_CHECKING:
     import asyncio
 
-    from .producer import Producer
     from .results import PublishResult
 
-__all__ = ["BatchRequest", "NowaitRequest", "Request"]
+__all__ = ["Answers", "BatchRequest", "NowaitRequest", "Request"]
+
+
+class Answers(Protocol):
+    """Who settles a ``publish_nowait`` call from its first attempt's answer (the producer)."""
+
+    def _answered(self, request: NowaitRequest, answer: bytes,
+                  error: BaseException | None) -> None: ...
 
 
 class Request:
@@ -34,8 +45,8 @@ class Request:
     """
 
     __slots__ = ("address", "attempt", "body", "command", "deadline", "delay_ms", "error",
-                 "ext", "partition", "sharding_key", "stage", "target", "timeout", "topic",
-                 "trace_id", "traced")
+                 "ext", "partition", "sharding_key", "stage", "start", "target", "timeout",
+                 "topic", "trace_id", "traced")
 
     # a single message has none of a batch's fields (BatchRequest's slots override these)
     bodies: list[bytes] | None = None
@@ -44,7 +55,7 @@ class Request:
 
     def __init__(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
                  partition: int | None, trace_id: int | None, ext: bytes | None,
-                 delay_ms: int | None, timeout: float, deadline: float) -> None:
+                 delay_ms: int | None, timeout: float, start: float) -> None:
         # (the fast path builds one per publish: only what is read before being set)
         self.topic = topic
         self.body = body
@@ -54,7 +65,8 @@ class Request:
         self.ext = ext
         self.delay_ms = delay_ms
         self.timeout = timeout
-        self.deadline = deadline
+        self.start = start  # the loop time the call began (its latency is measured from it)
+        self.deadline = start + timeout
         self.attempt = 0
         self.stage = ROUTE
         self.address: Address | None = None
@@ -83,9 +95,8 @@ class BatchRequest(Request):
 
     def __init__(self, topic: str, bodies: list[bytes], traces: list[int] | None,
                  exts: list[bytes] | None, sharding_key: ShardingKey | None,
-                 partition: int | None, timeout: float, deadline: float) -> None:
-        super().__init__(topic, b"", sharding_key, partition, None, None, None, timeout,
-                         deadline)
+                 partition: int | None, timeout: float, start: float) -> None:
+        super().__init__(topic, b"", sharding_key, partition, None, None, None, timeout, start)
         self.bodies = bodies
         self.traces = traces
         self.exts = exts
@@ -98,15 +109,10 @@ class NowaitRequest(Request):
 
     __slots__ = ("answered", "owner", "result")
 
-    def __init__(self, topic: str, body: bytes, sharding_key: ShardingKey | None,
-                 partition: int | None, trace_id: int | None, ext: bytes | None,
-                 delay_ms: int | None, timeout: float, deadline: float, owner: Producer,
-                 result: asyncio.Future[PublishResult]) -> None:
-        super().__init__(topic, body, sharding_key, partition, trace_id, ext, delay_ms,
-                         timeout, deadline)
-        self.owner = owner
-        self.result = result
-        self.answered = False
+    # set by the producer right after construction (no second __init__ per publish)
+    owner: Answers
+    result: asyncio.Future[PublishResult]
+    answered: bool
 
     def done(self) -> bool:
         return self.answered

@@ -1,21 +1,30 @@
-"""What an acknowledged publish tells: ``PublishResult`` and ``BatchResult``.
+"""What an acknowledged publish tells: ``PublishResult`` and ``BatchResult``, and the one
+place they are made (:class:`Results`).
 
-Slotted records rather than frozen dataclasses: one is built per acknowledged publish, on the
-hot path, and a frozen dataclass's ``__init__`` costs several times more.
+Slotted records rather than frozen dataclasses: one is handed out per acknowledged publish, on
+the hot path, and a frozen dataclass's ``__init__`` costs several times more. The commonest
+answer, a plain ``OK`` to a first attempt, tells nothing but where the message went, so
+:class:`Results` hands out one shared record per (topic, partition, node) for it instead of
+building one per publish; records are read-only by convention, which makes sharing safe.
+
+This module reads a publish in progress through the :class:`Sent` protocol only, so it imports
+nothing of the producer's (``request`` imports it, not the other way round: no import circle).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import trace as tracing
 from ..protocol.frames import partition_of
 from ..protocol.responses import PublishReceipt, publish_response_fields
 
-if TYPE_CHECKING:
-    from .request import Request
+__all__ = ["BatchResult", "PublishResult", "Results", "Sent"]
 
-__all__ = ["BatchResult", "PublishResult", "result_of"]
+Address = tuple[str, int]
+
+#: plain results kept (one per topic, partition and node: bounded, since topics may be many)
+_MAX_PLAIN = 4096
 
 
 class _Record:
@@ -40,6 +49,7 @@ class _Record:
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.FIELDS)
         return f"{type(self).__name__}({inner})"
 
+
 class PublishResult(_Record):
     """What one acknowledged publish tells.
 
@@ -48,7 +58,9 @@ class PublishResult(_Record):
     The receipt fields (``internal_id``, ``trace_id``, ``queue_offset``, ``raw_size``) come
     from youzan's traced answer and are ``None`` after a plain ``OK``: traced publishes always
     have them, sharded and explicit-partition ones by default (``sharded_receipts``).
-    ``attempts`` counts the sends (more than 1 after a retry).
+    ``attempts`` counts the sends (more than 1 after a retry). Results are read-only: the
+    record of a plain ``OK`` is shared by every publish that went to the same partition and
+    node on its first attempt.
     """
 
     FIELDS = ("topic", "partition", "node", "internal_id", "trace_id", "queue_offset",
@@ -103,15 +115,66 @@ class BatchResult(_Record):
         self.attempts = attempts
 
 
-def result_of(request: Request, node: str, answer: bytes,
-              mode: bool | None) -> PublishResult | BatchResult:
-    """The result of an acknowledged request; logs its trace line when ``mode`` (the topic's
-    trace setting) asks for one."""
+class Sent(Protocol):
+    """What a result is made from: the acknowledged publish (``request.Request`` is one)."""
+
+    topic: str
+    target: int | None
+    address: Address | None
+    attempt: int
+    traced: bool
+    trace_id: int | None
+    bodies: list[bytes] | None
+    traces: list[int] | None
+
+
+class Results:
+    """Makes every result of one producer (its only constructor of ``PublishResult`` and
+    ``BatchResult``): the shared plain records, the node names, the receipts, the trace lines.
+    """
+
+    __slots__ = ("_names", "_plain")
+
+    def __init__(self) -> None:
+        self._names: dict[Address, str] = {}  # "host:port" of each address, built once
+        self._plain: dict[tuple[str, int | None, Address], PublishResult] = {}
+
+    def node(self, address: Address) -> str:
+        """``"host:port"`` of a node, built once per address."""
+        name = self._names.get(address)
+        if name is None:
+            if len(self._names) >= _MAX_PLAIN:
+                self._names.clear()
+            name = self._names[address] = f"{address[0]}:{address[1]}"
+        return name
+
+    def of(self, request: Sent, answer: bytes, mode: bool | None) -> PublishResult | BatchResult:
+        """The result of an acknowledged request; logs its trace line when ``mode`` (the
+        topic's trace setting) asks for one."""
+        address = request.address
+        assert address is not None  # (an acknowledged request went somewhere)
+        if not request.traced and request.bodies is None and request.trace_id is None \
+                and mode is not True and request.attempt == 1:
+            # a plain OK to a first attempt, nothing to log: the common case, one shared record
+            key = (request.topic, request.target, address)
+            result = self._plain.get(key)
+            if result is None:
+                if len(self._plain) >= _MAX_PLAIN:
+                    self._plain.clear()
+                result = self._plain[key] = PublishResult(
+                    request.topic, request.target, self.node(address), None, None, None, None,
+                    1)
+            return result
+        return _result(request, self.node(address), answer, mode)
+
+
+def _result(request: Sent, node: str, answer: bytes,
+            mode: bool | None) -> PublishResult | BatchResult:
     topic = request.topic
     partition = request.target
     trace_id = request.trace_id
     if not request.traced and request.bodies is None and trace_id is None and mode is not True:
-        # plain OK, nothing to log: the common case
+        # plain OK after a retry: its own record (``attempts`` differs)
         return PublishResult(topic, partition, node, None, None, None, None, request.attempt)
     fields = publish_response_fields(answer) if request.traced or answer != b"OK" else None
     if fields is None:

@@ -74,6 +74,7 @@ __all__ = [
     "NotWritable",
     "ProducerClosed",
     "Stage",
+    "answer_deadline",
     "decide",
     "incurable",
     "least_time",
@@ -157,6 +158,20 @@ def timed_out(topic: str, timeout: float, error: BaseException) -> Timeout:
                   f"last error: {error}")
     exc.__cause__ = error
     return exc
+
+
+def answer_deadline(deadline: float, now: float, request_timeout: float | None) -> float:
+    """Until when an attempt written at ``now`` waits for its answer (loop clock): the call's
+    ``deadline``, or ``request_timeout`` after ``now`` when that comes first.
+
+    The one place a publish's time is cut to the connection's ``request_timeout``: the first
+    attempt, every retry and a lingering batch all go through it, and the connection is given
+    this deadline rather than deriving its own. At or before ``now``: no time is left and
+    nothing may be sent.
+    """
+    if request_timeout is not None and now + request_timeout < deadline:
+        return now + request_timeout
+    return deadline
 
 
 def least_time(timeout: float) -> float:
