@@ -62,6 +62,7 @@ import argparse
 import asyncio
 import importlib
 import importlib.util
+import os
 import sys
 import time
 from typing import Any
@@ -114,8 +115,36 @@ class Clock:
         self.cpu_last = time.process_time()
 
 
-def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int) -> Clock:
+def sdk_tracer_provider() -> Any:
+    """An OpenTelemetry SDK provider sampling every span, with an in-memory exporter behind
+    a simple span processor (each ended span is handed over at once): what a test setup
+    costs, with no network export in the measurement."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    class Dropping(InMemorySpanExporter):  # keeps nothing: memory stays flat over N spans
+        def export(self, spans: Any) -> Any:
+            return super().export(())
+
+    provider = TracerProvider(sampler=ALWAYS_ON)
+    provider.add_span_processor(SimpleSpanProcessor(Dropping()))
+    return provider
+
+
+def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int,
+                  variant: str = "") -> Clock:
+    """``variant``: "" plain; "otel": the consumer traced (every message sampled); "span":
+    the plain consumer whose handler starts and ends one bare SDK span (the SDK's floor)."""
     from smartnsq.consumer import Consumer
+
+    extra: dict[str, Any] = {}
+    bare: Any = None
+    if variant == "otel":
+        extra["tracer_provider"] = sdk_tracer_provider()
+    elif variant == "span":
+        bare = sdk_tracer_provider().get_tracer("bench").start_span
 
     async def run() -> Clock:
         done = asyncio.get_running_loop().create_future()
@@ -123,6 +152,8 @@ def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int) -> 
 
         def handler(message: Any) -> None:
             nonlocal seen
+            if bare is not None:
+                bare("process").end()
             seen += 1
             if seen == 1:
                 clock.first()
@@ -132,7 +163,8 @@ def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int) -> 
 
         where: dict[str, Any] = {"lookupd": [lookupd]} if lookupd else {"nsqd": [addr]}
         clock = Clock()
-        consumer = Consumer(topic, CHANNEL, handler=handler, max_in_flight=mif, **where)
+        consumer = Consumer(topic, CHANNEL, handler=handler, max_in_flight=mif, **where,
+                            **extra)
         async with consumer:
             await asyncio.wait_for(done, 600)
         return clock
@@ -270,8 +302,11 @@ def work_asyncnsq(addr: str, topic: str, count: int, mif: int) -> Clock:
     return asyncio.run(run())
 
 
+# Consumer variants for --instructions (issue 22's tracing cost): worker name -> variant
+VARIANTS = {"smartnsq-otel": "otel", "smartnsq-span": "span"}
 # What each worker imports before its baseline memory reading (see publish.py).
 PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.connection",
+             "smartnsq-otel": "smartnsq.consumer", "smartnsq-span": "smartnsq.consumer",
              "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
 
 
@@ -294,8 +329,8 @@ def worker(argv: list[str]) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     preimport(client)
     baseline = max_rss_kib()
-    if client == "smartnsq":
-        clock = work_smartnsq(addr, lookupd, topic, count, mif)
+    if client == "smartnsq" or client in VARIANTS:
+        clock = work_smartnsq(addr, lookupd, topic, count, mif, VARIANTS.get(client, ""))
     else:
         fn = {"smartnsq-conn": work_smartnsq_conn, "pynsq": work_pynsq, "gnsq": work_gnsq,
               "ansq": work_ansq, "asyncnsq": work_asyncnsq}[client]
@@ -347,6 +382,52 @@ def run_minimal(args: argparse.Namespace, clients: list[str], count: int, rounds
                         result["rdys"] = sum(c.get("rdys", 0) for c in conns)
                     best[key] = merge(best.get(key), result)
     return best
+
+
+def run_instructions(args: argparse.Namespace, clients: list[str], count: int) -> int:
+    """User-space instructions per message, by callgrind: each client's worker run under
+    ``valgrind --tool=callgrind`` on the minimal endpoint with N and 3N messages; the
+    difference over 2N is the steady per-message cost (start-up, imports and the close cancel
+    out), a figure the machine's load does not move."""
+    import tempfile
+
+    mifs = [int(m) for m in args.max_in_flight.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="smartnsq-callgrind-") as tmp, \
+            minimal_endpoint(args.body) as endpoint:
+        for mif in mifs:
+            for client in clients:
+                totals = []
+                for n in (count, 3 * count):
+                    out = os.path.join(tmp, f"{client}-{mif}-{n}.out")
+                    endpoint.connections(expect=0, timeout=0)
+                    result = run_worker(
+                        "consume.py", [client, endpoint.tcp, "", "bench_sub", str(n),
+                                       str(mif), args.loop],
+                        timeout=args.timeout or 900, python_flags=OPT[args.loop],
+                        prefix=["valgrind", "--tool=callgrind",
+                                f"--callgrind-out-file={out}"])
+                    endpoint.connections()
+                    if "error" in result:
+                        rows.append([str(mif), client, "-", result["error"], "-"])
+                        break
+                    with open(out) as f:
+                        totals.append(int(next(ln for ln in f if ln.startswith("totals:"))
+                                          .split()[1]))
+                if len(totals) == 2:
+                    per = (totals[1] - totals[0]) / (2 * count)
+                    rows.append([str(mif), client, f"{count:,} / {3 * count:,}",
+                                 f"{totals[0]:,} / {totals[1]:,}", f"{per:,.0f}"])
+                print(f"  max_in_flight {mif:<5} {client:<16} {rows[-1][-1]}", flush=True)
+    print()
+    print(table(["max_in_flight", "client", "N", "instructions (whole process)",
+                 "user-space instructions per message"], rows))
+    print("\nvalgrind --tool=callgrind on the client worker against bench/_endpoint.py, with N "
+          "and 3N messages; per message = (I(3N) - I(N)) / 2N. smartnsq-otel: the Consumer "
+          "with an SDK TracerProvider sampling every message (in-memory exporter that keeps "
+          "nothing, simple processor); smartnsq-span: the plain Consumer whose handler starts "
+          "and ends one bare span of the same provider (the SDK's own floor).")
+    return 0
 
 
 def report_minimal(best: dict[tuple[str, int], dict[str, Any]], clients: list[str],
@@ -654,6 +735,10 @@ def main() -> int:
                              "$SMARTNSQ_REAL_NSQ)")
     parser.add_argument("--runfor", type=float, default=None,
                         help="--server real: seconds bench_reader runs (default 2, quick 1)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="minimal server: user-space instructions per message by "
+                             "callgrind (N and 3N, --messages default 10k; clients default "
+                             "smartnsq,smartnsq-conn; also smartnsq-otel, smartnsq-span)")
     parser.add_argument("--go-procs", type=int, default=1,
                         help="--server real: GOMAXPROCS of bench_reader (one connection per "
                              "proc; default 1)")
@@ -685,6 +770,18 @@ def main() -> int:
             unavailable[peer] = why
     clients = [c for c in clients if c not in unavailable]
 
+    if args.instructions:
+        if not minimal:
+            parser.error("--instructions runs on the minimal endpoint")
+        if args.clients == ",".join(CLIENTS):
+            clients = ["smartnsq", "smartnsq-conn"]
+        print(f"consume, user-space instructions per message: {args.body}-byte bodies "
+              f"pushed by bench/_endpoint.py, max_in_flight {args.max_in_flight}; asyncio "
+              f"clients on {args.loop}\n")
+        run_instructions(args, clients, args.messages or 10_000)
+        print(f"\ncommand: {command_line()}")
+        print(environment("server: bench/_endpoint.py, separate process, loopback"))
+        return 0
     if minimal:
         mifs = [int(m) for m in args.max_in_flight.split(",")]
         print(f"consume: {count:,} messages of {args.body} bytes pushed by bench/_endpoint.py "
