@@ -8,13 +8,27 @@ event with the loop clock, sends the RDY commands it returns on the links, and t
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from ..backoff import BackoffPolicy
+from ..connection import Connection
 from ..rdy import NOTHING, RdyController
-from .link import Link
 
 __all__ = ["Flow"]
+
+
+class Link(Protocol):
+    """What flow control needs of a subscribed connection
+    (:class:`smartnsq.consumer.link.Link`): named here, so that this module does not import
+    the link module (the imports go one way: link -> dispatch -> flow)."""
+
+    ordered: bool
+    rdy_cap: int | None
+    conn: Connection
+
+    def send_rdy(self, count: int) -> None: ...
+
+    def __hash__(self) -> int: ...  # the controller's key
 
 
 class Flow:
