@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..counters import HANDLER_SAMPLE, ConsumeMeter
+from ..counters import HANDLER_SAMPLE, ConsumeMeter, PartitionCounts
 from ..logs import summary
 from ..message import FINISHED, PENDING, REQUEUED, Message
 from .config import ConsumerConfig, Handler
@@ -44,6 +44,7 @@ class Responder(Protocol):
 
     dead: bool
     ordered: bool
+    counts: PartitionCounts  # its partition's counters
 
     def settle(self, message: Message, state: int, delay: float | None,
                backoff: bool) -> None: ...
@@ -81,7 +82,6 @@ class Runtime:
         "meter",
         "order_errors",
         "queue",
-        "received",
         "requeued",
         "run_now",
         "server_errors",
@@ -112,7 +112,6 @@ class Runtime:
         self.suspended = 0
         self.idle_waiter: asyncio.Future[None] | None = None  # close(): in_flight reached 0
         self.in_flight = 0
-        self.received = 0
         self.finished = 0
         self.requeued = 0
         self.handled = 0
@@ -125,6 +124,12 @@ class Runtime:
         self.sub_failures = 0
         self.duplicates = 0
         self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (smartnsq.stats)
+
+    @property
+    def received(self) -> int:
+        """Messages delivered: the partitions' counts summed (each delivery is counted once,
+        on its partition, for ``Consumer.stats()``)."""
+        return sum(counts.received for counts in list(self.meter.parts.values()))
 
     def requeue_delay(self, msg: Message) -> float:
         return float(self.config.requeue_policy.delay(msg.attempts))
@@ -354,7 +359,8 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Responder
             rt.queue.push(msg)
             return
         try:
-            result = handler(msg) if rt.received & _UNTIMED else rt.meter.timed(handler, msg)
+            sampled = link.counts.received & _UNTIMED
+            result = handler(msg) if sampled else rt.meter.timed(handler, msg)
         except Exception as exc:
             failed(rt, msg, link, exc)
             return

@@ -8,6 +8,8 @@ event with the loop clock, sends the RDY commands it returns on the links, and t
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..backoff import BackoffPolicy
@@ -38,6 +40,11 @@ class Flow:
                  backoff: BackoffPolicy | None, tick_interval: float,
                  low_rdy_idle_timeout: float) -> None:
         self._loop = loop
+        # the loop's clock, called once per message: asyncio's BaseEventLoop.time() is a
+        # Python method around time.monotonic(), so the C function itself is taken when the
+        # loop has not replaced it (uvloop has its own clock, kept as the loop's method)
+        self.now: Callable[[], float] = (
+            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time)
         self.ctl = RdyController(max_in_flight, backoff=backoff,
                                  low_rdy_idle_timeout=low_rdy_idle_timeout)
         self._tick_interval = tick_interval
@@ -49,6 +56,8 @@ class Flow:
     def _apply(commands_: list[tuple[Any, int]]) -> None:
         for link, count in commands_:
             link.send_rdy(count)
+
+    apply = _apply  # (the links call the controller directly on the per-message path)
 
     def add(self, link: Link) -> None:
         max_rdy = 1 if link.ordered else max(1, link.conn.max_rdy_count or 2500)
@@ -69,13 +78,18 @@ class Flow:
 
     def on_answer(self, link: Link, success: bool | None) -> None:
         """FIN (True), REQ counted for back-off (False) or a deliberate REQ (None)."""
-        cmds = self.ctl.on_finished(link, self._loop.time(), success=bool(success),
+        cmds = self.ctl.on_finished(link, self.now(), success=bool(success),
                                     backoff=success is not None)
-        if cmds is NOTHING:
-            return  # the per-message case: no RDY, nothing time-driven changed
+        if cmds is not NOTHING:
+            self.answered(cmds)
+
+    def answered(self, cmds: list[tuple[Any, int]]) -> None:
+        """What ``ctl.on_finished`` returned when it was not ``NOTHING``: send the RDYs and
+        arm the next deadline (a back-off window, an ordered partition's own, may have
+        started)."""
         if cmds:
             self._apply(cmds)
-        self._arm_deadline()  # (a back-off window, an ordered partition's own, may have started)
+        self._arm_deadline()
 
     def on_ordered_requeue(self, link: Link, hold: float, backoff: bool) -> None:
         """A REQ on an ordered link, about to be sent: the server ignores its delay, so the

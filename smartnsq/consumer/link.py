@@ -28,6 +28,7 @@ from .. import trace as tracing
 from ..connection import Connection
 from ..message import FINISHED, PENDING, REQUEUED, Message, claimed, names_message_id
 from ..protocol import commands
+from ..rdy import NOTHING
 from .dispatch import Runtime
 
 if TYPE_CHECKING:
@@ -125,9 +126,12 @@ class Link:
         msg._auto = rt.auto_finish
         self.in_flight += 1
         rt.in_flight += 1
-        rt.received += 1
-        self.counts.received += 1
-        rt.flow.on_message(self, self.conn.last_receive)
+        self.counts.received += 1  # (the consumer's total is the partitions' sum)
+        # Flow.on_message, inline (every message's path): the controller directly
+        flow = rt.flow
+        cmds = flow.ctl.on_message(self, self.conn.last_receive)
+        if cmds:
+            flow.apply(cmds)
         trace = rt.trace
         if trace is not False and (trace or (msg.youzan and msg.id[8:] != _NO_TRACE)) \
                 and trace_log.isEnabledFor(_INFO):
@@ -311,7 +315,12 @@ class Link:
                 self._next_in_lane()
                 return
             self._send(self._req(message.id, _ms(wait)))
-        rt.flow.on_answer(self, True if finish else (False if backoff else None))
+        # Flow.on_answer, inline (every message's path): the controller directly
+        flow = rt.flow
+        cmds = flow.ctl.on_finished(self, flow.now(), success=finish,
+                                    backoff=finish or backoff)
+        if cmds is not NOTHING:
+            flow.answered(cmds)
         if self.ordered:  # _next_in_lane, inline: this is every message's path
             lane = self.lane
             if lane:
