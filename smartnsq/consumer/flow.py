@@ -43,8 +43,9 @@ class Flow:
         # the loop's clock, called once per message: asyncio's BaseEventLoop.time() is a
         # Python method around time.monotonic(), so the C function itself is taken when the
         # loop has not replaced it (uvloop has its own clock, kept as the loop's method)
-        self.now: Callable[[], float] = (
-            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time)
+        own = type(loop).time is asyncio.BaseEventLoop.time and "time" not in getattr(
+            loop, "__dict__", {})  # (a clock patched on the instance is kept)
+        self.now: Callable[[], float] = time.monotonic if own else loop.time
         self.ctl = RdyController(max_in_flight, backoff=backoff,
                                  low_rdy_idle_timeout=low_rdy_idle_timeout)
         self._tick_interval = tick_interval
