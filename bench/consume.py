@@ -302,11 +302,73 @@ def work_asyncnsq(addr: str, topic: str, count: int, mif: int) -> Clock:
     return asyncio.run(run())
 
 
+def work_smartnsq_path(count: int, mif: int, ordered: bool) -> Clock:
+    """The Consumer's own layer, in process, without sockets: a link with the real runtime,
+    flow control, dispatch and inline handler, fed ``count`` decoded messages (one read's
+    worth, ``mif`` at a time) with a connection stand-in whose ``send`` drops the bytes.
+    Deterministic, so callgrind's N/3N difference is the exact per-message cost of
+    delivery, counting, RDY accounting, the handler call and the FIN's settling (the frame
+    decoding and the socket writes are not in it). ``ordered``: a youzan SUB_ORDERED link
+    (detail block, order checks, the lane, the partition's own back-off)."""
+    import threading
+    from types import SimpleNamespace
+
+    from smartnsq.consumer.config import ConsumerConfig
+    from smartnsq.consumer.dispatch import Dispatch, inline_runner
+    from smartnsq.consumer.flow import Flow
+    from smartnsq.consumer.link import Link, Runtime
+    from smartnsq.message import Message
+
+    loop = asyncio.new_event_loop()
+    cfg = ConsumerConfig()
+    rt = Runtime("bench_sub", CHANNEL, cfg)
+    rt.loop = loop
+    rt.loop_thread_id = threading.get_ident()
+    rt.queue = Dispatch(loop)
+    rt.flow = Flow(loop, mif, cfg.backoff_policy, cfg.rdy_tick_interval,
+                   cfg.low_rdy_idle_timeout)
+    rt.concurrency = 1
+    seen = 0
+    clock = Clock()
+
+    def handler(message: Any) -> None:
+        nonlocal seen
+        seen += 1
+
+    rt.run_now = inline_runner(rt, handler)
+
+    def send(data: bytes, now: bool = False) -> None:
+        pass
+
+    conn: Any = SimpleNamespace(send=send, address_text="127.0.0.1:4150", is_youzan=ordered,
+                                local_address="127.0.0.1:1", is_closed=False,
+                                last_receive=0.0, max_rdy_count=2500)
+    link = Link(rt, conn, 0 if ordered else None, ordered=ordered, detail=ordered)
+    rt.flow.add(link)
+    body = b"x" * 100
+    trace = bytes(8)
+    on_message = link.on_message
+    clock.first()
+    for i in range(1, count + 1):
+        if ordered:
+            msg = Message(0, 1, i.to_bytes(8, "big") + trace, body, 0, None, i, 100, True)
+        else:
+            msg = Message(0, 1, b"%016x" % i, body, 0, None, None, None, False)
+        conn.last_receive = time.monotonic() if i % mif == 0 else conn.last_receive
+        on_message(msg)
+    clock.last()
+    assert seen == count, (seen, count)
+    rt.flow.close()
+    loop.close()
+    return clock
+
+
 # Consumer variants for --instructions (issue 22's tracing cost): worker name -> variant
 VARIANTS = {"smartnsq-otel": "otel", "smartnsq-span": "span"}
 # What each worker imports before its baseline memory reading (see publish.py).
 PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.connection",
              "smartnsq-otel": "smartnsq.consumer", "smartnsq-span": "smartnsq.consumer",
+             "smartnsq-path": "smartnsq.consumer", "smartnsq-path-ordered": "smartnsq.consumer",
              "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
 
 
@@ -329,7 +391,9 @@ def worker(argv: list[str]) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     preimport(client)
     baseline = max_rss_kib()
-    if client == "smartnsq" or client in VARIANTS:
+    if client in ("smartnsq-path", "smartnsq-path-ordered"):
+        clock = work_smartnsq_path(count, mif, ordered=client.endswith("ordered"))
+    elif client == "smartnsq" or client in VARIANTS:
         clock = work_smartnsq(addr, lookupd, topic, count, mif, VARIANTS.get(client, ""))
     else:
         fn = {"smartnsq-conn": work_smartnsq_conn, "pynsq": work_pynsq, "gnsq": work_gnsq,
@@ -744,7 +808,9 @@ def main() -> int:
     parser.add_argument("--instructions", action="store_true",
                         help="minimal server: user-space instructions per message by "
                              "callgrind (N and 3N, --messages default 10k; clients default "
-                             "smartnsq,smartnsq-conn; also smartnsq-otel, smartnsq-span)")
+                             "smartnsq,smartnsq-conn; also smartnsq-otel, smartnsq-span, and "
+                             "smartnsq-path[-ordered]: the Consumer's layer alone, in process, "
+                             "deterministic)")
     parser.add_argument("--go-procs", type=int, default=1,
                         help="--server real: GOMAXPROCS of bench_reader (one connection per "
                              "proc; default 1)")
