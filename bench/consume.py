@@ -302,14 +302,16 @@ def work_asyncnsq(addr: str, topic: str, count: int, mif: int) -> Clock:
     return asyncio.run(run())
 
 
-def work_smartnsq_path(count: int, mif: int, ordered: bool) -> Clock:
+def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -> Clock:
     """The Consumer's own layer, in process, without sockets: a link with the real runtime,
     flow control, dispatch and inline handler, fed ``count`` decoded messages (one read's
     worth, ``mif`` at a time) with a connection stand-in whose ``send`` drops the bytes.
     Deterministic, so callgrind's N/3N difference is the exact per-message cost of
     delivery, counting, RDY accounting, the handler call and the FIN's settling (the frame
     decoding and the socket writes are not in it). ``ordered``: a youzan SUB_ORDERED link
-    (detail block, order checks, the lane, the partition's own back-off)."""
+    (detail block, order checks, the lane, the partition's own back-off). ``variant``
+    "otel": the handler traced as the Consumer traces it (every message sampled); "span":
+    the handler starts and ends one bare span of the same provider (the SDK's floor)."""
     import threading
     from types import SimpleNamespace
 
@@ -331,11 +333,23 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool) -> Clock:
     seen = 0
     clock = Clock()
 
+    bare: Any = None
+    if variant == "span":
+        bare = sdk_tracer_provider().get_tracer("bench").start_span
+
     def handler(message: Any) -> None:
         nonlocal seen
+        if bare is not None:
+            bare("process").end()
         seen += 1
 
-    rt.run_now = inline_runner(rt, handler)
+    run: Any = handler
+    if variant == "otel":
+        from smartnsq import otel
+
+        run, cfg = otel.consumer_tracing("bench_sub", CHANNEL, handler, cfg,
+                                         sdk_tracer_provider())
+    rt.run_now = inline_runner(rt, run)
 
     def send(data: bytes, now: bool = False) -> None:
         pass
@@ -368,7 +382,8 @@ VARIANTS = {"smartnsq-otel": "otel", "smartnsq-span": "span"}
 # What each worker imports before its baseline memory reading (see publish.py).
 PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.connection",
              "smartnsq-otel": "smartnsq.consumer", "smartnsq-span": "smartnsq.consumer",
-             "smartnsq-path": "smartnsq.consumer", "smartnsq-path-ordered": "smartnsq.consumer",
+             **{f"smartnsq-path{v}": "smartnsq.consumer"
+                for v in ("", "-ordered", "-otel", "-span", "-ordered-otel", "-ordered-span")},
              "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
 
 
@@ -391,8 +406,9 @@ def worker(argv: list[str]) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     preimport(client)
     baseline = max_rss_kib()
-    if client in ("smartnsq-path", "smartnsq-path-ordered"):
-        clock = work_smartnsq_path(count, mif, ordered=client.endswith("ordered"))
+    if client.startswith("smartnsq-path"):
+        clock = work_smartnsq_path(count, mif, ordered="ordered" in client,
+                                   variant=client.rsplit("-", 1)[-1])
     elif client == "smartnsq" or client in VARIANTS:
         clock = work_smartnsq(addr, lookupd, topic, count, mif, VARIANTS.get(client, ""))
     else:
