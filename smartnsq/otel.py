@@ -388,12 +388,10 @@ class _ProcessSpans:
             parent = api.propagate.extract(headers)
         elif trace_id:
             links = _links(trace_id)  # only when there is one
-        # the sampler sees the first four; the rest only when the span records
-        span = self._start(name, context=parent, kind=api.SpanKind.CONSUMER,
-                           attributes=first, links=links)
-        if not span.is_recording():
-            return span  # not sampled: nothing more to gather
-        attributes = {**rest, **self._node(message.node),
+        # every attribute at the start, in one dict: the SDK cleans them into the span's
+        # attributes once, where a second set_attributes call would take its lock and
+        # copy again (an unsampled span drops the dict without looking at it)
+        attributes = {**first, **rest, **self._node(message.node),
                       "messaging.message.body.size": len(message.body),
                       "messaging.nsq.attempts": message.attempts}
         if youzan:
@@ -406,8 +404,8 @@ class _ProcessSpans:
             attributes["messaging.message.id"] = message.id.decode("ascii", "replace")
         if trace_id:
             attributes["messaging.nsq.trace_id"] = trace_id
-        span.set_attributes(attributes)
-        return span
+        return self._start(name, context=parent, kind=api.SpanKind.CONSUMER,
+                           attributes=attributes, links=links)
 
 
 def _start_process(tracer: Any, message: Any, channel: str) -> Any:
