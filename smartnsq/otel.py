@@ -337,46 +337,80 @@ def consumer_tracing(topic: str, channel: str, handler: Any, config: Any,
         config, on_give_up=_traced_give_up(hook, tracer, channel, config.max_attempts))
 
 
+class _ProcessSpans:
+    """Starts the process spans of one consumer: what does not change from one message to
+    the next (the span name and the attributes per topic, the server address per node) is
+    built once, so a message costs its own attributes and the SDK's span."""
+
+    __slots__ = ("_api", "_channel", "_nodes", "_start", "_topics")
+
+    def __init__(self, tracer: Any, channel: str) -> None:
+        self._api = _api()
+        self._start = tracer.start_span
+        self._channel = channel
+        # topic -> (span name, the sampler's attributes, the rest of the fixed ones)
+        self._topics: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+        self._nodes: dict[str, dict[str, Any]] = {}  # "host:port" -> server.* attributes
+
+    def _topic(self, topic: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        fixed = self._topics.get(topic)
+        if fixed is None:
+            channel = self._channel
+            fixed = self._topics[topic] = (
+                f"process {topic}",
+                {"messaging.system": SYSTEM, "messaging.operation.type": "process",
+                 "messaging.destination.name": topic,
+                 "messaging.consumer.group.name": channel},
+                {"messaging.operation.name": "process",
+                 "messaging.destination.subscription.name": channel})
+        return fixed
+
+    def _node(self, node: str) -> dict[str, Any]:
+        server = self._nodes.get(node)
+        if server is None:
+            host, _, port = node.rpartition(":")
+            server = {"server.address": host}
+            if port.isdigit():
+                server["server.port"] = int(port)
+            self._nodes[node] = server
+        return server
+
+    def start(self, message: Any) -> Any:
+        """A started process span for ``message`` (not current: the caller attaches it)."""
+        api = self._api
+        name, first, rest = self._topic(message.topic)
+        youzan = message.youzan
+        trace_id = message.trace_id if youzan else None
+        parent = None
+        links = None
+        headers = message.headers if message.ext else None
+        if headers and "traceparent" in headers:
+            parent = api.propagate.extract(headers)
+        elif trace_id:
+            links = _links(trace_id)  # only when there is one
+        # every attribute at the start, in one dict: the SDK cleans them into the span's
+        # attributes once, where a second set_attributes call would take its lock and
+        # copy again (an unsampled span drops the dict without looking at it)
+        attributes = {**first, **rest, **self._node(message.node),
+                      "messaging.message.body.size": len(message.body),
+                      "messaging.nsq.attempts": message.attempts}
+        if youzan:
+            attributes["messaging.message.id"] = str(message.internal_id)
+            if message.partition is not None:
+                attributes["messaging.destination.partition.id"] = str(message.partition)
+            if message.queue_offset is not None:
+                attributes["messaging.nsq.queue_offset"] = message.queue_offset
+        else:
+            attributes["messaging.message.id"] = message.id.decode("ascii", "replace")
+        if trace_id:
+            attributes["messaging.nsq.trace_id"] = trace_id
+        return self._start(name, context=parent, kind=api.SpanKind.CONSUMER,
+                           attributes=attributes, links=links)
+
+
 def _start_process(tracer: Any, message: Any, channel: str) -> Any:
-    api = _api()
-    topic = message.topic
-    trace_id = message.trace_id if message.youzan else None
-    parent = None
-    links = None
-    headers = message.headers if message.ext else None
-    if headers and "traceparent" in headers:
-        parent = api.propagate.extract(headers)
-    elif trace_id:
-        links = _links(trace_id)
-    span = tracer.start_span(
-        f"process {topic}", context=parent, kind=api.SpanKind.CONSUMER,
-        attributes={"messaging.system": SYSTEM, "messaging.operation.type": "process",
-                    "messaging.destination.name": topic,
-                    "messaging.consumer.group.name": channel},
-        links=links)
-    if not span.is_recording():
-        return span  # not sampled: nothing more to gather
-    attributes: dict[str, Any] = {
-        "messaging.operation.name": "process",
-        "messaging.destination.subscription.name": channel,
-        "messaging.message.body.size": len(message.body),
-        "messaging.nsq.attempts": message.attempts}
-    if message.youzan:
-        attributes["messaging.message.id"] = str(message.internal_id)
-        if message.partition is not None:
-            attributes["messaging.destination.partition.id"] = str(message.partition)
-        if message.queue_offset is not None:
-            attributes["messaging.nsq.queue_offset"] = message.queue_offset
-    else:
-        attributes["messaging.message.id"] = message.id.decode("ascii", "replace")
-    if trace_id:
-        attributes["messaging.nsq.trace_id"] = trace_id
-    host, _, port = message.node.rpartition(":")
-    attributes["server.address"] = host
-    if port.isdigit():
-        attributes["server.port"] = int(port)
-    span.set_attributes(attributes)
-    return span
+    """A process span outside a traced handler (give-up hook, ``process_span``)."""
+    return _ProcessSpans(tracer, channel).start(message)
 
 
 def _outcome(message: Any, raised: bool) -> str:
@@ -388,33 +422,44 @@ def _outcome(message: Any, raised: bool) -> str:
 
 
 def _traced_handler(handler: Callable[[Any], Any], tracer: Any, channel: str) -> Any:
-    trace = _api().trace
+    """The handler inside a process span, current while it runs (the handler's own spans
+    are its children). The span is made current by attaching its context directly, not
+    through ``trace.use_span`` (a generator context manager with exception bookkeeping this
+    path does not use: the outcome and the exception are recorded here)."""
+    from opentelemetry import context
+
+    set_in_context = _api().trace.set_span_in_context
+    attach = context.attach
+    detach = context.detach
+    start = _ProcessSpans(tracer, channel).start
 
     if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)):  # noqa: B004
         async def traced_async(message: Any) -> Any:
-            span = _start_process(tracer, message, channel)
+            span = start(message)
+            token = attach(set_in_context(span))
             try:
-                with trace.use_span(span, end_on_exit=False, record_exception=False,
-                                    set_status_on_exception=False):
-                    result = await handler(message)
+                result = await handler(message)
             except BaseException as exc:
+                detach(token)
                 _end_process(span, message, exc)
                 raise
+            detach(token)
             _end_process(span, message, None)
             return result
 
         return traced_async
 
     def traced(message: Any) -> Any:
-        span = _start_process(tracer, message, channel)
+        span = start(message)
+        token = attach(set_in_context(span))
         try:
-            with trace.use_span(span, end_on_exit=False, record_exception=False,
-                                set_status_on_exception=False):
-                result = handler(message)
+            result = handler(message)
         except BaseException as exc:
+            detach(token)
             _end_process(span, message, exc)
             raise
+        detach(token)
         _end_process(span, message, None)
         return result
 

@@ -21,17 +21,137 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..counters import HANDLER_SAMPLE
+from ..counters import HANDLER_SAMPLE, ConsumeMeter, PartitionCounts
 from ..logs import summary
 from ..message import FINISHED, PENDING, REQUEUED, Message
-from .config import Handler
-from .link import Link, Runtime, link_of
+from .config import ConsumerConfig, Handler
 
-__all__ = ["Dispatch", "inline_runner", "is_async", "iterate", "worker"]
+if TYPE_CHECKING:
+    from .flow import Flow
+
+__all__ = ["Dispatch", "Responder", "Runtime", "inline_runner", "is_async", "iterate",
+           "worker"]
 
 log = logging.getLogger("smartnsq.consumer")
+
+
+class Responder(Protocol):
+    """What the handlers' side needs of the link that delivered a message
+    (:class:`smartnsq.consumer.link.Link`): named here so that this module does not import
+    the link module, which imports this one."""
+
+    dead: bool
+    ordered: bool
+    counts: PartitionCounts  # its partition's counters
+
+    def settle(self, message: Message, state: int, delay: float | None,
+               backoff: bool) -> None: ...
+
+    def give_back(self, message: Message) -> None: ...
+
+
+def responder_of(message: Message) -> Responder:
+    """The link that delivered ``message`` (set by ``Link.on_message``)."""
+    return message._responder  # type: ignore[return-value]
+
+
+class Runtime:
+    """What one consumer's links, subscriptions and workers share, handed to each explicitly:
+    the configuration, the loop, the dispatch queue and flow control, run-time switches and
+    the counters ``Consumer.stats()`` reports."""
+
+    __slots__ = (
+        "auto_finish",
+        "channel",
+        "concurrency",
+        "config",
+        "draining",
+        "duplicates",
+        "finished",
+        "flow",
+        "give_ups",
+        "handled",
+        "handler_errors",
+        "idle_waiter",
+        "in_flight",
+        "loop",
+        "loop_thread_id",
+        "lost_answers",
+        "meter",
+        "order_errors",
+        "queue",
+        "requeued",
+        "run_now",
+        "server_errors",
+        "stale",
+        "sub_failures",
+        "suspended",
+        "topic",
+        "trace",
+    )
+
+    def __init__(self, topic: str, channel: str, config: ConsumerConfig) -> None:
+        self.topic = topic
+        self.channel = channel
+        self.config = config
+        self.auto_finish = config.auto_finish
+        self.trace: bool | None = config.trace
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.loop_thread_id = -1
+        self.queue: Dispatch = None  # type: ignore[assignment]
+        self.flow: Flow = None  # type: ignore[assignment]
+        self.draining = False  # RDY 0 went out: what still arrives is given straight back
+        # a plain-function handler, run from data_received when a slot is free and nothing is
+        # queued ahead (dispatch.inline_runner); None: every message goes through the queue
+        self.run_now: Callable[[Message, Responder], None] | None = None
+        self.concurrency = 0
+        # workers of a plain-function handler suspended on the awaitable it returned (or on
+        # a give-up hook): the slots in use while the loop runs other things
+        self.suspended = 0
+        self.idle_waiter: asyncio.Future[None] | None = None  # close(): in_flight reached 0
+        self.in_flight = 0
+        self.finished = 0
+        self.requeued = 0
+        self.handled = 0
+        self.handler_errors = 0
+        self.give_ups = 0
+        self.order_errors = 0
+        self.server_errors = 0
+        self.lost_answers = 0
+        self.stale = 0
+        self.sub_failures = 0
+        self.duplicates = 0
+        self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (smartnsq.stats)
+
+    @property
+    def received(self) -> int:
+        """Messages delivered: the partitions' counts summed (each delivery is counted once,
+        on its partition, for ``Consumer.stats()``)."""
+        return sum(counts.received for counts in list(self.meter.parts.values()))
+
+    def requeue_delay(self, msg: Message) -> float:
+        return float(self.config.requeue_policy.delay(msg.attempts))
+
+    def order_error(self, msg: Message, what: str) -> None:
+        self.order_errors += 1
+        log.error("%s", what)
+        hook = self.config.on_order_error
+        if hook is not None:
+            try:
+                hook(msg, what)
+            except Exception:
+                log.exception("on_order_error failed")
+
+    def check_idle(self) -> None:
+        """Wake ``close()`` once nothing is in flight any more."""
+        if self.in_flight == 0 and self.idle_waiter is not None:
+            waiter, self.idle_waiter = self.idle_waiter, None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
 
 _UNTIMED = HANDLER_SAMPLE - 1  # the handler's time is sampled (smartnsq.counters)
 
@@ -148,7 +268,7 @@ async def worker(rt: Runtime, handler: Handler) -> None:
             if got is None:
                 return
             msg = got
-        link: Link = msg._responder  # type: ignore[assignment]
+        link: Responder = msg._responder  # type: ignore[assignment]
         # a plain handler that began inline (Dispatch.hand_over): only its awaitable is left
         result = started.pop(msg, None) if started else None
         if result is None:
@@ -196,7 +316,7 @@ def _label(msg: Message) -> str:
     return msg.id.decode("ascii", "replace")
 
 
-def failed(rt: Runtime, msg: Message, link: Link, exc: BaseException) -> None:
+def failed(rt: Runtime, msg: Message, link: Responder, exc: BaseException) -> None:
     """The handler raised: REQ with the requeue policy's delay, counted for back-off (unless
     the handler answered the message itself or took the answer over).
 
@@ -224,7 +344,7 @@ def failed(rt: Runtime, msg: Message, link: Link, exc: BaseException) -> None:
         link.settle(msg, REQUEUED, None, True)
 
 
-def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], None]:
+def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Responder], None]:
     """``Runtime.run_now`` for a plain-function handler: run it on a message inside
     ``data_received`` and answer at once, as a worker would (return: FIN; raise: REQ, counted
     for back-off). The link calls it only with nothing queued ahead and fewer than
@@ -234,12 +354,13 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], No
     slot, as if the handler had started there)."""
     max_attempts = rt.config.max_attempts
 
-    def run(msg: Message, link: Link) -> None:
+    def run(msg: Message, link: Responder) -> None:
         if max_attempts and msg.attempts > max_attempts:
             rt.queue.push(msg)
             return
         try:
-            result = handler(msg) if rt.received & _UNTIMED else rt.meter.timed(handler, msg)
+            sampled = link.counts.received & _UNTIMED
+            result = handler(msg) if sampled else rt.meter.timed(handler, msg)
         except Exception as exc:
             failed(rt, msg, link, exc)
             return
@@ -256,7 +377,7 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Link], No
     return run
 
 
-async def give_up(rt: Runtime, msg: Message, link: Link) -> bool:
+async def give_up(rt: Runtime, msg: Message, link: Responder) -> bool:
     """``max_attempts`` exceeded: true when the message is settled and must not be handled.
     Ordered subscriptions never skip unless the hook answered the message."""
     rt.give_ups += 1
@@ -301,7 +422,7 @@ async def iterate(rt: Runtime, begin: Callable[[], Awaitable[Any]],
             if error is not None:
                 raise error
             return
-        link = link_of(msg)
+        link = responder_of(msg)
         if link.dead:
             rt.stale += 1
             continue

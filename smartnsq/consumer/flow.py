@@ -8,13 +8,29 @@ event with the loop clock, sends the RDY commands it returns on the links, and t
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..backoff import BackoffPolicy
+from ..connection import Connection
 from ..rdy import NOTHING, RdyController
-from .link import Link
 
 __all__ = ["Flow"]
+
+
+class Link(Protocol):
+    """What flow control needs of a subscribed connection
+    (:class:`smartnsq.consumer.link.Link`): named here, so that this module does not import
+    the link module (the imports go one way: link -> dispatch -> flow)."""
+
+    ordered: bool
+    rdy_cap: int | None
+    conn: Connection
+
+    def send_rdy(self, count: int) -> None: ...
+
+    def __hash__(self) -> int: ...  # the controller's key
 
 
 class Flow:
@@ -24,6 +40,12 @@ class Flow:
                  backoff: BackoffPolicy | None, tick_interval: float,
                  low_rdy_idle_timeout: float) -> None:
         self._loop = loop
+        # the loop's clock, called once per message: asyncio's BaseEventLoop.time() is a
+        # Python method around time.monotonic(), so the C function itself is taken when the
+        # loop has not replaced it (uvloop has its own clock, kept as the loop's method)
+        own = type(loop).time is asyncio.BaseEventLoop.time and "time" not in getattr(
+            loop, "__dict__", {})  # (a clock patched on the instance is kept)
+        self.now: Callable[[], float] = time.monotonic if own else loop.time
         self.ctl = RdyController(max_in_flight, backoff=backoff,
                                  low_rdy_idle_timeout=low_rdy_idle_timeout)
         self._tick_interval = tick_interval
@@ -35,6 +57,8 @@ class Flow:
     def _apply(commands_: list[tuple[Any, int]]) -> None:
         for link, count in commands_:
             link.send_rdy(count)
+
+    apply = _apply  # (the links call the controller directly on the per-message path)
 
     def add(self, link: Link) -> None:
         max_rdy = 1 if link.ordered else max(1, link.conn.max_rdy_count or 2500)
@@ -55,13 +79,18 @@ class Flow:
 
     def on_answer(self, link: Link, success: bool | None) -> None:
         """FIN (True), REQ counted for back-off (False) or a deliberate REQ (None)."""
-        cmds = self.ctl.on_finished(link, self._loop.time(), success=bool(success),
+        cmds = self.ctl.on_finished(link, self.now(), success=bool(success),
                                     backoff=success is not None)
-        if cmds is NOTHING:
-            return  # the per-message case: no RDY, nothing time-driven changed
+        if cmds is not NOTHING:
+            self.answered(cmds)
+
+    def answered(self, cmds: list[tuple[Any, int]]) -> None:
+        """What ``ctl.on_finished`` returned when it was not ``NOTHING``: send the RDYs and
+        arm the next deadline (a back-off window, an ordered partition's own, may have
+        started)."""
         if cmds:
             self._apply(cmds)
-        self._arm_deadline()  # (a back-off window, an ordered partition's own, may have started)
+        self._arm_deadline()
 
     def on_ordered_requeue(self, link: Link, hold: float, backoff: bool) -> None:
         """A REQ on an ordered link, about to be sent: the server ignores its delay, so the

@@ -18,27 +18,23 @@ flow control, the dispatch queue, switches) is in one :class:`Runtime` passed to
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from .. import trace as tracing
 from ..connection import Connection
-from ..counters import ConsumeMeter
 from ..message import FINISHED, PENDING, REQUEUED, Message, claimed, names_message_id
 from ..protocol import commands
-from .config import ConsumerConfig
+from ..rdy import NOTHING
+from .dispatch import Runtime
 
 if TYPE_CHECKING:
     from ..errors import ServerError
-    from .dispatch import Dispatch
-    from .flow import Flow
 
-__all__ = ["Link", "Runtime"]
+__all__ = ["Link", "Runtime", "link_of"]
 
 log = logging.getLogger("smartnsq.consumer")
 trace_log = tracing.trace_log
@@ -51,97 +47,6 @@ _NO_TRACE: Final = b"\x00" * 8
 
 def _ms(seconds: float) -> int:
     return min(_MAX_REQ_DELAY_MS, max(0, round(seconds * 1000)))
-
-
-class Runtime:
-    """What one consumer's links, subscriptions and workers share, handed to each explicitly:
-    the configuration, the loop, the dispatch queue and flow control, run-time switches and
-    the counters ``Consumer.stats()`` reports."""
-
-    __slots__ = (
-        "auto_finish",
-        "channel",
-        "concurrency",
-        "config",
-        "draining",
-        "duplicates",
-        "finished",
-        "flow",
-        "give_ups",
-        "handled",
-        "handler_errors",
-        "idle_waiter",
-        "in_flight",
-        "loop",
-        "loop_thread_id",
-        "lost_answers",
-        "meter",
-        "order_errors",
-        "queue",
-        "received",
-        "requeued",
-        "run_now",
-        "server_errors",
-        "stale",
-        "sub_failures",
-        "suspended",
-        "topic",
-        "trace",
-    )
-
-    def __init__(self, topic: str, channel: str, config: ConsumerConfig) -> None:
-        self.topic = topic
-        self.channel = channel
-        self.config = config
-        self.auto_finish = config.auto_finish
-        self.trace: bool | None = config.trace
-        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
-        self.loop_thread_id = -1
-        self.queue: Dispatch = None  # type: ignore[assignment]
-        self.flow: Flow = None  # type: ignore[assignment]
-        self.draining = False  # RDY 0 went out: what still arrives is given straight back
-        # a plain-function handler, run from data_received when a slot is free and nothing is
-        # queued ahead (dispatch.inline_runner); None: every message goes through the queue
-        self.run_now: Callable[[Message, Link], None] | None = None
-        self.concurrency = 0
-        # workers of a plain-function handler suspended on the awaitable it returned (or on
-        # a give-up hook): the slots in use while the loop runs other things
-        self.suspended = 0
-        self.idle_waiter: asyncio.Future[None] | None = None  # close(): in_flight reached 0
-        self.in_flight = 0
-        self.received = 0
-        self.finished = 0
-        self.requeued = 0
-        self.handled = 0
-        self.handler_errors = 0
-        self.give_ups = 0
-        self.order_errors = 0
-        self.server_errors = 0
-        self.lost_answers = 0
-        self.stale = 0
-        self.sub_failures = 0
-        self.duplicates = 0
-        self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (smartnsq.stats)
-
-    def requeue_delay(self, msg: Message) -> float:
-        return float(self.config.requeue_policy.delay(msg.attempts))
-
-    def order_error(self, msg: Message, what: str) -> None:
-        self.order_errors += 1
-        log.error("%s", what)
-        hook = self.config.on_order_error
-        if hook is not None:
-            try:
-                hook(msg, what)
-            except Exception:
-                log.exception("on_order_error failed")
-
-    def check_idle(self) -> None:
-        """Wake ``close()`` once nothing is in flight any more."""
-        if self.in_flight == 0 and self.idle_waiter is not None:
-            waiter, self.idle_waiter = self.idle_waiter, None
-            if not waiter.done():
-                waiter.set_result(None)
 
 
 class Link:
@@ -221,9 +126,12 @@ class Link:
         msg._auto = rt.auto_finish
         self.in_flight += 1
         rt.in_flight += 1
-        rt.received += 1
-        self.counts.received += 1
-        rt.flow.on_message(self, self.conn.last_receive)
+        self.counts.received += 1  # (the consumer's total is the partitions' sum)
+        # Flow.on_message, inline (every message's path): the controller directly
+        flow = rt.flow
+        cmds = flow.ctl.on_message(self, self.conn.last_receive)
+        if cmds:
+            flow.apply(cmds)
         trace = rt.trace
         if trace is not False and (trace or (msg.youzan and msg.id[8:] != _NO_TRACE)) \
                 and trace_log.isEnabledFor(_INFO):
@@ -407,7 +315,12 @@ class Link:
                 self._next_in_lane()
                 return
             self._send(self._req(message.id, _ms(wait)))
-        rt.flow.on_answer(self, True if finish else (False if backoff else None))
+        # Flow.on_answer, inline (every message's path): the controller directly
+        flow = rt.flow
+        cmds = flow.ctl.on_finished(self, flow.now(), success=finish,
+                                    backoff=finish or backoff)
+        if cmds is not NOTHING:
+            flow.answered(cmds)
         if self.ordered:  # _next_in_lane, inline: this is every message's path
             lane = self.lane
             if lane:

@@ -20,6 +20,7 @@ from smartnsq.consumer.link import Link, Runtime
 from smartnsq.errors import error_from_payload
 from smartnsq.message import FINISHED, PENDING, REQUEUED, Message, claimed
 from smartnsq.protocol import commands
+from smartnsq.rdy import NOTHING
 
 ID = bytes([0, 0, 0, 0, 0, 0, 0, 2]) + bytes(8)
 
@@ -33,7 +34,9 @@ class Harness:
         rt.loop_thread_id = -1
         rt.flow = SimpleNamespace(  # type: ignore[assignment]
             on_message=lambda *a: None, on_answer=lambda *a: None,
-            on_ordered_requeue=lambda *a: None)
+            on_ordered_requeue=lambda *a: None, now=lambda: 0.0,
+            ctl=SimpleNamespace(on_message=lambda *a: [],
+                                on_finished=lambda *a, **k: NOTHING))
         rt.queue = SimpleNamespace(push=self.queued.append, pending=0)  # type: ignore[assignment]
         self.rt = rt
 

@@ -15,6 +15,7 @@ import pytest
 from smartnsq.consumer import ConsumerConfig
 from smartnsq.consumer.link import Link, Runtime
 from smartnsq.message import REQUEUED, AlreadyResponded, Message
+from smartnsq.rdy import NOTHING
 
 _STATE_SLOT: Any = Message.__dict__["_state"]
 
@@ -60,7 +61,9 @@ def link() -> Iterator[tuple[Link, list[bytes], asyncio.AbstractEventLoop]]:
     rt = Runtime("t", "c", ConsumerConfig())
     rt.loop = loop
     rt.loop_thread_id = ident[0]
-    rt.flow = SimpleNamespace(on_answer=lambda *a: None)  # type: ignore[assignment]
+    rt.flow = SimpleNamespace(  # type: ignore[assignment]
+        on_answer=lambda *a: None, now=lambda: 0.0,
+        ctl=SimpleNamespace(on_finished=lambda *a, **k: NOTHING))
     sent: list[bytes] = []
     conn = SimpleNamespace(send=sent.append, address_text="127.0.0.1:4150", is_youzan=True,
                            local_address="127.0.0.1:1", is_closed=False)
