@@ -1,0 +1,577 @@
+"""The world the stateful fuzz drives: a dev cluster, hostile peers and the public API's clients.
+
+Both drivers share it: the seeded hypothesis state machine run by the plain test command
+(``test_api_statemachine.py``) and the long run (``bench/fuzz.py``). Every operation is a
+public call (or a fault) made with arguments the driver chose; it never raises, it records:
+
+* ``violations``: what broke an invariant (an exception outside ``smartnsq.errors``, one that
+  names nothing, a call that ended past its timeout plus :data:`SLACK`, a FIN of a message
+  whose handler had not returned, an acknowledged publish never handled, a key's order
+  broken, a task, socket or thread left after close);
+* counts of steps, calls, faults fired and outcomes, for the long run's report.
+
+Why one thread for the cluster: the ``smartnsq.sync`` facade blocks its caller, so the
+cluster, the hostile peers and the async clients live on a loop of their own (``world``
+thread) and the driver's thread submits to it; the sync clients get a ``LoopThread`` of their
+own, stopped at the end so the thread check sees it go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import smartnsq.sync
+from smartnsq import errors
+from smartnsq.consumer import Consumer
+from smartnsq.devcluster import channels as dev_channels
+from smartnsq.devcluster.cluster import DevCluster
+from smartnsq.devcluster.hostile import (
+    DripLookupd,
+    HugeLookupd,
+    SilentLookupd,
+    SilentNsqd,
+    StallingNsqd,
+)
+from smartnsq.loop_thread import LoopThread
+from smartnsq.producer import Producer
+
+log = logging.getLogger("smartnsq.fuzz")
+
+#: how far past its own timeout a call may end before it counts as an overrun: the loaded
+#: 2-core machine's scheduling (7 processes share it) plus one event-loop turn of the client
+SLACK = 1.0
+
+TOPICS = ("fz_plain", "fz_ordered", "fz_ext")
+PARTITIONS = 2
+CHANNEL = "fuzz"
+KEYS = ("k0", "k1", "k2")
+HOSTILE = ("dead", "silent", "drip", "huge", "silent_nsqd", "stall_nsqd")
+HOSTILE_CALLS = ("publish", "keyed", "routes", "sync_publish", "sync_routes", "consumer")
+FAULTS = ("kill", "leave", "stop_lookupd", "cut", "stall", "not_writable", "move_leader",
+          "heal")
+PUBLISH_KINDS = ("publish", "nowait", "many", "sync", "sync_many")
+PINS = ("key", "partition", "none")
+# mostly ordinary deadlines; a few short, expired (1 us) and one invalid (0) among them.
+# Each list starts with the common case: hypothesis's simplest example takes first entries.
+TIMEOUTS = (3.0, 3.0, 3.0, 3.0, 0.5, 0.05, 1e-6, 0.0)
+HEADERS = (False, False, True)
+HANDLERS = ("ok", "raise", "hang")
+
+
+@dataclasses.dataclass
+class Counts:
+    """What a run did, for the report."""
+
+    steps: int = 0
+    calls: int = 0
+    faults: int = 0
+    acked: int = 0
+    errors: dict[str, int] = dataclasses.field(default_factory=lambda: defaultdict(int))
+    fault_kinds: dict[str, int] = dataclasses.field(default_factory=lambda: defaultdict(int))
+    samples: dict[str, str] = dataclasses.field(default_factory=dict)  # first text per type
+
+    def format(self) -> str:
+        errs = ", ".join(f"{k} {v}" for k, v in sorted(self.errors.items())) or "none"
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fault_kinds.items())) or "none"
+        return (f"steps {self.steps}, calls {self.calls}, acknowledged publishes "
+                f"{self.acked}, faults fired {self.faults} ({kinds}); documented errors: {errs}")
+
+
+def _sockets() -> int:
+    """Open sockets of this process (Linux: /proc/self/fd)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                n += 1
+    return n
+
+
+def names_something(exc: BaseException, topic: str | None, peers: list[str]) -> bool:
+    """Whether a documented error says what it concerns: the field (``InvalidArgument``),
+    the topic, or a peer's address; a closed client's error names the client."""
+    if isinstance(exc, errors.InvalidArgument):
+        return bool(exc.field)
+    text = str(exc)
+    if isinstance(exc, errors.ClientClosed):
+        return "closed" in text
+    if topic and topic in text:
+        return True
+    return any(p in text for p in peers) or "127.0.0.1" in text
+
+
+class World:
+    """One dev cluster (3 youzan nodes behind proxies, 2 lookupds), three topics, hostile
+    peers, a long-lived async and sync Producer, and up to two Consumers at a time."""
+
+    def __init__(self, *, label: str = "") -> None:
+        self.label = label
+        self.violations: list[str] = []
+        self.counts = Counts()
+        self._baseline_threads = {t.ident for t in threading.enumerate()}
+        self._baseline_sockets = _sockets()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fuzz-world",
+                                        daemon=True)
+        self._thread.start()
+        self._sync_loop = LoopThread()
+        self.cluster: DevCluster | None = None
+        self._peers: dict[str, Any] = {}
+        self._dead = ""
+        # bookkeeping of messages: body -> (topic, key or None, seq)
+        self._seq = 0
+        self.acked: dict[bytes, tuple[str, str | None, int]] = {}
+        self.handled: set[bytes] = set()  # bodies whose handler returned (before FIN)
+        self.first_handled: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self._failed_once: set[bytes] = set()
+        self._release = threading.Event()  # frees hanging handlers at the end
+        self.consumers: list[tuple[str, Any, str]] = []  # (kind, consumer, topic)
+        self.down: dict[str, Any] = {}  # fault kind -> what to undo
+        self._original_finish = dev_channels.Channel.finish
+        self._run(self._start(), 60.0)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, Any], guard: float) -> Any:
+        """Run ``coro`` on the world's loop; a call past ``guard`` is a hang (recorded)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        # not result(guard): the call's own Timeout is a TimeoutError too
+        concurrent.futures.wait([future], guard)
+        if not future.done():
+            future.cancel()
+            self.violations.append(f"hang: {coro.__qualname__} still running after {guard}s")
+            return None
+        return future.result()
+
+    def _peers_addresses(self) -> list[str]:
+        out = [self._dead, *(p.address for p in self._peers.values())]
+        if self.cluster is not None:
+            out += self.cluster.lookupd_http_addresses + self.cluster.nsqd_tcp_addresses
+        return out
+
+    def _outcome(self, what: str, started: float, timeout: float | None,
+                 exc: BaseException | None, topic: str | None = None) -> None:
+        """Check one call's ending: documented error naming something, within its deadline."""
+        self.counts.calls += 1
+        elapsed = time.monotonic() - started
+        if timeout is not None and elapsed > timeout + SLACK:
+            self.violations.append(f"overrun: {what} took {elapsed:.2f}s, timeout {timeout}s"
+                                   f" (+{SLACK}s slack)")
+        if exc is None:
+            return
+        if not isinstance(exc, errors.NSQError):
+            self.violations.append(f"undocumented: {what} raised {type(exc).__name__}: {exc}")
+            return
+        self.counts.errors[type(exc).__name__] += 1
+        self.counts.samples.setdefault(type(exc).__name__, f"{what}: {exc}"[:300])
+        if not names_something(exc, topic, self._peers_addresses()):
+            self.violations.append(f"unnamed: {what} raised {type(exc).__name__} naming "
+                                   f"nothing: {exc}")
+
+    async def _start(self) -> None:
+        world = self
+
+        def finish(channel: Any, consumer: Any, key: int) -> bool:
+            entry = consumer.in_flight.get(key)
+            if entry is not None and entry.msg.body.startswith(b"fz|") \
+                    and entry.msg.body not in world.handled:
+                world.violations.append(f"FIN before the handler succeeded: {entry.msg.body!r}")
+            return world._original_finish(channel, consumer, key)
+
+        dev_channels.Channel.finish = finish  # type: ignore[method-assign]
+        self.cluster = cluster = DevCluster(nodes=3, lookupds=2, proxied=True)
+        await cluster.start()
+        await cluster.create_topic("fz_plain", PARTITIONS, 2, channels=(CHANNEL,))
+        await cluster.create_topic("fz_ordered", PARTITIONS, 2, ordered=True,
+                                   channels=(CHANNEL,))
+        await cluster.create_topic("fz_ext", PARTITIONS, 2, ext=True, channels=(CHANNEL,))
+        self._peers = {"silent": SilentLookupd(), "drip": DripLookupd(interval=0.2),
+                       "huge": HugeLookupd(size=8 * 1024 * 1024),
+                       "silent_nsqd": SilentNsqd(), "stall_nsqd": StallingNsqd()}
+        for peer in self._peers.values():
+            await peer.__aenter__()
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        self._dead = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        server.close()
+        await server.wait_closed()
+        self.producer = Producer(lookupd=cluster.lookupd_http_addresses, timeout=3.0)
+        self.sync_producer = smartnsq.sync.Producer(
+            lookupd=cluster.lookupd_http_addresses, timeout=3.0, loop_thread=self._sync_loop)
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    def _body(self, topic: str, key: str | None) -> bytes:
+        self._seq += 1
+        return f"fz|{topic}|{key}|{self._seq}".encode()
+
+    def publish(self, kind: str, topic: str, pin: str, key: str, partition: int,
+                traced: bool, headers: bool, timeout: float) -> None:
+        """One publish call of ``kind`` (async, nowait, batch, sync, sync batch)."""
+        self.counts.steps += 1
+        args: dict[str, Any] = {"timeout": timeout}
+        the_key = key if pin == "key" else None
+        if pin == "key":
+            args["sharding_key"] = key
+        elif pin == "partition":
+            args["partition"] = partition
+        batch = kind in ("many", "sync_many")
+        if traced:
+            args["trace_id"] = self._seq + 1
+        if headers:
+            args["headers"] = {"fz": "1"}
+        bodies = [self._body(topic, the_key) for _ in range(3 if batch else 1)]
+        what = f"{kind}({topic!r}, {pin}, traced={traced}, headers={headers}, timeout={timeout})"
+        started = time.monotonic()
+        exc: BaseException | None = None
+        try:
+            if kind == "sync":
+                self.sync_producer.publish(topic, bodies[0], **args)
+            elif kind == "sync_many":
+                self.sync_producer.publish_many(topic, bodies, **args)
+            else:
+                self._run(self._publish_async(kind, topic, bodies, args), timeout + 30)
+        except BaseException as e:  # every escape, CancelledError too, is judged
+            exc = e
+        self._outcome(what, started, timeout, exc, topic)
+        if exc is None and not any(v.startswith("hang") for v in self.violations):
+            for body in bodies:
+                self.acked[body] = (topic, the_key, int(body.rsplit(b"|", 1)[1]))
+            self.counts.acked += len(bodies)
+
+    async def _publish_async(self, kind: str, topic: str, bodies: list[bytes],
+                             args: dict[str, Any]) -> None:
+        if kind == "publish":
+            await self.producer.publish(topic, bodies[0], **args)
+        elif kind == "nowait":
+            await self.producer.publish_nowait(topic, bodies[0], **args)
+        else:
+            await self.producer.publish_many(topic, bodies, **args)
+
+    def routes(self, topic: str, timeout: float, sync: bool) -> None:
+        """``Producer.routes`` on the healthy cluster (async or the facade)."""
+        self.counts.steps += 1
+        started = time.monotonic()
+        exc: BaseException | None = None
+        try:
+            if sync:
+                self.sync_producer.routes(topic, timeout=timeout)
+            else:
+                self._run(self.producer.routes(topic, timeout=timeout), timeout + 30)
+        except BaseException as e:  # every escape, CancelledError too, is judged
+            exc = e
+        self._outcome(f"routes({topic!r}, sync={sync})", started, timeout, exc, topic)
+
+    # -- hostile peers --------------------------------------------------------------------------
+
+    def hostile(self, peer: str, call: str, timeout: float) -> None:
+        """A fresh client against one hostile (or dead) peer: the call must end, with a
+        documented error, within its timeout; then it closes and leaves nothing behind."""
+        self.counts.steps += 1
+        address = self._dead if peer == "dead" else self._peers[peer].address
+        nsqd = peer.endswith("_nsqd")
+        where = {"nsqd": [address]} if nsqd else {"lookupd": [address]}
+        what = f"{call} against a {peer} peer (timeout={timeout})"
+        started = time.monotonic()
+        exc: BaseException | None = None
+        budget = timeout
+        try:
+            if call.startswith("sync"):
+                self._hostile_sync(where, call, timeout)
+            elif call == "consumer" and not nsqd:
+                budget = max(timeout, 0.1)
+                self._run(self._doomed_consumer(address, budget), budget + 30)
+            else:
+                self._run(self._hostile_async(where, call, timeout), timeout + 30)
+        except BaseException as e:  # every escape, CancelledError too, is judged
+            exc = e
+        self._outcome(what, started, budget, exc, "fz_plain")
+        if exc is None and peer != "drip":
+            self.violations.append(f"{what} succeeded against a peer that cannot answer")
+
+    def _hostile_sync(self, where: dict[str, list[str]], call: str, timeout: float) -> None:
+        p = smartnsq.sync.Producer(**where, loop_thread=self._sync_loop, timeout=timeout)
+        try:
+            if call == "sync_routes" and "lookupd" in where:
+                p.routes("fz_plain", timeout=timeout)
+            else:
+                p.publish("fz_plain", b"x", timeout=timeout)
+        finally:
+            started = time.monotonic()
+            p.close()
+            self._outcome("sync Producer.close() after a hostile peer", started,
+                          p.config.drain_timeout, None)
+
+    async def _hostile_async(self, where: dict[str, list[str]], call: str,
+                             timeout: float) -> None:
+        p = Producer(**where, timeout=timeout)
+        try:
+            if call == "routes" and "lookupd" in where:
+                await p.routes("fz_plain", timeout=timeout)
+            elif call == "keyed":
+                await p.publish("fz_plain", b"x", sharding_key="k", timeout=timeout)
+            else:
+                await p.publish("fz_plain", b"x", timeout=timeout)
+        finally:
+            started = time.monotonic()
+            await p.close(timeout=1.0)
+            self._outcome("Producer.close(timeout=1) after a hostile peer", started, 1.0, None)
+
+    async def _doomed_consumer(self, address: str, timeout: float) -> None:
+        """A Consumer with ``discovery_timeout`` whose only lookupd cannot answer: ``join()``
+        raises the last cause within that time."""
+        c = Consumer("fz_plain", CHANNEL, lookupd=[address], handler=lambda m: None,
+                     discovery_timeout=max(timeout, 0.1))
+        try:
+            await c.start()
+            await c.join()
+        finally:
+            started = time.monotonic()
+            await c.close(timeout=1.0)
+            self._outcome("Consumer.close(timeout=1) after discovery failed", started, 1.0,
+                          None)
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def _record(self, msg: Any) -> None:
+        body = bytes(msg.body)
+        if body not in self.handled:
+            parts = body.decode().split("|")
+            if parts[2] != "None":
+                self.first_handled[(parts[1], parts[2])].append(int(parts[3]))
+        self.handled.add(body)
+
+    def _behave(self, mode: str, msg: Any) -> bool:
+        """True: hang; raises for ``raise``; False: succeed. Only a message's first delivery
+        misbehaves, so every message is handled in the end."""
+        body = bytes(msg.body)
+        if mode == "ok" or body in self._failed_once:
+            return False
+        self._failed_once.add(body)
+        if mode == "raise":
+            raise RuntimeError("the handler failed (fuzz)")
+        return True
+
+    def consumer_start(self, topic: str, mode: str, sync: bool) -> None:
+        """Start a Consumer (async or sync facade) on the fuzz channel, handler ``mode``."""
+        self.counts.steps += 1
+        if len(self.consumers) >= 2:
+            return
+        assert self.cluster is not None
+        lookupd = self.cluster.lookupd_http_addresses
+        opts = {"max_in_flight": 5, "msg_timeout": 2.0}
+        started = time.monotonic()
+        exc: BaseException | None = None
+        try:
+            if sync:
+                def handler(msg: Any) -> None:
+                    if self._behave(mode, msg):
+                        self._release.wait(3.0)
+                    self._record(msg)
+
+                c: Any = smartnsq.sync.Consumer(topic, CHANNEL, lookupd=lookupd,
+                                                handler=handler, loop_thread=self._sync_loop,
+                                                **opts)
+            else:
+                release = asyncio.Event()
+
+                async def ahandler(msg: Any) -> None:
+                    if self._behave(mode, msg):
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(release.wait(), 3.0)
+                    self._record(msg)
+
+                c = self._run(self._start_consumer(topic, ahandler, opts), 30.0)
+            if c is not None:
+                self.consumers.append(("sync" if sync else "async", c, topic))
+        except BaseException as e:  # every escape, CancelledError too, is judged
+            exc = e
+        self._outcome(f"Consumer({topic!r}, {mode}, sync={sync}).start", started, 10.0, exc,
+                      topic)
+
+    async def _start_consumer(self, topic: str, handler: Callable[[Any], Awaitable[None]],
+                              opts: dict[str, Any]) -> Consumer:
+        assert self.cluster is not None
+        c = Consumer(topic, CHANNEL, lookupd=self.cluster.lookupd_http_addresses,
+                     handler=handler, **opts)
+        await c.start()
+        return c
+
+    def consumer_close(self, index: int, timeout: float) -> None:
+        """Close one running Consumer within ``timeout``; join() then returns at once."""
+        self.counts.steps += 1
+        if not self.consumers:
+            return
+        kind, c, topic = self.consumers.pop(index % len(self.consumers))
+        started = time.monotonic()
+        exc: BaseException | None = None
+        try:
+            if kind == "sync":
+                c.close(timeout=timeout)
+                c.run(timeout=1.0)
+            else:
+                self._run(self._close_consumer(c, timeout), timeout + 30)
+        except BaseException as e:  # every escape, CancelledError too, is judged
+            exc = e
+        self._outcome(f"{kind} Consumer({topic!r}).close(timeout={timeout})", started,
+                      timeout, exc, topic)
+
+    async def _close_consumer(self, c: Consumer, timeout: float) -> None:
+        await c.close(timeout=timeout)
+        await asyncio.wait_for(c.join(), 1.0)
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def fault(self, kind: str, node: int, topic: str, partition: int) -> None:
+        """Fire one fault (at most one node down at a time, so a replica always holds the
+        data), or ``heal`` every one."""
+        self.counts.steps += 1
+        if kind != "heal" and kind in self.down:
+            return
+        if kind in ("kill", "leave") and ("kill" in self.down or "leave" in self.down):
+            return
+        self.counts.faults += 1
+        self.counts.fault_kinds[kind] += 1
+        self._run(self._fault(kind, node, topic, partition), 30.0)
+
+    async def _fault(self, kind: str, node: int, topic: str, partition: int) -> None:
+        cluster = self.cluster
+        assert cluster is not None
+        if kind == "heal":
+            await self._heal()
+        elif kind == "kill":
+            await cluster.kill_node(node)
+            self.down[kind] = node
+        elif kind == "leave":
+            await cluster.leave_node(node)
+            self.down[kind] = node
+        elif kind == "stop_lookupd":
+            await cluster.stop_lookupd(node % 2)
+            self.down[kind] = node % 2
+        elif kind == "cut":
+            cluster.cut_connections(node)
+        elif kind == "stall":
+            cluster.stall(node)
+            self.down[kind] = node
+        elif kind == "not_writable":
+            cluster.set_writable(topic, partition, False)
+            self.down[kind] = (topic, partition)
+        elif kind == "move_leader":
+            cluster.move_leader(topic, partition)
+
+    async def _heal(self) -> None:
+        cluster = self.cluster
+        assert cluster is not None
+        for kind, what in list(self.down.items()):
+            if kind in ("kill", "leave"):
+                await cluster.start_node(what)
+            elif kind == "stop_lookupd":
+                await cluster.start_lookupd(what)
+            elif kind == "stall":
+                cluster.resume(what)
+            elif kind == "not_writable":
+                cluster.set_writable(*what, True)
+        self.down.clear()
+        await cluster.faults.settled(30.0)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def check_now(self) -> list[str]:
+        """The invariants checked after every step (the rest need the end: :meth:`finish`)."""
+        return list(self.violations)
+
+    def finish(self, drain_seconds: float = 40.0) -> list[str]:
+        """Heal, close every client (within its timeout), drain each topic with a healthy
+        consumer until every acknowledged publish was handled, check per-key order, stop
+        everything and look for what was left behind. Returns every violation."""
+        self._release.set()
+        self._run(self._heal(), 40.0)
+        while self.consumers:
+            self.consumer_close(0, 5.0)
+        self._run(self._drain(drain_seconds), drain_seconds + 30)
+        missing = [b for b in self.acked if b not in self.handled]
+        if missing:
+            self.violations.append(f"lost: {len(missing)} acknowledged publishes never "
+                                   f"handled, e.g. {missing[:3]}")
+        for (topic, key), seqs in self.first_handled.items():
+            acked = [s for s in seqs if f"fz|{topic}|{key}|{s}".encode() in self.acked]
+            if topic == "fz_ordered" and acked != sorted(acked):
+                self.violations.append(f"order: key {key!r} of {topic} handled first in "
+                                       f"order {acked}")
+        self._run(self._close_producers(), 30.0)
+        self.sync_producer.close()
+        self._sync_loop.stop()
+        leftover = self._run(self._stop(), 60.0) or []
+        self.violations += leftover
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10.0)
+        self._loop.close()
+        dev_channels.Channel.finish = self._original_finish  # type: ignore[method-assign]
+        threads = [t for t in threading.enumerate()
+                   if t.ident not in self._baseline_threads and t.is_alive()]
+        if threads:
+            self.violations.append(f"threads left after close: {[t.name for t in threads]}")
+        sockets = _sockets()
+        if sockets > self._baseline_sockets:
+            self.violations.append(f"sockets left after close: {sockets} open, "
+                                   f"{self._baseline_sockets} before")
+        return self.violations
+
+    async def _drain(self, seconds: float) -> None:
+        """One ok consumer per topic until every acknowledged body was handled."""
+        assert self.cluster is not None
+        done = asyncio.Event()
+        want = set(self.acked)
+
+        async def handler(msg: Any) -> None:
+            self._record(msg)
+            if want <= self.handled:
+                done.set()
+
+        consumers = [Consumer(t, CHANNEL, lookupd=self.cluster.lookupd_http_addresses,
+                              handler=handler, max_in_flight=20, msg_timeout=2.0)
+                     for t in TOPICS]
+        for c in consumers:
+            await c.start()
+        if not want <= self.handled:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), seconds)
+        for c in consumers:
+            await c.close(timeout=5.0)
+
+    async def _close_producers(self) -> None:
+        started = time.monotonic()
+        await self.producer.close(timeout=5.0)
+        self._outcome("Producer.close(timeout=5)", started, 5.0, None)
+
+    async def _stop(self) -> list[str]:
+        out: list[str] = []
+        me = asyncio.current_task()
+        client = [t for t in asyncio.all_tasks() if t is not me
+                  and "devcluster" not in t.get_coro().cr_code.co_filename  # type: ignore[union-attr]
+                  and not t.done()]
+        if client:
+            out.append(f"client tasks left after close: {[repr(t.get_coro()) for t in client]}")
+        for peer in self._peers.values():
+            await peer.__aexit__(None, None, None)
+        assert self.cluster is not None
+        await self.cluster.stop()
+        return out
+
+
+def run_guarded(fn: Callable[[], Any]) -> Any:
+    """Call ``fn`` for a driver, logging what escaped (a bug of the harness, not the client)."""
+    try:
+        return fn()
+    except Exception:
+        log.exception("the fuzz harness failed")
+        raise
