@@ -76,6 +76,7 @@ class Counts:
     calls: int = 0
     faults: int = 0
     acked: int = 0
+    handled: int = 0
     errors: dict[str, int] = dataclasses.field(default_factory=lambda: defaultdict(int))
     fault_kinds: dict[str, int] = dataclasses.field(default_factory=lambda: defaultdict(int))
     samples: dict[str, str] = dataclasses.field(default_factory=dict)  # first text per type
@@ -84,7 +85,8 @@ class Counts:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(self.errors.items())) or "none"
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fault_kinds.items())) or "none"
         return (f"steps {self.steps}, calls {self.calls}, acknowledged publishes "
-                f"{self.acked}, faults fired {self.faults} ({kinds}); documented errors: {errs}")
+                f"{self.acked} (messages handled {self.handled}), faults fired {self.faults} "
+                f"({kinds}); documented errors: {errs}")
 
 
 def _sockets() -> int:
@@ -498,6 +500,7 @@ class World:
         while self.consumers:
             self.consumer_close(0, 5.0)
         self._run(self._drain(drain_seconds), drain_seconds + 30)
+        self.counts.handled = len(self.handled)
         missing = [b for b in self.acked if b not in self.handled]
         if missing:
             self.violations.append(f"lost: {len(missing)} acknowledged publishes never "
