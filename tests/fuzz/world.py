@@ -56,7 +56,8 @@ PARTITIONS = 2
 CHANNEL = "fuzz"
 KEYS = ("k0", "k1", "k2")
 HOSTILE = ("dead", "silent", "drip", "huge", "silent_nsqd", "stall_nsqd")
-HOSTILE_CALLS = ("publish", "keyed", "routes", "sync_publish", "sync_routes", "consumer")
+HOSTILE_CALLS = ("publish", "keyed", "routes", "entered", "sync_publish", "sync_routes",
+                 "consumer")
 FAULTS = ("kill", "leave", "stop_lookupd", "cut", "stall", "not_writable", "move_leader",
           "heal")
 PUBLISH_KINDS = ("publish", "nowait", "many", "sync", "sync_many")
@@ -99,6 +100,16 @@ def _sockets() -> int:
     return n
 
 
+def _causes(exc: BaseException) -> str:
+    """The text of an error and of its causes (a Timeout carries the last attempt's)."""
+    out = []
+    seen: BaseException | None = exc
+    while seen is not None and len(out) < 8:
+        out.append(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return " | ".join(out)
+
+
 def names_something(exc: BaseException, topic: str | None, peers: list[str]) -> bool:
     """Whether a documented error says what it concerns: the field (``InvalidArgument``),
     the topic, or a peer's address; a closed client's error names the client."""
@@ -123,6 +134,7 @@ class World:
         self._baseline_threads = {t.ident for t in threading.enumerate()}
         self._baseline_sockets = _sockets()
         self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(self._loop_error)
         self._thread = threading.Thread(target=self._loop.run_forever, name="fuzz-world",
                                         daemon=True)
         self._thread.start()
@@ -144,6 +156,15 @@ class World:
 
     # -- plumbing ------------------------------------------------------------------------------
 
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """A task's or future's error nobody read is a client bug (what the caller got was
+        something else, or nothing); other reports (a peer's failed handshake) are logged."""
+        message = str(context.get("message", ""))
+        if "never retrieved" in message:
+            self.violations.append(f"unretrieved: {message}: {context.get('exception')!r}")
+        else:
+            log.debug("loop report: %s", message)
+
     def _run(self, coro: Coroutine[Any, Any, Any], guard: float) -> Any:
         """Run ``coro`` on the world's loop; a call past ``guard`` is a hang (recorded)."""
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -162,9 +183,16 @@ class World:
         return out
 
     def _outcome(self, what: str, started: float, timeout: float | None,
-                 exc: BaseException | None, topic: str | None = None) -> None:
-        """Check one call's ending: documented error naming something, within its deadline."""
+                 exc: BaseException | None, topic: str | None = None,
+                 valid: bool | None = True) -> None:
+        """Check one call's ending: documented error naming something, within its deadline;
+        ``valid``: the arguments were good (``InvalidArgument`` is then wrong), bad (only
+        ``InvalidArgument`` is right), or ``None`` (either)."""
         self.counts.calls += 1
+        if valid is True and isinstance(exc, errors.InvalidArgument):
+            self.violations.append(f"rejected: {what} refused valid arguments: {exc}")
+        if valid is False and not isinstance(exc, errors.InvalidArgument):
+            self.violations.append(f"accepted: {what} took invalid arguments: {exc!r}")
         elapsed = time.monotonic() - started
         if timeout is not None and elapsed > timeout + SLACK:
             self.violations.append(f"overrun: {what} took {elapsed:.2f}s, timeout {timeout}s"
@@ -209,6 +237,8 @@ class World:
         self.producer = Producer(lookupd=cluster.lookupd_http_addresses, timeout=3.0)
         self.sync_producer = smartnsq.sync.Producer(
             lookupd=cluster.lookupd_http_addresses, timeout=3.0, loop_thread=self._sync_loop)
+        self._sync_loop.loop.call_soon_threadsafe(
+            self._sync_loop.loop.set_exception_handler, self._loop_error)
 
     # -- publishing -----------------------------------------------------------------------------
 
@@ -233,6 +263,11 @@ class World:
             args["headers"] = {"fz": "1"}
         bodies = [self._body(topic, the_key) for _ in range(3 if batch else 1)]
         what = f"{kind}({topic!r}, {pin}, traced={traced}, headers={headers}, timeout={timeout})"
+        # the topic's meta (ordered, ext) is known only from its routes: an expired deadline
+        # or a fault may end the call first, so those are judged only in calm conditions
+        valid: bool | None = timeout != 0.0
+        if valid and ((headers and topic != "fz_ext") or (pin == "none" and topic == "fz_ordered")):
+            valid = False if timeout >= 3.0 and not self.down else None
         started = time.monotonic()
         exc: BaseException | None = None
         try:
@@ -244,7 +279,12 @@ class World:
                 self._run(self._publish_async(kind, topic, bodies, args), timeout + 30)
         except BaseException as e:  # every escape, CancelledError too, is judged
             exc = e
-        self._outcome(what, started, timeout, exc, topic)
+        self._outcome(what, started, timeout, exc, topic, valid)
+        if exc is not None and set(self.down) == {"not_writable"} \
+                and self.down["not_writable"] == (topic, partition) and pin == "partition" \
+                and "has no leader" in _causes(exc):
+            self.violations.append(f"misnamed: {what} on a partition that has a leader but "
+                                   f"takes no writes: {exc}")
         if exc is None and not any(v.startswith("hang") for v in self.violations):
             for body in bodies:
                 self.acked[body] = (topic, the_key, int(body.rsplit(b"|", 1)[1]))
@@ -271,7 +311,8 @@ class World:
                 self._run(self.producer.routes(topic, timeout=timeout), timeout + 30)
         except BaseException as e:  # every escape, CancelledError too, is judged
             exc = e
-        self._outcome(f"routes({topic!r}, sync={sync})", started, timeout, exc, topic)
+        self._outcome(f"routes({topic!r}, sync={sync})", started, timeout, exc, topic,
+                      timeout != 0.0)
 
     # -- hostile peers --------------------------------------------------------------------------
 
@@ -317,7 +358,10 @@ class World:
                              timeout: float) -> None:
         p = Producer(**where, timeout=timeout)
         try:
-            if call == "routes" and "lookupd" in where:
+            if call == "entered":  # ``async with``: entering counts against the call's time
+                await p.__aenter__()
+                await p.publish("fz_plain", b"x", timeout=timeout)
+            elif call == "routes" and "lookupd" in where:
                 await p.routes("fz_plain", timeout=timeout)
             elif call == "keyed":
                 await p.publish("fz_plain", b"x", sharding_key="k", timeout=timeout)
