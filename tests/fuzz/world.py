@@ -67,6 +67,11 @@ PINS = ("key", "partition", "none")
 TIMEOUTS = (3.0, 3.0, 3.0, 3.0, 0.5, 0.05, 1e-6, 0.0)
 HEADERS = (False, False, True)
 HANDLERS = ("ok", "raise", "hang")
+# inputs of the wrong type or range to every kind of public call: each must be refused with a
+# documented error (InvalidArgument naming the field; ClientClosed after close), nothing left
+BAD_INPUTS = ("timeout_str", "timeout_inf", "bodies_none", "bodies_bytes", "lookupd_int",
+              "config_int", "loop_thread_int", "close_timeout_str", "sync_after_close",
+              "sync_timeout_huge", "partition_2000", "key_float")
 
 
 @dataclasses.dataclass
@@ -385,6 +390,65 @@ class World:
             await c.close(timeout=1.0)
             self._outcome("Consumer.close(timeout=1) after discovery failed", started, 1.0,
                           None)
+
+    def bad_input(self, case: str) -> None:
+        """One public call with a bad argument: a documented error, at once."""
+        self.counts.steps += 1
+        started = time.monotonic()
+        exc: BaseException | None = None
+        try:
+            if case.startswith("sync"):
+                self._bad_sync(case)
+            else:
+                self._run(self._bad_async(case), 30.0)
+        except BaseException as e:  # every escape, CancelledError too, is judged
+            exc = e
+        self._outcome(f"bad input {case}", started, 5.0, exc, "fz_plain", valid=None)
+        if case == "sync_timeout_huge":  # a valid, very long deadline: fine, or documented
+            return
+        if exc is None:
+            self.violations.append(f"accepted: bad input {case} raised nothing")
+        elif case == "sync_after_close" and not isinstance(exc, errors.ClientClosed):
+            self.violations.append(f"misnamed: bad input {case} raised {exc!r}")
+        elif case != "sync_after_close" and not isinstance(exc, errors.InvalidArgument):
+            self.violations.append(f"misnamed: bad input {case} raised {exc!r}, not "
+                                   "InvalidArgument")
+
+    def _bad_sync(self, case: str) -> None:
+        assert self.cluster is not None
+        if case == "sync_after_close":
+            p = smartnsq.sync.Producer(lookupd=self.cluster.lookupd_http_addresses,
+                                       loop_thread=self._sync_loop)
+            p.close()
+            p.publish("fz_plain", b"x")
+        else:
+            self.sync_producer.publish("fz_plain", b"x", timeout=1e10)
+
+    async def _bad_async(self, case: str) -> None:
+        assert self.cluster is not None
+        lookupd = self.cluster.lookupd_http_addresses
+        bad: Any = {"timeout_str": "5", "timeout_inf": float("inf")}
+        if case in bad:
+            await self.producer.publish("fz_plain", b"x", timeout=bad[case])
+        elif case in ("bodies_none", "bodies_bytes"):
+            await self.producer.publish_many("fz_plain", None if case == "bodies_none"
+                                             else b"abc")
+        elif case == "partition_2000":
+            await self.producer.publish("fz_plain", b"x", partition=2000)
+        elif case == "key_float":
+            await self.producer.publish("fz_plain", b"x", sharding_key=1.5)  # type: ignore[arg-type]
+        elif case == "close_timeout_str":
+            p = Producer(lookupd=lookupd)
+            try:
+                await p.publish("fz_plain", b"x", timeout=3.0)
+                await p.close(timeout="1")  # type: ignore[arg-type]
+            finally:
+                await p.close(timeout=1.0)
+        elif case == "loop_thread_int":
+            smartnsq.sync.Producer(lookupd=lookupd, loop_thread=5)  # type: ignore[arg-type]
+        else:
+            Producer(lookupd=5 if case == "lookupd_int" else lookupd,  # type: ignore[arg-type]
+                     config=5 if case == "config_int" else None)  # type: ignore[arg-type]
 
     # -- consumers ------------------------------------------------------------------------------
 
