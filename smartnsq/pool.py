@@ -575,6 +575,9 @@ class PartitionPool:
             if wait > 0:
                 raise NodeBackoff(address, wait, node.last_error)
             opening = node.opening = loop.create_task(self._open(node))
+            # its failure is kept as node.last_error; a caller whose deadline came first no
+            # longer reads it, which asyncio would report as "never retrieved"
+            opening.add_done_callback(_read_outcome)
         try:
             if timeout is None:
                 conn = await asyncio.shield(opening)
@@ -853,3 +856,9 @@ class LookupRouteSource:
         if any(n.youzan for n in view.producers):
             youzan = None  # youzan nsqd behind a classic lookupd: the connection will tell
         return TopicRoutes(view.topic, youzan=youzan, nodes=nodes)
+
+
+def _read_outcome(task: asyncio.Task[Any]) -> None:
+    """Mark a background dial's outcome as read (its error is recorded on the node)."""
+    if not task.cancelled():
+        task.exception()
