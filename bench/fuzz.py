@@ -33,7 +33,7 @@ import world as fz
 
 # how often each operation is drawn: mostly publishes, then the rest
 WEIGHTS = {"publish": 10, "routes": 1, "fault": 3, "hostile": 2, "consumer_start": 2,
-           "consumer_close": 1, "bad_input": 1}
+           "consumer_close": 1, "bad_input": 1, "publish_unwritable": 1}
 
 
 def step(w: fz.World, r: random.Random) -> None:
@@ -52,6 +52,8 @@ def step(w: fz.World, r: random.Random) -> None:
         w.hostile(r.choice(fz.HOSTILE), r.choice(fz.HOSTILE_CALLS), r.choice((0.05, 0.5, 1.0)))
     elif op == "consumer_start":
         w.consumer_start(r.choice(fz.TOPICS), r.choice(fz.HANDLERS), r.random() < 0.5)
+    elif op == "publish_unwritable":
+        w.publish_unwritable(r.choice(fz.TOPICS), r.randrange(fz.PARTITIONS), r.random() < 0.5)
     elif op == "bad_input":
         w.bad_input(r.choice(fz.BAD_INPUTS))
     else:

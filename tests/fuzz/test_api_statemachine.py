@@ -69,6 +69,11 @@ class PublicAPI(RuleBasedStateMachine):
     def hostile(self, peer: str, call: str, timeout: float) -> None:
         self.world.hostile(peer, call, timeout)
 
+    @rule(topic=st.sampled_from(TOPICS), partition=st.integers(0, PARTITIONS - 1),
+          sync=st.booleans())
+    def publish_unwritable(self, topic: str, partition: int, sync: bool) -> None:
+        self.world.publish_unwritable(topic, partition, sync)
+
     @rule(case=st.sampled_from(BAD_INPUTS))
     def bad_input(self, case: str) -> None:
         self.world.bad_input(case)

@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -41,6 +42,8 @@ from smartnsq.devcluster.hostile import (
     SilentLookupd,
     SilentNsqd,
     StallingNsqd,
+    _Nsqd,
+    frame,
 )
 from smartnsq.loop_thread import LoopThread
 from smartnsq.producer import Producer
@@ -55,7 +58,7 @@ TOPICS = ("fz_plain", "fz_ordered", "fz_ext")
 PARTITIONS = 2
 CHANNEL = "fuzz"
 KEYS = ("k0", "k1", "k2")
-HOSTILE = ("dead", "silent", "drip", "huge", "silent_nsqd", "stall_nsqd")
+HOSTILE = ("dead", "silent", "drip", "huge", "silent_nsqd", "stall_nsqd", "fatal_nsqd")
 HOSTILE_CALLS = ("publish", "keyed", "routes", "entered", "sync_publish", "sync_routes",
                  "consumer")
 FAULTS = ("kill", "leave", "stop_lookupd", "cut", "stall", "not_writable", "move_leader",
@@ -95,6 +98,23 @@ class Counts:
                 f"({kinds}); documented errors: {errs}")
 
 
+class FatalAfterIdentifyNsqd(_Nsqd):
+    """An nsqd writing its IDENTIFY answer and a fatal ``E_INVALID`` in one write, then
+    closing (the review's case: ``open()`` returned an already-closed connection)."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if await reader.readexactly(4) != b"  V2":
+            return
+        await self.read_command(reader)
+        answer = {"max_rdy_count": 2500, "version": "1.3.0", "max_msg_timeout": 900000,
+                  "msg_timeout": 60000, "tls_v1": False, "deflate": False, "snappy": False,
+                  "sample_rate": 0, "auth_required": False, "output_buffer_size": 16384,
+                  "output_buffer_timeout": 250, "max_deflate_level": 6}
+        writer.write(frame(json.dumps(answer).encode())
+                     + frame(b"E_INVALID cannot go on", 1))
+        await writer.drain()
+
+
 def _sockets() -> int:
     """Open sockets of this process (Linux: /proc/self/fd)."""
     n = 0
@@ -120,6 +140,10 @@ def names_something(exc: BaseException, topic: str | None, peers: list[str]) -> 
     the topic, or a peer's address; a closed client's error names the client."""
     if isinstance(exc, errors.InvalidArgument):
         return bool(exc.field)
+    if isinstance(exc, errors.ServerError):
+        # the server's own code and text; the peer is not part of it (an open point: a
+        # handshake's fatal error does not say which nsqd sent it)
+        return bool(exc.code)
     text = str(exc)
     if isinstance(exc, errors.ClientClosed):
         return "closed" in text
@@ -232,7 +256,8 @@ class World:
         await cluster.create_topic("fz_ext", PARTITIONS, 2, ext=True, channels=(CHANNEL,))
         self._peers = {"silent": SilentLookupd(), "drip": DripLookupd(interval=0.2),
                        "huge": HugeLookupd(size=8 * 1024 * 1024),
-                       "silent_nsqd": SilentNsqd(), "stall_nsqd": StallingNsqd()}
+                       "silent_nsqd": SilentNsqd(), "stall_nsqd": StallingNsqd(),
+                       "fatal_nsqd": FatalAfterIdentifyNsqd()}
         for peer in self._peers.values():
             await peer.__aenter__()
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
@@ -318,6 +343,18 @@ class World:
             exc = e
         self._outcome(f"routes({topic!r}, sync={sync})", started, timeout, exc, topic,
                       timeout != 0.0)
+
+    def publish_unwritable(self, topic: str, partition: int, sync: bool) -> None:
+        """A partition made not writable (its leader up), then a publish pinned to it: the
+        error must say it takes no writes, not that it has no leader. Healed afterwards."""
+        self.counts.steps += 1
+        if self.down:
+            return
+        self.fault("not_writable", 0, topic, partition)
+        key = KEYS[0]
+        self.publish("sync" if sync else "publish", topic, "partition", key, partition, False,
+                     False, 0.5)
+        self.fault("heal", 0, topic, partition)
 
     # -- hostile peers --------------------------------------------------------------------------
 
