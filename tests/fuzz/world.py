@@ -231,6 +231,9 @@ class World:
         if not isinstance(exc, errors.NSQError):
             self.violations.append(f"undocumented: {what} raised {type(exc).__name__}: {exc}")
             return
+        if type(exc).__name__.startswith("_"):
+            self.violations.append(f"private: {what} raised the private {type(exc).__name__}"
+                                   f": {exc}")
         self.counts.errors[type(exc).__name__] += 1
         self.counts.samples.setdefault(type(exc).__name__, f"{what}: {exc}"[:300])
         if not names_something(exc, topic, self._peers_addresses()):
