@@ -76,6 +76,7 @@ from .errors import (
     Timeout,
     TLSNotOffered,
     TLSVerificationFailed,
+    certificate_refusal,
     error_from_payload,
     parse_error_payload,
 )
@@ -312,8 +313,8 @@ class Connection(asyncio.BufferedProtocol):
         except ssl.SSLCertVerificationError as exc:
             raise TLSVerificationFailed(self.address_text, _verify_reason(exc)) from exc
         except (OSError, ConnectionError) as exc:  # ssl.SSLError is an OSError
-            raise ConnectionError_(f"TLS handshake with {self.address_text} failed: {exc}") \
-                from exc
+            raise certificate_refusal(self.address_text, exc) or ConnectionError_(
+                f"TLS handshake with {self.address_text} failed: {exc}") from exc
         if upgraded is None:
             raise ConnectionClosed(f"{self.address_text} closed during the TLS handshake")
         self._transport = upgraded
@@ -736,7 +737,7 @@ class Connection(asyncio.BufferedProtocol):
         if not self._lost.done():
             self._lost.set_result(None)
         if not self._closing:
-            reason = ConnectionClosed(
+            reason: NSQError = certificate_refusal(self.address_text, exc) or ConnectionClosed(
                 f"{self.address_text} closed the connection" if exc is None
                 else f"connection to {self.address_text} lost: {exc}")
             reason.__cause__ = exc

@@ -11,6 +11,7 @@ Hierarchy::
     ├── Timeout                             a call ran past its deadline
     ├── SecurityError                       a safety rule refused to go on (never retried)
     │   ├── TLSVerificationFailed           the server's certificate was refused
+    │   ├── ClientCertificateRefused        the server refused ours (TLS alert)
     │   ├── TLSNotOffered (also ConnectionError_)  TLS required, the server offers none
     │   └── PlaintextAuthRefused            AUTH would send the secret unencrypted
     ├── LookupFailed                        no lookupd could answer
@@ -41,8 +42,10 @@ import enum
 from dataclasses import dataclass
 
 __all__ = [
+    "CERTIFICATE_ALERTS",
     "ERROR_TABLE",
     "Action",
+    "ClientCertificateRefused",
     "ClientClosed",
     "ConnectionClosed",
     "ConnectionError_",
@@ -62,6 +65,7 @@ __all__ = [
     "TLSVerificationFailed",
     "Timeout",
     "TopicNotFound",
+    "certificate_refusal",
     "error_from_payload",
     "parse_error_payload",
 ]
@@ -140,6 +144,43 @@ class TLSVerificationFailed(SecurityError):
         super().__init__(f"TLS certificate of {address} refused: {reason} (set tls_ca_file "
                          "to the CA that signed it, or tls_server_hostname to the name it "
                          "carries)")
+
+
+#: The OpenSSL reasons of the TLS alerts a server sends when it refuses the client's
+#: certificate (missing, untrusted, expired, revoked, unusable): a configuration to change,
+#: not a lost connection to retry. Go's nsqd sends ``bad certificate``; OpenSSL servers
+#: send ``certificate required`` (TLS 1.3) for a missing one.
+CERTIFICATE_ALERTS = frozenset({
+    "SSLV3_ALERT_BAD_CERTIFICATE", "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN", "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+    "SSLV3_ALERT_CERTIFICATE_REVOKED", "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+    "TLSV1_ALERT_UNKNOWN_CA",
+})
+
+
+class ClientCertificateRefused(SecurityError):
+    """The server refused this client's TLS certificate (none was configured, or it is not
+    signed by a CA the server trusts, or expired): its TLS alert arrived. Refused at once, as
+    a refused server certificate is; ``reason`` is the alert's name."""
+
+    retriable = False
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address = address
+        self.reason = reason
+        super().__init__(f"{address} refused this client's TLS certificate ({reason}); give "
+                         "the context a certificate the server's CA signed "
+                         "(load_cert_chain)")
+
+
+def certificate_refusal(address: str, exc: BaseException | None) -> ClientCertificateRefused | None:
+    """``ClientCertificateRefused`` when ``exc`` (what ended a connection or its TLS
+    handshake) is the server's TLS alert refusing our certificate, else ``None``; a pure
+    classification of ``ssl.SSLError.reason``, so the connection's two places agree."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(exc, OSError) and reason in CERTIFICATE_ALERTS:
+        return ClientCertificateRefused(address, str(reason))
+    return None
 
 
 class TLSNotOffered(SecurityError, ConnectionError_):

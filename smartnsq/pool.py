@@ -237,6 +237,9 @@ class PartitionPool:
             if wait > 0:
                 raise NodeBackoff(address, wait, node.last_error)
             opening = node.opening = loop.create_task(self._open(node))
+            # its failure is kept as node.last_error; a caller whose deadline came first no
+            # longer reads it, which asyncio would report as "never retrieved"
+            opening.add_done_callback(_read_outcome)
         try:
             if timeout is None:
                 conn = await asyncio.shield(opening)
@@ -345,3 +348,9 @@ class PartitionPool:
 def _ignore_result(task: asyncio.Task[None]) -> None:
     with contextlib.suppress(BaseException):
         task.result()
+
+
+def _read_outcome(task: asyncio.Task[Any]) -> None:
+    """Mark a background dial's outcome as read (its error is recorded on the node)."""
+    if not task.cancelled():
+        task.exception()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from collections.abc import Callable, Generator
 from struct import Struct
@@ -74,6 +75,34 @@ _ID: Final = Struct(">QQ")
 _START_KINDS: Final = ("timestamp", "virtual_queue", "msgcount", "special")
 
 Handler = Callable[["NsqdConnection", list[bytes]], Any]
+
+
+class _AlertingSSLObject(ssl.SSLObject):
+    """A server-side TLS object that sends its refusal before the connection ends.
+
+    With TLS 1.3 the server judges the client's certificate after the client has finished its
+    handshake; the real nsqd then sends the alert (``bad certificate``, or ``certificate
+    required`` for a missing one) and closes, so the client reads why. asyncio closes the
+    socket on a failed server handshake without flushing what OpenSSL wrote, the alert
+    included: the client would see a plain close, which looks like a lost connection. The first
+    handshake failure is therefore reported as "want more data", which makes asyncio send the
+    pending bytes (the alert); the failure itself is raised on the next call, which the
+    client's close (or the handshake timeout) brings about.
+    """
+
+    _refusal: ssl.SSLError | None = None
+
+    def do_handshake(self) -> None:
+        if self._refusal is not None:
+            raise self._refusal
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError as exc:
+            self._refusal = exc
+            raise ssl.SSLWantReadError(ssl.SSL_ERROR_WANT_READ,
+                                       "refused; the alert is sent first") from exc
 
 
 def _text(data: bytes) -> str:
@@ -540,6 +569,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
                            level: int) -> None:
         context = self.node.tls_context
         assert context is not None
+        context.sslobject_class = _AlertingSSLObject  # refusals reach the client as alerts
         try:
             upgraded = await self.loop.start_tls(transport, self, context, server_side=True,
                                                  ssl_handshake_timeout=5.0)

@@ -126,12 +126,6 @@ async def test_tls_without_the_client_certificate_is_refused(nsq_any_cluster: An
 
 
 @pytest.mark.nsq_cluster(mode="classic", nodes=1, lookupds=1, tls="require-verify")
-@pytest.mark.xfail(strict=True, reason=(
-    "client bug (smartnsq/connection.py, smartnsq/pool.py): the real nsqd refuses a missing "
-    "client certificate with the TLS alert 'bad certificate' after the handshake; the client "
-    "takes it for a lost connection (retriable ConnectionClosed), redials with back-off and "
-    "raises a retriable Timeout at the deadline instead of a SecurityError at once. The dev "
-    "nsqd closes without the alert (a plain close), so its case needs the dev side fixed too"))
 async def test_a_refused_client_certificate_fails_at_once(nsq_any_cluster: Any,
                                                           nsq_test_tls: Any) -> None:
     topic = fresh_name("tls-nocert")

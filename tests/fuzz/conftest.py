@@ -1,0 +1,8 @@
+"""The fuzz tests import their shared world (``world.py``) by module name."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
