@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from ..backoff import BackoffPolicy
+from ..partitions import rdy_ceiling
 from ..rdy import NOTHING, RdyController
 from .link import Link
 
@@ -37,7 +38,7 @@ class Flow:
             link.send_rdy(count)
 
     def add(self, link: Link) -> None:
-        max_rdy = 1 if link.ordered else max(1, link.conn.max_rdy_count or 2500)
+        max_rdy = rdy_ceiling(link.ordered, link.conn.max_rdy_count)
         if link.rdy_cap is not None:
             max_rdy = max(1, min(max_rdy, link.rdy_cap))
         # an ordered partition backs off on its own: a poison message stops only its partition
