@@ -203,6 +203,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
         parser.print_help(out)
         return EXIT_USAGE
     args.extra = extra
+    args.parser = parser  # `completion` reads the whole command line from it
     args.stdin = stdin if stdin is not None else sys.stdin
     args.out = out
     args.err = err

@@ -1,8 +1,8 @@
 """``smartnsq completion bash|zsh``: print a shell completion script.
 
-The script is generated from the command line's own parsers (``smartnsq.cli.build_parser``
-and the dev cluster's), so it completes exactly the commands, options and choices this
-version has: commands, each command's options, option values with fixed choices
+The script is generated from the command line's own parsers (the one ``smartnsq.cli.main``
+parsed with, and the dev cluster's), so it completes exactly the commands, options and
+choices this version has: commands, each command's options, option values with fixed choices
 (``--sharding``, ``--access``, ``--mode``...), ``dev-cluster fault`` and its actions, and
 file names for ``pub``. zsh gets the same function through ``bashcompinit``.
 
@@ -64,12 +64,11 @@ def _words(parser: argparse.ArgumentParser) -> _Words:
     return words
 
 
-def _tree() -> _Words:
+def _tree(parser: argparse.ArgumentParser) -> _Words:
     from ..devcluster.__main__ import build_fault_parser
     from ..devcluster.__main__ import build_parser as devcluster_parser
-    from . import build_parser
 
-    top = _words(build_parser())
+    top = _words(parser)
     cluster = _words(devcluster_parser("smartnsq dev-cluster"))
     cluster.subcommands["fault"] = _words(build_fault_parser("smartnsq dev-cluster"))
     top.subcommands["dev-cluster"] = cluster
@@ -100,9 +99,11 @@ def _level(words: _Words, path: str, indent: str) -> list[str]:
     return lines
 
 
-def script(shell: str) -> str:
-    """The completion script for ``shell`` (``bash`` or ``zsh``)."""
-    tree = _tree()
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
+    """The completion script for ``shell`` (``bash`` or ``zsh``) from ``parser``, the whole
+    command line's (handed over by ``smartnsq.cli.main`` as ``args.parser``: this module is
+    one of its commands and does not import it back)."""
+    tree = _tree(parser)
     levels: dict[str, _Words] = {"": tree}
     for name, words in tree.subcommands.items():
         levels[name] = words
@@ -154,5 +155,5 @@ def script(shell: str) -> str:
 
 
 def run_completion(args: argparse.Namespace) -> int:
-    args.out.write(script(args.shell))
+    args.out.write(script(args.shell, args.parser))
     return 0

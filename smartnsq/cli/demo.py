@@ -1,4 +1,5 @@
-"""``smartnsq demo``: the arguments; the demo itself is :mod:`smartnsq.demo`."""
+"""``smartnsq demo``: the arguments; the run itself is :mod:`smartnsq.cli.demo_scenario`, loaded
+when the command runs (``smartnsq --help`` does not pay for it)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,6 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 async def run_demo(args: argparse.Namespace) -> int:
-    from ..demo import run_cli
+    from .demo_scenario import run_cli
 
     return await run_cli(args)

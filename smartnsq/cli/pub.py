@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .util import (
     CLIError,
@@ -30,6 +30,9 @@ from .util import (
     format_table,
     topic_missing,
 )
+
+if TYPE_CHECKING:
+    from ..errors import InvalidArgument
 
 __all__ = ["register", "run_pub"]
 
@@ -142,8 +145,18 @@ def _key_of(body: bytes, path: list[str], where: str) -> str | int:
     return value
 
 
+def _flag_error(exc: InvalidArgument, partition: int | None) -> str:
+    """A refusal of :func:`smartnsq.partitions.partition_for` in the words of the flags."""
+    if exc.field == "partition" and partition is not None:
+        return f"--partition {partition}: {exc.rule}"
+    if exc.field == "partition":  # an ordered topic, nothing pinned
+        return f"{exc.rule} (give --sharding-key, --key-field or --partition)"
+    return f"--sharding-key: {exc.rule}"
+
+
 async def run_pub(args: argparse.Namespace) -> int:
     from ..errors import InvalidArgument, LookupFailed, NSQError, Timeout, TopicNotFound
+    from ..partitions import partition_for
     from ..producer import Producer
     from ..sharding import make_router
 
@@ -202,14 +215,14 @@ async def run_pub(args: argparse.Namespace) -> int:
                 raise CLIError(f"--header needs an ext topic, and {topic!r} is not one "
                                f"(create a topic with ext enabled, or publish without "
                                f"headers)")
-            if routes.ordered and args.partition is None and args.sharding_key is None \
-                    and key_path is None:
-                raise CLIError(f"topic {topic!r} is ordered: give --sharding-key, --key-field "
-                               f"or --partition")
-            if args.partition is not None and partition_num and \
-                    args.partition >= partition_num:
-                raise CLIError(f"--partition {args.partition}: topic {topic!r} has "
-                               f"{partition_num} partitions (0..{partition_num - 1})")
+            if key_path is None:
+                # the Producer's rules (smartnsq.partitions), before any line is read: a
+                # partition in range, an ordered topic pinned (--key-field: each line's key)
+                try:
+                    partition_for(routes, router, partition=args.partition,
+                                  sharding_key=args.sharding_key)
+                except InvalidArgument as exc:
+                    raise CLIError(_flag_error(exc, args.partition)) from None
             lanes = max(1, partition_num or len(routes.nodes))
             chunk_size = args.batch * _CHUNK_BATCHES * lanes
 
@@ -263,11 +276,10 @@ async def run_pub(args: argparse.Namespace) -> int:
                     target: int | None = args.partition
                     if key_path is not None:
                         key = _key_of(body, key_path, f"{source.name}:{number}")
-                        if partition_num:
-                            try:
-                                target = router(key, partition_num)
-                            except InvalidArgument as exc:
-                                raise CLIError(f"{source.name}:{number}: {exc}") from None
+                        try:  # None on classic nodes: no partitions to keep a key's order
+                            target = partition_for(routes, router, sharding_key=key)
+                        except InvalidArgument as exc:
+                            raise CLIError(f"{source.name}:{number}: {exc}") from None
                     if len(body) > producer.config.max_msg_size:
                         raise CLIError(f"{source.name}:{number}: line of {len(body)} bytes is "
                                        f"larger than max_msg_size "

@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from ..text import format_table
+
 __all__ = [
     "CLIError",
     "Deadline",
@@ -111,22 +113,6 @@ def split_addresses(values: Iterable[str] | str | None, what: str) -> list[str]:
             except InvalidArgument:
                 raise CLIError(f"bad {what} address {item!r}: expected HOST:PORT") from None
     return out
-
-
-def format_table(headers: Sequence[str], rows: Iterable[Sequence[object]],
-                 right: Iterable[int] = ()) -> str:
-    """A plain-text table: columns padded to their widest cell, ``right`` columns aligned right."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    align_right = set(right)
-    lines = []
-    for n, row in enumerate(cells):
-        parts = [c.rjust(widths[i]) if i in align_right else c.ljust(widths[i])
-                 for i, c in enumerate(row)]
-        lines.append("  ".join(parts).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 class Progress:

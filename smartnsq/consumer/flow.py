@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from ..backoff import BackoffPolicy
 from ..connection import Connection
+from ..partitions import rdy_ceiling
 from ..rdy import NOTHING, RdyController
 
 __all__ = ["Flow"]
@@ -61,7 +62,7 @@ class Flow:
     apply = _apply  # (the links call the controller directly on the per-message path)
 
     def add(self, link: Link) -> None:
-        max_rdy = 1 if link.ordered else max(1, link.conn.max_rdy_count or 2500)
+        max_rdy = rdy_ceiling(link.ordered, link.conn.max_rdy_count)
         if link.rdy_cap is not None:
             max_rdy = max(1, min(max_rdy, link.rdy_cap))
         # an ordered partition backs off on its own: a poison message stops only its partition

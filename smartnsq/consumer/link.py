@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Final
 from .. import trace as tracing
 from ..connection import Connection
 from ..message import FINISHED, PENDING, REQUEUED, Message, claimed, names_message_id
+from ..partitions import fin_at_once
 from ..protocol import commands
 from ..rdy import NOTHING
 from .dispatch import Runtime
@@ -92,7 +93,7 @@ class Link:
         self._send = conn.send
         # an ordered FIN cannot be joined by anything (one in flight; the next message waits
         # for it): written in the same turn; a plain FIN waits for the turn's batch
-        self._send_now = partial(conn.send, now=True) if ordered else conn.send
+        self._send_now = partial(conn.send, now=True) if fin_at_once(ordered) else conn.send
         self._fin = commands.fin
         self._req = commands.req
 

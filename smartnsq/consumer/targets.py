@@ -15,9 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..partitions import SubCommand, subscription
 from ..pool import Address
-from ..protocol import commands
 from ..protocol.commands import StartPosition
 
 __all__ = ["Starts", "SubCommand", "Target", "missing_leaders", "static_targets", "sub_command",
@@ -67,45 +66,18 @@ class Starts:
             self._done.add(self._key(target))
 
 
-@dataclass(frozen=True)
-class SubCommand:
-    """The SUB to send: its name, its bytes, and whether the start is then set over HTTP."""
-
-    name: str
-    data: bytes
-    set_offset: bool = False
-
-    @property
-    def detail(self) -> bool:
-        """Whether messages carry the detail block (queue offset, raw size)."""
-        return self.name != "SUB"
-
-
 def sub_command(topic: str, channel: str, target: Target, *, youzan: bool, ordered: bool,
-                start: StartPosition | None, start_pending: bool, name: str = "") -> SubCommand:
-    """Which SUB ``target`` gets (``start_pending``: it has not had the start position yet)."""
-    partition = target.partition
-    if not youzan:
-        return SubCommand("SUB", commands.sub(topic, channel))
-    if start is not None and start_pending:
-        if ordered:
-            log.warning("%s: ordered topics refuse SUB_ADVANCED; start=%s ignored, "
-                        "subscribing with SUB_ORDERED", name, start.token().decode())
-        elif target.inline_start or target.http is None or partition is None:
-            return SubCommand("SUB_ADVANCED",
-                              commands.sub_advanced(topic, channel, partition, start))
-        else:
-            return SubCommand("SUB_ADVANCED", commands.sub_advanced(topic, channel, partition),
-                              set_offset=True)
-    if ordered:
-        if partition is None:
-            raise InvalidArgument("partitions", "ordered consumption from nsqd= addresses "
-                                  "needs partitions=[...] (SUB_ORDERED names its partition)")
-        return SubCommand("SUB_ORDERED", commands.sub_ordered(topic, channel, partition))
-    if start is not None:
-        # keep the detail block (queue offsets) on resubscriptions, without rewinding
-        return SubCommand("SUB_ADVANCED", commands.sub_advanced(topic, channel, partition))
-    return SubCommand("SUB", commands.sub(topic, channel, partition))
+               start: StartPosition | None, start_pending: bool, name: str = "") -> SubCommand:
+    """Which SUB ``target`` gets (``start_pending``: it has not had the start position yet);
+    the rule itself is :func:`smartnsq.partitions.subscription`, shared with Spark's reader."""
+    pending = start if start_pending else None
+    if youzan and ordered and pending is not None:
+        log.warning("%s: ordered topics refuse SUB_ADVANCED; start=%s ignored, "
+                    "subscribing with SUB_ORDERED", name, pending.token().decode())
+    # keep the detail block (queue offsets) on resubscriptions too, without rewinding
+    return subscription(topic, channel, target.partition, youzan=youzan, ordered=ordered,
+                        detail=start is not None, start=pending,
+                        inline_start=target.inline_start or target.http is None)
 
 
 def static_targets(nsqd: Iterable[Address], partitions: frozenset[int] | None) -> list[Target]:

@@ -161,7 +161,7 @@ EXIT_INTERRUPTED = 130
 
 def _table(headers: Sequence[str], rows: list[list[Any]], right: Sequence[int] = (),
            indent: str = "  ") -> str:
-    from ..cli.util import format_table
+    from ..text import format_table
 
     return "\n".join(indent + line for line in
                      format_table(headers, rows, right=right).splitlines())

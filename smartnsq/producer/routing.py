@@ -20,6 +20,7 @@ from typing import Any
 from ..config import one_source
 from ..dialect import ClassicDialect, RouteChooser
 from ..errors import InvalidArgument
+from ..partitions import partition_for
 from ..pool import Address, LookupRouteSource, RouteSource, StaticRouteSource, TopicRoutes
 from ..sharding import Router, ShardingKey
 
@@ -59,32 +60,16 @@ def choose_target(routes: TopicRoutes, sharding_key: ShardingKey | None,
     (advanced for unpinned publishes only).
     Raises ``InvalidArgument`` for what the routes say is wrong with the call.
     """
-    topic = routes.topic
-    if partition is not None:
-        if not routes.partitioned:
-            raise InvalidArgument("partition", f"topic {topic!r} has no partitions "
-                                  "(classic or standalone nodes)", partition)
-        if routes.partition_num and partition >= routes.partition_num:
-            raise InvalidArgument("partition", f"topic {topic!r} has "
-                                  f"{routes.partition_num} partitions "
-                                  f"(0..{routes.partition_num - 1})", partition)
-        return partition, routes.leaders.get(partition)
-    if sharding_key is not None:
-        if not routes.partitioned:
-            # classic (or partition-less) nodes: the same key, the same node
-            return None, classic.node_for_key(sharding_key, routes.nodes, topic)
-        if routes.partition_num <= 0:
-            raise InvalidArgument("sharding_key", f"topic {topic!r} has no partition "
-                                  "count in lookup (standalone nodes); sharding "
-                                  "needs one", sharding_key)
-        target = router(sharding_key, routes.partition_num)
+    # which partition: the rule the Spark sink and `smartnsq pub` share (smartnsq.partitions)
+    target = partition_for(routes, router, partition=partition, sharding_key=sharding_key)
+    if target is not None:
         return target, routes.leaders.get(target)
-    if routes.ordered:
-        raise InvalidArgument("partition", f"topic {topic!r} is ordered: publish "
-                              "with a sharding_key or a partition", None)
+    if sharding_key is not None:  # classic (or partition-less) nodes: the same key, same node
+        return None, classic.node_for_key(sharding_key, routes.nodes, routes.topic)
     targets = routes.targets
     if not targets:
         return None, None
+    topic = routes.topic
     index = rr.get(topic, 0)
     rr[topic] = index + 1
     return targets[index % len(targets)]

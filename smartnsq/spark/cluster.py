@@ -48,6 +48,7 @@ from ..errors import (
 )
 from ..loop_thread import LoopThread
 from ..message import names_message_id
+from ..partitions import fin_at_once, rdy_ceiling, subscription
 from ..protocol import commands
 from ..protocol.admin import TopicStats
 from ..protocol.commands import StartPosition
@@ -425,6 +426,7 @@ class RangeReader:
         self.end = end
         self.next_end = start
         self._ordered = ordered
+        self._fin_now = fin_at_once(ordered)
         self._ext = ext
         self._rdy = rdy
         self._limit = limit
@@ -452,18 +454,15 @@ class RangeReader:
                                         on_message=self._on_message, on_error=self._on_error,
                                         extend_support=self._ext)
         self._conn = conn
-        if self._ordered:
-            data = commands.sub_ordered(self.topic, self.channel, self.partition)
-            command = "SUB_ORDERED"
-        else:
-            data = commands.sub_advanced(self.topic, self.channel, self.partition)
-            command = "SUB_ADVANCED"
-        await conn.request(data, command)
+        # the consumer's rules (smartnsq.partitions): SUB_ORDERED on ordered topics, else
+        # SUB_ADVANCED for the queue offsets the range needs (the start was set over HTTP);
+        # one message in flight on an ordered channel
+        sub = subscription(self.topic, self.channel, self.partition, youzan=True,
+                           ordered=self._ordered, detail=True)
+        await conn.request(sub.data, sub.name)
         conn.layout = MessageLayout.for_subscription(youzan=conn.is_youzan,
-                                                     extend_support=self._ext, command=command)
-        # one message at a time on ordered channels (protocol.md 10.1): the server would not
-        # send more anyway, and RDY > 1 made a real one deliver the first message twice
-        rdy = 1 if self._ordered else min(self._rdy, conn.max_rdy_count or self._rdy)
+                                                     extend_support=self._ext, command=sub.name)
+        rdy = min(self._rdy, rdy_ceiling(self._ordered, conn.max_rdy_count, self._rdy))
         if self._limit is not None:
             rdy = max(1, min(rdy, self._limit))
         conn.send(commands.rdy(rdy))
@@ -507,8 +506,7 @@ class RangeReader:
     def _fin(self, message_id: bytes) -> None:
         conn = self._conn
         if conn is not None and not conn.is_closed:
-            # ordered: the next message waits for this FIN, and nothing can join its write
-            conn.send(commands.fin(message_id), now=self._ordered)
+            conn.send(commands.fin(message_id), now=self._fin_now)
 
     def _keep(self, message: Message) -> bool:
         """Take in one delivery: True when it joined the buffer."""

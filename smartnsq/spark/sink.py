@@ -51,6 +51,7 @@ except ImportError:  # pragma: no cover - pyspark 4.0
 
 from .. import sync
 from ..errors import InvalidArgument
+from ..partitions import partition_for
 from ..pool import TopicRoutes
 from ..producer import BatchResult
 from ..protocol import commands
@@ -196,10 +197,14 @@ class _Publisher:
                 key = bytes(key)
             routes = self._routes_of(topic)
             if routes.partition_num <= 0:
+                # rows are batched per partition, so a key needs one (refused here, the
+                # column named, rather than by partition_for below)
                 raise InvalidArgument("shardingKeyColumn", f"topic {topic!r} has no partition "
                                       "count in lookup (classic or standalone nodes); "
                                       "sharding needs one", key)
-            target = self._router(key, routes.partition_num)
+            # the Producer's own choice (smartnsq.partitions), so rows land where
+            # publish(sharding_key=key) would put them
+            target = partition_for(routes, self._router, sharding_key=key)
         elif self._part is not None:
             target = row[self._part]
             if target is None:
