@@ -32,7 +32,7 @@ from .connection import Connection
 from .errors import ConnectionError_, Timeout
 from .routes.book import RouteBook
 from .routes.policy import probe_turn
-from .routes.source import LookupRouteSource
+from .lookup_source import LookupRouteSource
 from .routes.table import (
     Address,
     RoutesCallback,
@@ -350,7 +350,7 @@ def _ignore_result(task: asyncio.Task[None]) -> None:
         task.result()
 
 
-def _read_outcome(task: asyncio.Task[Any]) -> None:
+def _read_outcome(task: asyncio.Task[object]) -> None:
     """Mark a background dial's outcome as read (its error is recorded on the node)."""
     if not task.cancelled():
         task.exception()

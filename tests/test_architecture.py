@@ -58,6 +58,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.http": 2,
     # 3: many connections and HTTP: partitions to connections, discovery, administration
     "smartnsq.pool": 3,
+    "smartnsq.lookup_source": 3,  # a LookupManager's views as routes (beside lookup, not in routes/)
     "smartnsq.routes": 3,  # who leads what and when to ask again (book, chase, lookup source)
     "smartnsq.lookup": 3,
     "smartnsq.admin": 3,
@@ -281,12 +282,6 @@ KNOWN_CIRCLES: dict[str, set[frozenset[str]]] = {
     # issue 22/23: counters imports stats' LatencySummary (type-only, and in a function) for
     # the snapshot it builds, and stats reads counters; fix: the snapshot built in stats
     "smartnsq": {frozenset({"smartnsq.counters", "smartnsq.stats"})},
-    # issue 23.5 (h6-publish): request <-> producer <-> results <-> linger, type-only imports
-    "smartnsq.producer": {frozenset({"smartnsq.producer.linger", "smartnsq.producer.producer",
-                                     "smartnsq.producer.request", "smartnsq.producer.results"})},
-    # issue 23.5 (h7-consume): link names Dispatch and Flow (type-only), both import link
-    "smartnsq.consumer": {frozenset({"smartnsq.consumer.dispatch", "smartnsq.consumer.flow",
-                                     "smartnsq.consumer.link"})},
 }
 
 

@@ -10,12 +10,13 @@ The one owner of failover knowledge, used by the pool and the producer's retries
   fast poll, probe turns, holds, the wait for a leader);
 * :mod:`~smartnsq.routes.health`: lookupd health and which lookupd to ask, pure;
 * :mod:`~smartnsq.routes.race`: racing one request to several lookupds;
-* :mod:`~smartnsq.routes.source`: :class:`LookupRouteSource`, routes from nsqlookupd;
 * :mod:`~smartnsq.routes.book`: :class:`RouteBook`, the publishers' asyncio shell;
 * :mod:`~smartnsq.routes.chase`: :class:`ViewChase`, the consumers' asyncio shell.
 
-No module here imports :mod:`smartnsq.lookup` or :mod:`smartnsq.pool` when loaded (the lookup
-manager imports the health rules from here, and the pool the book). The names below load on
+No module here imports :mod:`smartnsq.lookup` or :mod:`smartnsq.pool`, even in a function: the lookup
+manager imports the health rules from here and the pool the book, so the adapter from a lookup
+manager to routes, :class:`~smartnsq.lookup_source.LookupRouteSource`, lives beside them
+(``smartnsq.lookup_source``), not here; ``tests/test_architecture.py`` keeps it so. The names below load on
 first use, so importing one module of the package loads only what that module needs.
 """
 
@@ -36,7 +37,6 @@ _EXPORTS = {
     "leader_wait": "policy",
     "probe_turn": "policy",
     "wait_delay": "policy",
-    "LookupRouteSource": "source",
     "Address": "table",
     "RouteSource": "table",
     "RoutesCallback": "table",
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from .chase import ViewChase
     from .health import LookupdHealth, LookupdStatus, targets
     from .policy import Chase, Step, holds, leader_wait, probe_turn, wait_delay
-    from .source import LookupRouteSource
     from .table import (
         Address,
         RoutesCallback,
@@ -65,7 +64,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Address",
     "Chase",
-    "LookupRouteSource",
     "LookupdHealth",
     "LookupdStatus",
     "RouteBook",

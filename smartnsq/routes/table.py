@@ -3,7 +3,7 @@
 :class:`TopicRoutes` is one immutable snapshot of a topic (which node leads each partition, the
 topic's meta, the partitions held on a leader lookup stopped listing); a :class:`RouteSource`
 says where those snapshots come from (:class:`StaticRouteSource` for a fixed list of nsqd,
-:class:`~smartnsq.routes.source.LookupRouteSource` for nsqlookupd). Plain values, no I/O: the
+:class:`~smartnsq.lookup_source.LookupRouteSource` for nsqlookupd). Plain values, no I/O: the
 pool, the producer's choosers and the compat layer all read the same type.
 """
 

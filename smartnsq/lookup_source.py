@@ -13,12 +13,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgument
-from . import policy
-from .table import Address, RoutesCallback, TopicRoutes
+from .errors import InvalidArgument
+from .routes import policy
+from .routes.table import Address, RoutesCallback, TopicRoutes
 
 if TYPE_CHECKING:  # smartnsq.lookup is imported when used: nsqd=[...] needs no lookup
-    from ..lookup import LookupManager, TopicChange, TopicView
+    from .lookup import LookupManager, TopicChange, TopicView
 
 __all__ = ["LookupRouteSource"]
 
@@ -37,7 +37,7 @@ class LookupRouteSource:
 
     def __init__(self, lookupd: Iterable[str] | None, *, lookup: LookupManager | None = None,
                  options: Mapping[str, object] | None = None) -> None:
-        from ..lookup import LookupManager  # imported when used: nsqd=[...] needs no lookup
+        from .lookup import LookupManager  # imported when used: nsqd=[...] needs no lookup
 
         self._lookup: LookupManager
         if lookup is not None:
