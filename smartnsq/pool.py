@@ -30,9 +30,9 @@ from .backoff import exponential_delay
 from .config import ConnectionConfig
 from .connection import Connection
 from .errors import ConnectionError_, Timeout
+from .lookup_source import LookupRouteSource
 from .routes.book import RouteBook
 from .routes.policy import probe_turn
-from .lookup_source import LookupRouteSource
 from .routes.table import (
     Address,
     RoutesCallback,

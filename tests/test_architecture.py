@@ -58,7 +58,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.http": 2,
     # 3: many connections and HTTP: partitions to connections, discovery, administration
     "smartnsq.pool": 3,
-    "smartnsq.lookup_source": 3,  # a LookupManager's views as routes (beside lookup, not in routes/)
+    "smartnsq.lookup_source": 3,  # a LookupManager's views as routes (beside lookup)
     "smartnsq.routes": 3,  # who leads what and when to ask again (book, chase, lookup source)
     "smartnsq.lookup": 3,
     "smartnsq.admin": 3,

@@ -13,10 +13,10 @@ The one owner of failover knowledge, used by the pool and the producer's retries
 * :mod:`~smartnsq.routes.book`: :class:`RouteBook`, the publishers' asyncio shell;
 * :mod:`~smartnsq.routes.chase`: :class:`ViewChase`, the consumers' asyncio shell.
 
-No module here imports :mod:`smartnsq.lookup` or :mod:`smartnsq.pool`, even in a function: the lookup
-manager imports the health rules from here and the pool the book, so the adapter from a lookup
-manager to routes, :class:`~smartnsq.lookup_source.LookupRouteSource`, lives beside them
-(``smartnsq.lookup_source``), not here; ``tests/test_architecture.py`` keeps it so. The names below load on
+No module here imports :mod:`smartnsq.lookup` or :mod:`smartnsq.pool`, even in a function:
+the lookup manager imports the health rules from here and the pool the book, so the adapter
+from a lookup manager to routes, :class:`~smartnsq.lookup_source.LookupRouteSource`, lives
+beside them, not here; ``tests/test_architecture.py`` keeps it so. The names below load on
 first use, so importing one module of the package loads only what that module needs.
 """
 
