@@ -16,9 +16,10 @@ subscribe and read the message back, then move the leader and watch the old one 
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.parse
+import urllib.request
 from typing import Any
-
-import httpx
 
 from smartnsq.devcluster import DevCluster
 from smartnsq.protocol import MAGIC_V2, ErrorFrame, FrameReader, Message, Response, commands
@@ -64,12 +65,17 @@ class RawConnection:
 
 async def partition_leaders(cluster: DevCluster, topic: str) -> dict[int, str]:
     """Ask a lookupd which node leads each writable partition (what a smart client does)."""
-    async with httpx.AsyncClient(headers=V1) as client:
-        resp = await client.get(f"http://{cluster.lookupd_http_addresses[0]}/lookup",
-                                params={"topic": topic, "access": "w"})
-    resp.raise_for_status()
+    query = urllib.parse.urlencode({"topic": topic, "access": "w"})
+    request = urllib.request.Request(
+        f"http://{cluster.lookupd_http_addresses[0]}/lookup?{query}", headers=V1)
+
+    def get() -> Any:  # the standard library's client, in a thread: any HTTP client will do
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as resp:
+            return json.load(resp)
+
+    answer = await asyncio.to_thread(get)
     return {int(pid): f"{peer['broadcast_address']}:{peer['tcp_port']}"
-            for pid, peer in resp.json()["partitions"].items()}
+            for pid, peer in answer["partitions"].items()}
 
 
 async def publish_and_consume(cluster: DevCluster) -> None:

@@ -15,10 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Final, TypeVar
-
-if TYPE_CHECKING:
-    from .stats import LatencySummary
+from typing import Any, Final, TypeVar
 
 __all__ = [
     "HANDLER_SAMPLE",
@@ -80,11 +77,6 @@ class Histogram:
         if seconds > self.max:
             self.max = seconds
 
-    def summary(self) -> LatencySummary:
-        from .stats import LatencySummary  # (the snapshot types load when a snapshot is taken)
-
-        buckets = tuple(self.buckets)
-        return LatencySummary(self.bounds, buckets, sum(buckets), self.sum, self.max)
 
 
 

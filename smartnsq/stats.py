@@ -49,6 +49,7 @@ __all__ = [
     "ProducerStats",
     "PublishCounts",
     "PublishMeter",
+    "latency_summary",
     "reason_of",
 ]
 
@@ -100,6 +101,13 @@ class LatencySummary:
                                                           strict=True)),
                               self.count + other.count, self.sum + other.sum,
                               max(self.max, other.max))
+
+
+def latency_summary(histogram: Histogram) -> LatencySummary:
+    """A counters histogram as its snapshot (the snapshot types live here, not in
+    ``smartnsq.counters``, so a client that never takes a snapshot never loads them)."""
+    buckets = tuple(histogram.buckets)
+    return LatencySummary(histogram.bounds, buckets, sum(buckets), histogram.sum, histogram.max)
 
 
 def _add_counts(into: dict[str, int], more: Mapping[str, int]) -> None:
@@ -209,7 +217,7 @@ class ProducerStats:
         retried: dict[str, int] = {}
         latency = LatencySummary()
         for (topic, partition), counts in sorted(meter.items(), key=_part_key):
-            summary = counts.latency.summary()
+            summary = latency_summary(counts.latency)
             parts.append(ProducerPartitionStats(
                 topic, partition, leaders.get((topic, partition)), counts.published,
                 dict(counts.failed), dict(counts.retried), summary))

@@ -278,11 +278,8 @@ def test_the_checker_sees_what_it_must() -> None:
 # Circles that remain on this branch, each in the files of another branch of issue 23 (the
 # lead empties this after the merge). The list only shrinks: a circle that no longer occurs in
 # exactly this shape fails the test until its entry is removed (or updated, if it shrank).
-KNOWN_CIRCLES: dict[str, set[frozenset[str]]] = {
-    # issue 22/23: counters imports stats' LatencySummary (type-only, and in a function) for
-    # the snapshot it builds, and stats reads counters; fix: the snapshot built in stats
-    "smartnsq": {frozenset({"smartnsq.counters", "smartnsq.stats"})},
-}
+# circles known and not yet removed, per package level (shrink-only; none left)
+KNOWN_CIRCLES: dict[str, set[frozenset[str]]] = {}
 
 
 def _child(package: str, module: str) -> str | None:

@@ -16,6 +16,7 @@ from ..stats import (
     ConsumerPartitionStats,
     ConsumerStats,
     LookupStats,
+    latency_summary,
 )
 from .link import Runtime
 from .subscription import Subscriptions
@@ -94,7 +95,7 @@ def snapshot(rt: Runtime, subs: Subscriptions | None, lookup: Any, legacy: dict[
         in_flight=rt.in_flight, queued=len(rt.queue) if rt.queue is not None else 0,
         max_in_flight=max_in_flight, rdy=sum(p.rdy for p in parts),
         backoff=consumer_backoff, starved=flow is not None and flow.is_starved(),
-        handler_seconds=meter.handler.summary(), partitions=tuple(parts),
+        handler_seconds=latency_summary(meter.handler), partitions=tuple(parts),
         lookup=LookupStats.of(lookup), lag=lag, legacy=legacy)
 
 
