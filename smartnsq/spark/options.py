@@ -18,6 +18,7 @@ from ..lookup import normalize_lookupd
 from ..pool import parse_address
 from ..protocol import validate as v
 from ..protocol.numbers import is_int
+from ..sharding import SCHEMES
 
 __all__ = [
     "OFFSET_EARLIEST",
@@ -382,8 +383,8 @@ class SinkOptions:
             raise InvalidArgument("shardingKeyColumn", "give shardingKeyColumn or "
                                   "partitionColumn, not both", key)
         sharding = opts.get("sharding", "murmur3").lower()
-        if sharding not in ("murmur3", "java"):
-            raise InvalidArgument("sharding", "must be murmur3 or java", sharding)
+        if sharding not in SCHEMES:  # the Producer's schemes (callables make no sense here)
+            raise InvalidArgument("sharding", f"must be {' or '.join(SCHEMES)}", sharding)
         key_header = opts.get("keyheader") or None
         if key_header is not None and key is None:
             raise InvalidArgument("keyHeader", "stores the sharding key: give "
