@@ -35,6 +35,7 @@ from world import (
     PUBLISH_KINDS,
     TIMEOUTS,
     TOPICS,
+    WRONG_PEERS,
     World,
 )
 
@@ -73,6 +74,10 @@ class PublicAPI(RuleBasedStateMachine):
           sync=st.booleans())
     def publish_unwritable(self, topic: str, partition: int, sync: bool) -> None:
         self.world.publish_unwritable(topic, partition, sync)
+
+    @rule(case=st.sampled_from(WRONG_PEERS))
+    def wrong_peer(self, case: str) -> None:
+        self.world.wrong_peer(case)
 
     @rule(case=st.sampled_from(BAD_INPUTS))
     def bad_input(self, case: str) -> None:
