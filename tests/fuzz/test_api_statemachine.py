@@ -6,7 +6,9 @@ topics; expired, small and ordinary timeouts), Consumer (start, close, join; han
 succeed, raise or hang) and the ``smartnsq.sync`` facade against a dev cluster, while faults
 fire between calls (node kill and leave, lookupd stop, cut and stalled connections, a
 partition not writable, a leader moved) and hostile peers (dead, silent, trickling and
-huge-answer lookupds, a silent nsqd, an nsqd stalling mid-frame) meet fresh clients.
+huge-answer lookupds, a silent nsqd, an nsqd stalling mid-frame) meet fresh clients; wrong
+peers (an nsqd answering garbage beside a healthy one, a lookupd listing 2,000 partitions, an
+nsqd without TLS) must be met with the documented outcome, not merely within the deadline.
 
 After every step: only ``smartnsq.errors`` exceptions escaped, each naming its field, topic or
 peer; every call ended within its timeout plus ``world.SLACK``; no FIN of a message whose
