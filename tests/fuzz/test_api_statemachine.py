@@ -6,7 +6,9 @@ topics; expired, small and ordinary timeouts), Consumer (start, close, join; han
 succeed, raise or hang) and the ``smartnsq.sync`` facade against a dev cluster, while faults
 fire between calls (node kill and leave, lookupd stop, cut and stalled connections, a
 partition not writable, a leader moved) and hostile peers (dead, silent, trickling and
-huge-answer lookupds, a silent nsqd, an nsqd stalling mid-frame) meet fresh clients.
+huge-answer lookupds, a silent nsqd, an nsqd stalling mid-frame) meet fresh clients; wrong
+peers (an nsqd answering garbage beside a healthy one, a lookupd listing 2,000 partitions, an
+nsqd without TLS) must be met with the documented outcome, not merely within the deadline.
 
 After every step: only ``smartnsq.errors`` exceptions escaped, each naming its field, topic or
 peer; every call ended within its timeout plus ``world.SLACK``; no FIN of a message whose
@@ -35,6 +37,7 @@ from world import (
     PUBLISH_KINDS,
     TIMEOUTS,
     TOPICS,
+    WRONG_PEERS,
     World,
 )
 
@@ -73,6 +76,10 @@ class PublicAPI(RuleBasedStateMachine):
           sync=st.booleans())
     def publish_unwritable(self, topic: str, partition: int, sync: bool) -> None:
         self.world.publish_unwritable(topic, partition, sync)
+
+    @rule(case=st.sampled_from(WRONG_PEERS))
+    def wrong_peer(self, case: str) -> None:
+        self.world.wrong_peer(case)
 
     @rule(case=st.sampled_from(BAD_INPUTS))
     def bad_input(self, case: str) -> None:

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import os
+import ssl
 import threading
 import time
 from collections import defaultdict
@@ -38,12 +39,14 @@ from smartnsq.devcluster import channels as dev_channels
 from smartnsq.devcluster.cluster import DevCluster
 from smartnsq.devcluster.hostile import (
     DripLookupd,
+    FakeLookupd,
     HugeLookupd,
     SilentLookupd,
     SilentNsqd,
     StallingNsqd,
     _Nsqd,
     frame,
+    lookup_answer,
 )
 from smartnsq.loop_thread import LoopThread
 from smartnsq.producer import Producer
@@ -75,6 +78,13 @@ HANDLERS = ("ok", "raise", "hang")
 BAD_INPUTS = ("timeout_str", "timeout_inf", "bodies_none", "bodies_bytes", "lookupd_int",
               "config_int", "loop_thread_int", "close_timeout_str", "sync_after_close",
               "sync_timeout_huge", "partition_2000", "key_float")
+# peers that are wrong in a way a deadline alone does not show (issue 21 item 5's fixes): a
+# Consumer reading a healthy node beside one answering garbage, a lookupd listing more
+# partitions than the one partition limit allows, an nsqd answering IDENTIFY without TLS
+WRONG_PEERS = ("garbled_beside", "many_partitions_routes", "many_partitions_consumer",
+               "tls_strip", "tls_strip_sync")
+#: the topic the ``garbled_beside`` consumer reads (its own: its messages are not the world's)
+SIDE_TOPIC = "fz_side"
 
 
 @dataclasses.dataclass
@@ -113,6 +123,40 @@ class FatalAfterIdentifyNsqd(_Nsqd):
         writer.write(frame(json.dumps(answer).encode())
                      + frame(b"E_INVALID cannot go on", 1))
         await writer.drain()
+
+
+class GarbledNsqd(_Nsqd):
+    """An nsqd answering IDENTIFY with a well-framed HTML page (no NSQ answer), then reading
+    until the client goes: one node's ``ProtocolError``, not the configuration's."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(4)
+        await self.read_command(reader)
+        writer.write(frame(b"<html><body><h1>400 Bad Request</h1></body></html>"))
+        await writer.drain()
+        while await reader.read(65536):
+            pass
+
+
+class PlainNsqd(_Nsqd):
+    """An nsqd answering IDENTIFY with ``tls_v1: false`` whatever was asked (a server without
+    TLS, or TLS stripped on the way), then reading until the client goes."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self.handshake(reader, writer, tls_v1=False)
+        while await reader.read(65536):
+            pass
+
+
+def many_partitions(count: int, address: str) -> dict[str, Any]:
+    """A well-formed youzan lookup answer listing ``count`` partitions, every one led by the
+    node at ``address`` (a refusing port: no other loopback service is dialled)."""
+    port = int(address.rsplit(":", 1)[1])
+    answer = lookup_answer(count, tcp_port=port, http_port=port)
+    node = answer["partitions"]["0"]
+    answer["partitions"] = {str(i): node for i in range(count)}
+    answer["producers"] = [node]
+    return answer
 
 
 def _sockets() -> int:
@@ -257,16 +301,19 @@ class World:
         await cluster.create_topic("fz_ordered", PARTITIONS, 2, ordered=True,
                                    channels=(CHANNEL,))
         await cluster.create_topic("fz_ext", PARTITIONS, 2, ext=True, channels=(CHANNEL,))
-        self._peers = {"silent": SilentLookupd(), "drip": DripLookupd(interval=0.2),
-                       "huge": HugeLookupd(size=8 * 1024 * 1024),
-                       "silent_nsqd": SilentNsqd(), "stall_nsqd": StallingNsqd(),
-                       "fatal_nsqd": FatalAfterIdentifyNsqd()}
-        for peer in self._peers.values():
-            await peer.__aenter__()
+        await cluster.create_topic(SIDE_TOPIC, 1, 2, channels=(CHANNEL,))
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
         self._dead = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
         server.close()
         await server.wait_closed()
+        self._peers = {"silent": SilentLookupd(), "drip": DripLookupd(interval=0.2),
+                       "huge": HugeLookupd(size=8 * 1024 * 1024),
+                       "silent_nsqd": SilentNsqd(), "stall_nsqd": StallingNsqd(),
+                       "fatal_nsqd": FatalAfterIdentifyNsqd(), "garbled_nsqd": GarbledNsqd(),
+                       "plain_nsqd": PlainNsqd(),
+                       "partitions": FakeLookupd(many_partitions(2000, self._dead))}
+        for peer in self._peers.values():
+            await peer.__aenter__()
         self.producer = Producer(lookupd=cluster.lookupd_http_addresses, timeout=3.0)
         self.sync_producer = smartnsq.sync.Producer(
             lookupd=cluster.lookupd_http_addresses, timeout=3.0, loop_thread=self._sync_loop)
@@ -433,6 +480,123 @@ class World:
             self._outcome("Consumer.close(timeout=1) after discovery failed", started, 1.0,
                           None)
 
+    def wrong_peer(self, case: str) -> None:
+        """A peer wrong in a way each of issue 21 item 5's fixes is about (``WRONG_PEERS``):
+        the call must end as documented, not merely within its deadline."""
+        self.counts.steps += 1
+        if case == "garbled_beside":
+            if self.down:  # the healthy node must be up and taking writes
+                return
+            self._run(self._garbled_beside(), 40.0)
+            return
+        what = f"{case} (timeout=3.0)"
+        started = time.monotonic()
+        exc: BaseException | None = None
+        try:
+            if case == "tls_strip_sync":
+                self._tls_strip_sync()
+            else:
+                self._run(self._wrong_async(case), 40.0)
+        except BaseException as e:  # every escape, CancelledError too, is judged
+            exc = e
+        self._outcome(what, started, 3.0, exc, "fz_plain")
+        elapsed = time.monotonic() - started
+        if case.startswith("tls_strip"):
+            # refused at once, as a refused certificate is: retrying meets the same answer
+            if not isinstance(exc, errors.SecurityError) or elapsed > 1.5:
+                self.violations.append(f"misnamed: {what} against an nsqd without TLS ended "
+                                       f"after {elapsed:.2f}s with {exc!r}, not a "
+                                       "SecurityError at once")
+        elif exc is None:
+            self.violations.append(f"{what} succeeded against a lookupd listing 2000 "
+                                   "partitions (the limit is 0..1023)")
+        elif case == "many_partitions_routes" and "2000" not in _causes(exc):
+            self.violations.append(f"misnamed: {what} does not say the answer listed 2000 "
+                                   f"partitions: {_causes(exc)}")
+
+    async def _wrong_async(self, case: str) -> None:
+        if case == "tls_strip":
+            p = Producer(nsqd=[self._peers["plain_nsqd"].address], timeout=3.0,
+                         tls=ssl.create_default_context(ssl.Purpose.SERVER_AUTH))
+            try:
+                await p.publish("fz_plain", b"x", timeout=3.0)
+            finally:
+                await p.close(timeout=1.0)
+        elif case == "many_partitions_routes":
+            p = Producer(lookupd=[self._peers["partitions"].address], timeout=3.0)
+            try:
+                await p.routes("fz_plain", timeout=3.0)
+            finally:
+                await p.close(timeout=1.0)
+        else:
+            # discovery failing continuously for 0.5 s ends the consumer, with the last cause
+            sockets = _sockets()
+            c = Consumer("fz_plain", CHANNEL, lookupd=[self._peers["partitions"].address],
+                         handler=lambda m: None, discovery_timeout=0.5)
+            try:
+                await c.start()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(c.join(), 2.0)
+                opened = _sockets() - sockets
+                if opened > 50:
+                    self.violations.append(f"{case}: the consumer opened {opened} sockets "
+                                           "for a lookup answer past the partition limit")
+            finally:
+                await c.close(timeout=1.0)
+
+    def _tls_strip_sync(self) -> None:
+        p = smartnsq.sync.Producer(nsqd=[self._peers["plain_nsqd"].address], timeout=3.0,
+                                   tls=ssl.create_default_context(ssl.Purpose.SERVER_AUTH),
+                                   loop_thread=self._sync_loop)
+        try:
+            p.publish("fz_plain", b"x", timeout=3.0)
+        finally:
+            p.close()
+
+    async def _garbled_beside(self) -> None:
+        """A Consumer given a healthy node and one answering garbage: the garbage costs only
+        that node (retried with back-off); the healthy node's messages arrive and the
+        consumer is not ended (issue 21 item 5: it got 0 of 5 and ``join()`` raised)."""
+        assert self.cluster is not None
+        leader = self.cluster.leader_of(SIDE_TOPIC, 0)
+        if leader is None:
+            return
+        healthy = self.cluster.node_info(leader).tcp_address
+        garbled = self._peers["garbled_nsqd"]
+        got = asyncio.Event()
+        body = f"side|{self._seq}".encode()
+        self._seq += 1
+
+        async def handler(msg: Any) -> None:
+            if bytes(msg.body) == body:
+                got.set()
+
+        what = "Consumer(nsqd=[healthy, garbled])"
+        started = time.monotonic()
+        exc: BaseException | None = None
+        c = Consumer(SIDE_TOPIC, CHANNEL, nsqd=[healthy, garbled.address], handler=handler,
+                     reconnect_delay=0.05, reconnect_delay_max=0.1, connect_timeout=1.0)
+        try:
+            await c.start()
+            await self.producer.publish(SIDE_TOPIC, body, timeout=3.0)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(got.wait(), 5.0)
+            if not got.is_set():
+                self.violations.append(f"{what}: the healthy node's message did not arrive in"
+                                       f" 5s (consumer ended: {c.closed}, last error "
+                                       f"{getattr(c, 'last_error', None)!r})")
+            if c.closed:
+                self.violations.append(f"{what}: one node's garbage ended the consumer")
+        except BaseException as e:  # every escape, CancelledError too, is judged
+            exc = e
+        finally:
+            await c.close(timeout=1.0)
+        try:  # ended by close(), not by the garbled node's answer
+            await asyncio.wait_for(c.join(), 1.0)
+        except errors.NSQError as e:
+            self.violations.append(f"{what}: join() raised the garbled node's {e!r}")
+        self._outcome(what, started, None, exc, SIDE_TOPIC)
+
     def bad_input(self, case: str) -> None:
         """One public call with a bad argument: a documented error, at once."""
         self.counts.steps += 1
@@ -501,6 +665,10 @@ class World:
 
     def _record(self, msg: Any) -> None:
         body = bytes(msg.body)
+        if not body.startswith(b"fz|"):
+            # another call's body (a bad input's b"x" the cluster took): not the world's, and
+            # a handler failing on it would back the whole consumer off, starving the drain
+            return
         if body not in self.handled:
             parts = body.decode().split("|")
             if parts[2] != "None":
