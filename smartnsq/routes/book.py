@@ -121,6 +121,9 @@ class RouteBook:
         if task is None:
             task = asyncio.get_running_loop().create_task(self._load(topic))
             self._loading[topic] = task
+            # a caller whose deadline came first leaves the lookup running for the next one;
+            # its failure, if nobody is left to read it, must not be "never retrieved"
+            task.add_done_callback(_read_outcome)
         return await asyncio.shield(task)
 
     async def _load(self, topic: str) -> TopicRoutes:
@@ -350,3 +353,9 @@ class Pause:
 def _settle(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _read_outcome(task: asyncio.Task[TopicRoutes]) -> None:
+    """Mark a shared lookup's outcome as read (its callers, if any, get it themselves)."""
+    if not task.cancelled():
+        task.exception()

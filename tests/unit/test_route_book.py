@@ -4,6 +4,12 @@ answers, and the wait after a failure asking the book once."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+
+import pytest
+
+from smartnsq.errors import LookupFailed
 from smartnsq.routes import RouteBook, RoutesCallback, TopicRoutes
 
 A = ("127.0.0.1", 4150)
@@ -93,3 +99,34 @@ async def test_a_probe_takes_the_partitions_turn_and_a_success_wakes_it() -> Non
     book.writable("t", 0)  # the first probe went through
     assert waiting.done()
     await book.close()
+
+
+class SlowFailingSource(PushSource):
+    """A lookup that answers only when released, and then fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def routes(self, topic: str) -> TopicRoutes:
+        await self.release.wait()
+        raise LookupFailed("no lookupd answered (the test's)")
+
+
+async def test_a_lookup_failing_after_its_caller_left_leaves_no_unread_error() -> None:
+    """A caller whose deadline ends first leaves the shared lookup running for the next one;
+    when it then fails, nobody is waiting, and asyncio must not report the failure as
+    "Task exception was never retrieved" (the stateful fuzz saw it under load)."""
+    loop = asyncio.get_running_loop()
+    unread: list[str] = []
+    loop.set_exception_handler(lambda _loop, ctx: unread.append(str(ctx.get("message"))))
+    source = SlowFailingSource()
+    book = book_over(source, set(), set())
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(book.load("t"), 0.01)
+    source.release.set()
+    for _ in range(3):  # the lookup ends, fails and is collected
+        await asyncio.sleep(0)
+    gc.collect()
+    await asyncio.sleep(0)
+    assert unread == []
