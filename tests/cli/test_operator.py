@@ -183,3 +183,16 @@ async def test_server_refusals_are_one_sentence_saying_what_to_change(nsq_cluste
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, raw = await asyncio.wait_for(proc.communicate(b"x\n"), BOUND)
     assert proc.returncode == 0, raw
+
+
+def test_the_sharding_flag_offers_the_producers_schemes() -> None:
+    """``pub --sharding`` spells the schemes out (building the parser loads no client code);
+    they are the Producer's, ``smartnsq.sharding.SCHEMES``."""
+    from smartnsq.cli import build_parser
+    from smartnsq.sharding import SCHEMES
+
+    parser = build_parser()
+    pub = next(a for a in parser._subparsers._group_actions  # type: ignore[union-attr]
+               if a.choices and "pub" in a.choices).choices["pub"]
+    (sharding,) = [a for a in pub._actions if "--sharding" in a.option_strings]
+    assert tuple(sharding.choices) == SCHEMES and sharding.default == SCHEMES[0]
