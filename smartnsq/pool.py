@@ -22,7 +22,6 @@ a sweeper task; the next use reopens them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -33,6 +32,7 @@ from .errors import ConnectionError_, Timeout
 from .lookup_source import LookupRouteSource
 from .routes.book import RouteBook
 from .routes.policy import probe_turn
+from .routes.race import outcome_read
 from .routes.table import (
     Address,
     RoutesCallback,
@@ -239,7 +239,7 @@ class PartitionPool:
             opening = node.opening = loop.create_task(self._open(node))
             # its failure is kept as node.last_error; a caller whose deadline came first no
             # longer reads it, which asyncio would report as "never retrieved"
-            opening.add_done_callback(_read_outcome)
+            opening.add_done_callback(outcome_read)
         try:
             if timeout is None:
                 conn = await asyncio.shield(opening)
@@ -334,7 +334,7 @@ class PartitionPool:
                     closed.append(address)
                     log.debug("closing idle connection to %s:%d", *address)
                     task = asyncio.get_running_loop().create_task(conn.close())
-                    task.add_done_callback(_ignore_result)
+                    task.add_done_callback(outcome_read)
                 node.seen_uses = node.uses
             elif node.opening is None and address not in wanted and node.failures == 0:
                 del self._nodes[address]
@@ -343,14 +343,3 @@ class PartitionPool:
     def __repr__(self) -> str:
         return (f"<PartitionPool topics={len(self.book.known())} "
                 f"connections={len(self.connections)}>")
-
-
-def _ignore_result(task: asyncio.Task[None]) -> None:
-    with contextlib.suppress(BaseException):
-        task.result()
-
-
-def _read_outcome(task: asyncio.Task[object]) -> None:
-    """Mark a background dial's outcome as read (its error is recorded on the node)."""
-    if not task.cancelled():
-        task.exception()

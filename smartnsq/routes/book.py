@@ -37,6 +37,7 @@ from dataclasses import replace
 
 from . import policy
 from .policy import Chase, holds, probe_turn, wait_delay
+from .race import outcome_read
 from .table import Address, RouteSource, TopicRoutes, describe
 
 __all__ = ["Pause", "RouteBook"]
@@ -123,7 +124,7 @@ class RouteBook:
             self._loading[topic] = task
             # a caller whose deadline came first leaves the lookup running for the next one;
             # its failure, if nobody is left to read it, must not be "never retrieved"
-            task.add_done_callback(_read_outcome)
+            task.add_done_callback(outcome_read)
         return await asyncio.shield(task)
 
     async def _load(self, topic: str) -> TopicRoutes:
@@ -353,9 +354,3 @@ class Pause:
 def _settle(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
-
-
-def _read_outcome(task: asyncio.Task[TopicRoutes]) -> None:
-    """Mark a shared lookup's outcome as read (its callers, if any, get it themselves)."""
-    if not task.cancelled():
-        task.exception()
