@@ -23,12 +23,13 @@ Go and Java route the same key to different partitions (``"hello"`` with 4 parti
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, TypeAlias
+from typing import TypeAlias
 
 import mmh3
 
 from .errors import InvalidArgument
 from .protocol.numbers import check_int, is_int
+from .sharding_schemes import DEFAULT_SCHEME, SCHEMES, SchemeName
 
 __all__ = [
     "SCHEMES",
@@ -46,8 +47,7 @@ __all__ = [
 
 ShardingKey: TypeAlias = "str | bytes | bytearray | memoryview | int"
 Router: TypeAlias = Callable[[ShardingKey, int], int]
-ShardingScheme: TypeAlias = "Literal['murmur3', 'java'] | Router"
-SCHEMES = ("murmur3", "java")
+ShardingScheme: TypeAlias = "SchemeName | Router"
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -139,13 +139,17 @@ def _checked(router: Router) -> Router:
     return route
 
 
-def make_router(scheme: ShardingScheme = "murmur3") -> Router:
+def make_router(scheme: ShardingScheme = DEFAULT_SCHEME) -> Router:
     """The routing function for a scheme name or a user callable (validated on each call)."""
-    if scheme == "murmur3":
-        return murmur3_partition
-    if scheme == "java":
-        return java_partition
     if callable(scheme):
         return _checked(scheme)
-    raise InvalidArgument("sharding", "must be 'murmur3', 'java' or a callable "
-                          "(key, partition_num) -> partition", scheme)
+    router = _BY_NAME.get(scheme) if isinstance(scheme, str) else None
+    if router is None:
+        names = ", ".join(repr(name) for name in SCHEMES)
+        raise InvalidArgument("sharding", f"must be {names} or a callable "
+                              "(key, partition_num) -> partition", scheme)
+    return router
+
+
+_BY_NAME: dict[str, Router] = {"murmur3": murmur3_partition, "java": java_partition}
+assert tuple(_BY_NAME) == SCHEMES, "every scheme name has its router, in the same order"

@@ -38,6 +38,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.config": 1,
     "smartnsq.dialect": 1,
     "smartnsq.sharding": 1,
+    "smartnsq.sharding_schemes": 1,  # the scheme names alone: the CLI's parser reads them
     "smartnsq.message": 1,
     "smartnsq.trace": 1,
     "smartnsq.logs": 1,

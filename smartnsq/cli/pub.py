@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+from ..sharding_schemes import DEFAULT_SCHEME, SCHEMES
 from .util import (
     CLIError,
     Progress,
@@ -49,9 +50,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     key.add_argument("--key-field", metavar="FIELD",
                      help="lines are JSON objects; shard each by this field (a.b for nested)")
     key.add_argument("--partition", type=int, help="write every message to this partition")
-    # the names of smartnsq.sharding.SCHEMES, spelled here so that building the parser (and
-    # shell completion) loads no client code; tests/cli/test_operator.py holds them equal
-    p.add_argument("--sharding", choices=("murmur3", "java"), default="murmur3",
+    # (sharding_schemes imports nothing: building the parser loads no client code)
+    p.add_argument("--sharding", choices=SCHEMES, default=DEFAULT_SCHEME,
                    help="hash of sharding keys: murmur3 (Go client, default) or java")
     p.add_argument("--trace-id", type=int, metavar="ID",
                    help="publish traced with this uint64 trace id")

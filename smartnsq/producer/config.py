@@ -27,6 +27,7 @@ from ..dialect import ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import InvalidArgument
 from ..protocol import validate as v
 from ..sharding import ShardingScheme, make_router
+from ..sharding_schemes import DEFAULT_SCHEME, SCHEMES
 
 __all__ = ["ProducerConfig", "with_options"]
 
@@ -50,10 +51,10 @@ class ProducerConfig:
     timeout: float = field(default=10.0, metadata=spec(
         "Default deadline of a whole publish call (start, lookup, connect and every retry "
         "included); past it the call raises Timeout.", unit="s", rule=seconds()))
-    sharding: ShardingScheme = field(default="murmur3", metadata=spec(
+    sharding: ShardingScheme = field(default=DEFAULT_SCHEME, metadata=spec(
         "How sharding keys map to partitions: 'murmur3' (the Go client), 'java' (the Java "
         "client) or a callable (key, partition_num) -> partition.",
-        rule=Rule("'murmur3', 'java' or callable", _sharding)))
+        rule=Rule(", ".join(repr(name) for name in SCHEMES) + " or callable", _sharding)))
     max_msg_size: int = field(default=v.DEFAULT_MAX_MSG_SIZE, metadata=spec(
         "Largest message body sent (the server's max_msg_size); larger bodies are refused "
         "before sending.", unit="bytes", rule=_SIZE))

@@ -18,7 +18,7 @@ from ..lookup import normalize_lookupd
 from ..pool import parse_address
 from ..protocol import validate as v
 from ..protocol.numbers import is_int
-from ..sharding import SCHEMES
+from ..sharding_schemes import DEFAULT_SCHEME, SCHEMES
 
 __all__ = [
     "OFFSET_EARLIEST",
@@ -382,7 +382,7 @@ class SinkOptions:
         if key is not None and part is not None:
             raise InvalidArgument("shardingKeyColumn", "give shardingKeyColumn or "
                                   "partitionColumn, not both", key)
-        sharding = opts.get("sharding", "murmur3").lower()
+        sharding = opts.get("sharding", DEFAULT_SCHEME).lower()
         if sharding not in SCHEMES:  # the Producer's schemes (callables make no sense here)
             raise InvalidArgument("sharding", f"must be {' or '.join(SCHEMES)}", sharding)
         key_header = opts.get("keyheader") or None

@@ -186,13 +186,15 @@ async def test_server_refusals_are_one_sentence_saying_what_to_change(nsq_cluste
 
 
 def test_the_sharding_flag_offers_the_producers_schemes() -> None:
-    """``pub --sharding`` spells the schemes out (building the parser loads no client code);
-    they are the Producer's, ``smartnsq.sharding.SCHEMES``."""
+    """``pub --sharding`` offers the Producer's schemes, read from the one list
+    (``smartnsq.sharding_schemes``, which imports nothing, so building the parser loads no
+    client code); every name there has a router."""
     from smartnsq.cli import build_parser
-    from smartnsq.sharding import SCHEMES
+    from smartnsq.sharding import SCHEMES, make_router
 
     parser = build_parser()
     pub = next(a for a in parser._subparsers._group_actions  # type: ignore[union-attr]
                if a.choices and "pub" in a.choices).choices["pub"]
     (sharding,) = [a for a in pub._actions if "--sharding" in a.option_strings]
     assert tuple(sharding.choices) == SCHEMES and sharding.default == SCHEMES[0]
+    assert all(callable(make_router(name)) for name in SCHEMES)
