@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import NoReturn, Protocol
 
-from .errors import NSQError
+from .errors import NSQError, ServerError
 from .protocol import frames
 from .protocol.numbers import check_number
 
@@ -36,6 +36,7 @@ __all__ = [
     "PENDING",
     "REQUEUED",
     "AlreadyResponded",
+    "CopyFins",
     "Message",
     "Responder",
     "claimed",
@@ -64,6 +65,39 @@ def names_message_id(text: str, message_id: bytes) -> bool:
     if f"[{' '.join(map(str, message_id))}]" in text:
         return True
     return message_id.decode("ascii", "replace") in text
+
+
+class CopyFins:
+    """The FINs sent for second copies of a message, whose ``E_FIN_FAILED`` is expected.
+
+    The real youzan server sometimes delivers a message twice (its duplicated first ordered
+    delivery, a redelivery racing our FIN). Whether a copy was counted in flight depends on
+    when the server sent it against our FIN, which the client cannot see; FINing it anyway
+    costs at most one refused FIN, while leaving it costs the ordered partition a
+    ``msg_timeout`` stall. The consumer's links and the Spark range reader both FIN such
+    copies and tell, through one instance of this, which refusals were the price of that
+    choice (logged at DEBUG) and which are real failures.
+    """
+
+    __slots__ = ("_id", "_left")
+
+    def __init__(self) -> None:
+        self._id = b""
+        self._left = 0
+
+    def expect(self, message_id: bytes, refusals: int = 1) -> None:
+        """FINs of ``message_id`` were sent that the server may refuse, ``refusals`` of them.
+        One id is remembered (copies come one at a time on a channel); the count adds up."""
+        self._id = message_id
+        self._left += refusals
+
+    def absorbs(self, error: ServerError) -> bool:
+        """``error`` is one of the expected refusals (and is counted off)."""
+        if error.code != "E_FIN_FAILED" or not self._left \
+                or not names_message_id(error.text, self._id):
+            return False
+        self._left -= 1
+        return True
 
 
 class AlreadyResponded(NSQError, RuntimeError):

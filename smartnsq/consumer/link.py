@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Final
 
 from .. import trace as tracing
 from ..connection import Connection
-from ..message import FINISHED, PENDING, REQUEUED, Message, claimed, names_message_id
+from ..message import (
+    FINISHED,
+    PENDING,
+    REQUEUED,
+    CopyFins,
+    Message,
+    claimed,
+    names_message_id,
+)
 from ..partitions import fin_at_once
 from ..protocol import commands
 from ..rdy import NOTHING
@@ -54,7 +62,7 @@ class Link:
     """One subscribed connection: the responder of the messages it delivered."""
 
     __slots__ = (
-        "_fin", "_req", "_send", "_send_now", "channel", "conn", "copy_fin", "copy_fins", "counts",
+        "_fin", "_req", "_send", "_send_now", "channel", "conn", "copy_fins", "counts",
         "dead", "detail", "dropped_copy", "in_flight", "lane", "lane_busy", "last", "last_id",
         "last_offset", "local", "node", "ordered", "partition", "rdy", "rdy_cap", "rt", "topic",
         "youzan",
@@ -80,10 +88,9 @@ class Link:
         self.last_id = b""  # internal id as 8 big-endian bytes: they compare as the integers
         self.last_offset = -1
         self.last: Message | None = None  # the delivery last_id came with (detail only)
-        # duplicate copies FINed after their original (ordered): the id, and how many of those
-        # FINs may still be answered E_FIN_FAILED (expected_error)
-        self.copy_fin = b""
-        self.copy_fins = 0
+        # duplicate copies FINed after their original (ordered), whose FINs may be answered
+        # E_FIN_FAILED (expected_error)
+        self.copy_fins = CopyFins()
         # the id of a copy dropped while its original was unanswered: if the original's FIN
         # then fails E_FIN_FAILED, the server counts the copy in flight instead (it recorded it
         # after that FIN): FINed once more (expected_error)
@@ -212,8 +219,7 @@ class Link:
         if not self.conn.is_closed:
             # either FIN of the id may be refused: the copy's (it was not in flight) or, when
             # the server had recorded the copy in the original's place, the original's
-            self.copy_fin = msg.id
-            self.copy_fins += 2
+            self.copy_fins.expect(msg.id, 2)
             self._send_now(self._fin(msg.id))
         return True
 
@@ -233,14 +239,10 @@ class Link:
             if not self.conn.is_closed:
                 log.debug("%s: the FIN of %r failed after its copy was dropped; FINed again",
                           self.node, copy)
-                self.copy_fin = copy
-                self.copy_fins += 1
+                self.copy_fins.expect(copy)
                 self._send_now(self._fin(copy))
             return True
-        if not self.copy_fins or not names_message_id(error.text, self.copy_fin):
-            return False
-        self.copy_fins -= 1
-        return True
+        return self.copy_fins.absorbs(error)
 
     def _trace_line(self, msg: Message) -> None:
         if msg.youzan:

@@ -47,7 +47,7 @@ from ..errors import (
     TopicNotFound,
 )
 from ..loop_thread import LoopThread
-from ..message import names_message_id
+from ..message import CopyFins
 from ..partitions import fin_at_once, rdy_ceiling, subscription
 from ..protocol import commands
 from ..protocol.admin import TopicStats
@@ -437,10 +437,9 @@ class RangeReader:
         self._buffered = 0  # what _ready costs: its bodies and _MESSAGE_COST each
         self._max_buffered = max_buffered
         self._held: dict[bytes, None] = {}  # ids of buffered messages not FINed yet, in order
-        # copies of messages already read, FINed (see _on_message): the id, and how many of
-        # those FINs may still be answered E_FIN_FAILED
-        self._copy_fin = b""
-        self._copy_fins = 0
+        # copies of messages already read, FINed (see _on_message), whose FINs may be
+        # answered E_FIN_FAILED
+        self._copy_fins = CopyFins()
         self._wake: asyncio.Event | None = None
         self._last = -1
         self._exact_start = exact_start
@@ -487,15 +486,12 @@ class RangeReader:
             # channel sends nothing else until it is answered (issue 20: a 60 s stall), so
             # it is FINed; one sent before that FIN was not in flight, and its FIN's
             # E_FIN_FAILED is expected (_on_error)
-            self._copy_fin = message.id
-            self._copy_fins += 1
+            self._copy_fins.expect(message.id)
         self._fin(message.id)
 
     def _on_error(self, error: ServerError) -> None:
         """Error frames that answer no request (the connection's own handling otherwise)."""
-        if error.code == "E_FIN_FAILED" and self._copy_fins \
-                and names_message_id(error.text, self._copy_fin):
-            self._copy_fins -= 1
+        if self._copy_fins.absorbs(error):
             log.debug("%s/%d: %s: the FIN of a message read already, which the server had not "
                       "counted in flight (expected)", self.topic, self.partition, error)
             return
