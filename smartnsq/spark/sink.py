@@ -170,6 +170,9 @@ class _Publisher:
         self.counts: dict[str, int] = {}
 
     def _routes_of(self, topic: str) -> TopicRoutes:
+        """The Producer's routes of ``topic``, asked once per task: every row of one key in
+        this task then goes to one partition, even if the partition count changes meanwhile
+        (the leaders are the Producer's business, not this memo's)."""
         routes = self._routes.get(topic)
         if routes is None:
             routes = self._routes[topic] = self._producer.routes(topic)
