@@ -235,8 +235,11 @@ class Connection(asyncio.BufferedProtocol):
         except ConnectionClosed as exc:
             reason = self._close_reason
             if isinstance(reason, NSQError) and not isinstance(reason, ConnectionError_):
-                # say why (a corrupt stream...), not just "closed"; its own cause kept (``from
-                # exc`` made a loop: exc's cause is this very reason)
+                # say why (a corrupt stream, a fatal frame...) and from which nsqd, not just
+                # "closed"; its own cause kept (``from exc`` made a loop: exc's cause is this
+                # very reason)
+                if isinstance(reason, ServerError):
+                    reason = reason.from_node(self.address_text)
                 raise reason from reason.__cause__
             self._fail(exc)
             raise
@@ -601,14 +604,24 @@ class Connection(asyncio.BufferedProtocol):
             try:
                 piece = decoder.decompress(data, step)
             except ProtocolError as exc:
-                log.warning("%s: corrupt stream: %s", self.address_text, exc)
-                self._fail(exc)
+                self._corrupt(exc)
                 return
             data = b""
             if piece:
                 self._consume(piece)
             if self._closing or not decoder.more:
                 return
+
+    def _corrupt(self, exc: ProtocolError) -> None:
+        """The stream cannot be read on: the connection fails with an error that names this
+        nsqd (the parser's own text cannot: it sees bytes, not peers)."""
+        log.warning("%s: corrupt stream: %s", self.address_text, exc)
+        if type(exc) is not ProtocolError:  # a subclass keeps its type (and its text)
+            self._fail(exc)
+            return
+        error = ProtocolError(f"{self.address_text}: corrupt stream: {exc}")
+        error.__cause__ = exc
+        self._fail(error)
 
     def _consume(self, data: bytes) -> None:
         """Frames from bytes in the stream's plain encoding."""
@@ -618,8 +631,7 @@ class Connection(asyncio.BufferedProtocol):
                 return
             frames = self._reader.feed(data)
         except ProtocolError as exc:
-            log.warning("%s: corrupt stream: %s", self.address_text, exc)
-            self._fail(exc)
+            self._corrupt(exc)
             return
         message_class = self._message_class
         on_message = self.on_message

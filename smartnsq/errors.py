@@ -351,14 +351,26 @@ class ServerError(NSQError):
     refresh_lookup = False
 
     def __init__(self, code: str, text: str = "", command: str | None = None,
-                 *, fatal: bool | None = None) -> None:
+                 *, fatal: bool | None = None, node: str | None = None) -> None:
         self.code = code
         self.text = text
         self.command = command
+        self.node = node
         self.spec = ERROR_TABLE.get(code, _UNKNOWN)
         self.fatal = self.spec.is_fatal(command) if fatal is None else fatal
         where = f" (after {command})" if command else ""
-        super().__init__(f"{code} {text}".rstrip() + where)
+        sender = f" from nsqd {node}" if node else ""
+        super().__init__(f"{code} {text}".rstrip() + where + sender)
+
+    def from_node(self, node: str) -> ServerError:
+        """The same error, saying which nsqd sent it: for errors that reach a caller with no
+        request of theirs around them (a fatal frame in the handshake), where nothing else
+        tells which of several nodes refused."""
+        if self.node is not None:
+            return self
+        named = type(self)(self.code, self.text, self.command, fatal=self.fatal, node=node)
+        named.__cause__ = self.__cause__
+        return named
 
 
 class RefreshLookupError(ServerError):

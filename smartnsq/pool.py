@@ -246,8 +246,12 @@ class PartitionPool:
             else:
                 conn = await asyncio.wait_for(asyncio.shield(opening), max(timeout, 0.0))
         except asyncio.TimeoutError:
-            raise Timeout(f"connecting to {address[0]}:{address[1]} took longer than "
-                          f"{timeout:g}s") from None
+            assert timeout is not None
+            if timeout <= 0:  # the caller's deadline passed on its way here
+                raise Timeout(f"connecting to {address[0]}:{address[1]}: the call's deadline "
+                              "had passed before the connection could open") from None
+            raise Timeout(f"connecting to {address[0]}:{address[1]} took longer than the "
+                          f"call's deadline left ({timeout:.3g}s)") from None
         node.uses += 1
         return conn
 

@@ -121,7 +121,9 @@ class Consumer:
         self._workers: list[asyncio.Task[None]] = []
         self._close_task: asyncio.Task[None] | None = None
         self._fatal: BaseException | None = None
-        self._closed_event: asyncio.Event | None = None
+        # done once closed; a future, not an Event, so that waiting on it with a timeout
+        # needs no task of its own (one would outlive a timed-out wait by a loop turn)
+        self._closed_signal: asyncio.Future[None] | None = None
         self._deadline = 0.0  # close()'s, in loop time
         self._lag: ChannelLag | None = None  # the last lag() reading, for stats()
         self._started = False
@@ -142,7 +144,7 @@ class Consumer:
         loop = rt.loop = asyncio.get_running_loop()
         rt.loop_thread_id = threading.get_ident()
         rt.queue = Dispatch(loop)
-        self._closed_event = asyncio.Event()
+        self._closed_signal = loop.create_future()
         rt.flow = Flow(loop, self._max_in_flight, cfg.backoff_policy, cfg.rdy_tick_interval,
                        cfg.low_rdy_idle_timeout)
         handler = self._handler
@@ -190,8 +192,8 @@ class Consumer:
         error that closed it (a configuration that cannot work), if one did."""
         if not self._started:
             await self.start()
-        assert self._closed_event is not None
-        await self._closed_event.wait()
+        assert self._closed_signal is not None
+        await asyncio.shield(self._closed_signal)
         if self._fatal is not None:
             raise self._fatal
 
@@ -288,21 +290,18 @@ class Consumer:
     async def _closed_by(self, deadline: float) -> None:
         """A close is already under way: wait for it until our own deadline, bringing its
         deadline forward to ours (by aborting what is left) when ours is earlier."""
-        event = self._closed_event
-        if event is None or event.is_set():
+        closed = self._closed_signal
+        if closed is None or closed.done():
             return
         loop = asyncio.get_running_loop()
-        waiter = loop.create_task(event.wait())
-        try:
-            await asyncio.wait({waiter}, timeout=max(0.0, deadline - loop.time()))
-            if not event.is_set():
-                log.info("%s/%s: a close with an earlier deadline: aborting what is left",
-                         self.topic, self.channel)
-                self._deadline = min(self._deadline, loop.time())
-                self._abort()
-                await asyncio.wait({waiter}, timeout=ABORT_GRACE)
-        finally:
-            waiter.cancel()
+        # (asyncio.wait leaves the future alone when it times out or is cancelled)
+        await asyncio.wait({closed}, timeout=max(0.0, deadline - loop.time()))
+        if not closed.done():
+            log.info("%s/%s: a close with an earlier deadline: aborting what is left",
+                     self.topic, self.channel)
+            self._deadline = min(self._deadline, loop.time())
+            self._abort()
+            await asyncio.wait({closed}, timeout=ABORT_GRACE)
 
     def _abort(self) -> None:
         """Out of time: drop every connection, stop the drain and cancel the handlers now
@@ -326,8 +325,9 @@ class Consumer:
         if self._rt.flow is not None:
             self._rt.flow.close()
         self._closed = True
-        assert self._closed_event is not None
-        self._closed_event.set()
+        assert self._closed_signal is not None
+        if not self._closed_signal.done():
+            self._closed_signal.set_result(None)
 
     def _requeue_waiting(self) -> None:
         """Messages received but not handed to anyone yet: give them back now."""

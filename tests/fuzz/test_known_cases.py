@@ -68,3 +68,21 @@ async def test_a_connection_attempt_outliving_its_call_leaves_no_unread_error() 
     finally:
         loop.set_exception_handler(previous)
     assert [r for r in reports if "never retrieved" in r] == []
+
+
+async def test_a_dial_whose_deadline_has_passed_says_so_without_a_negative_time() -> None:
+    """Issue 21's run saw "connecting to … took longer than -0.0002s": a caller whose
+    deadline passed while it was on its way gives the pool a negative time left."""
+    from smartnsq.pool import PartitionPool
+    from smartnsq.routes import StaticRouteSource
+
+    async with SilentNsqd() as silent:
+        host, port = silent.address.rsplit(":", 1)
+        pool = PartitionPool(StaticRouteSource([silent.address]), idle_timeout=None)
+        try:
+            with pytest.raises(Timeout) as caught:
+                await pool.acquire((host, int(port)), timeout=-0.0002)
+            assert "-0" not in str(caught.value) and "deadline" in str(caught.value), \
+                caught.value
+        finally:
+            await pool.close()

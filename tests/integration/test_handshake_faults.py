@@ -48,6 +48,8 @@ async def test_open_does_not_return_a_connection_closed_by_its_last_handshake_an
                 await conn.open()
         assert isinstance(info.value, ServerError if trailer is FATAL else ProtocolError)
         assert conn.is_closed
+        # which nsqd said it (issue 21's fuzz: the fatal frame's error named no node)
+        assert peer.address in str(info.value), info.value
 
 
 @pytest.mark.parametrize("trailer", [FATAL, CORRUPT], ids=["fatal", "corrupt"])
