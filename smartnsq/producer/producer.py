@@ -28,6 +28,7 @@ from ..connection import Connection
 from ..counters import PublishMeter
 from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import ClientClosed, ConnectionError_, InvalidArgument, Timeout
+from ..logs import summary
 from ..pool import Address, PartitionPool, RouteSource, TopicRoutes
 from ..protocol import commands
 from ..sharding import Router, ShardingKey, make_router
@@ -725,18 +726,28 @@ class Producer:
             return NoLeader(f"no node can take {topic!r} now")
         ask = getattr(self._source, "read_leader", None)
         budget = min(request.deadline - self._loop.time() - least_time(request.timeout), 1.0)
-        if ask is not None and budget > 0:
+        if ask is None:
+            unchecked = "no lookup to ask"
+        elif budget <= 0:
+            unchecked = "no time left to ask the readers' lookup"
+        else:
             try:
                 leader = await ask(topic, target, budget)
-            except Exception:  # lookup failed or timed out: no more is known than before
-                leader = None
-            if leader is not None:
-                return NotWritable(f"partition {target} of {topic!r} is not writable now: its "
-                                   f"leader {leader[0]}:{leader[1]} is up but takes no writes "
-                                   "(too few in-sync replicas, a leader change, or writes "
-                                   "disabled)")
-        return NoLeader(f"partition {target} of {topic!r} has no leader now (none is named by "
-                        "lookup: an election under way, or its replicas are down)")
+            except Exception as exc:  # lookup failed or timed out: no more is known than before
+                unchecked = f"the readers' lookup did not answer: {summary(exc)}"
+            else:
+                if leader is not None:
+                    return NotWritable(f"partition {target} of {topic!r} is not writable now: "
+                                       f"its leader {leader[0]}:{leader[1]} is up but takes no "
+                                       "writes (too few in-sync replicas, a leader change, or "
+                                       "writes disabled)")
+                return NoLeader(f"partition {target} of {topic!r} has no leader now (none is "
+                                "named by lookup: an election under way, or its replicas are "
+                                "down)")
+        # not asked: "no leader" would be a guess, and a partition up but not writable
+        # (NotWritable) looks the same from the writers' routes
+        return NoLeader(f"partition {target} of {topic!r} has no writable leader in lookup now "
+                        f"(whether its leader is up was not checked: {unchecked})")
 
     def _written(self) -> None:
         """A publish on the wire was answered (or failed): close() may be waiting for it."""

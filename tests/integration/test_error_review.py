@@ -104,6 +104,29 @@ async def test_a_partition_not_writable_is_not_called_leaderless(nsq_cluster: An
             assert "no leader" in str(info.value)
 
 
+# issue 21's long fuzz run: with a 0.5 s deadline the last attempt had no time left to ask
+# the readers' lookup, and the Timeout still claimed "has no leader now (none is named by
+# lookup...)"; what was not checked is not claimed.
+@pytest.mark.nsq_cluster(nodes=2, lookupds=1)
+@pytest.mark.parametrize("timeout", [0.15, 0.5])
+async def test_a_short_deadline_does_not_claim_a_writable_leader_is_missing(
+        nsq_cluster: Any, timeout: float) -> None:
+    await nsq_cluster.create_topic("orders", partitions=2, replicas=1, channels=["ch"])
+    nsq_cluster.set_writable("orders", 0, False)
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as p:
+        await p.routes("orders")
+        for silent_lookupd in (False, True):  # (silent: the readers' lookup cannot answer)
+            if silent_lookupd:
+                nsq_cluster.lookupds[0].http.pause()
+            with pytest.raises(Timeout) as info:
+                async with bounded(timeout):
+                    await p.publish("orders", b"x", partition=0, timeout=timeout)
+            assert "none is named by lookup" not in str(info.value), info.value
+            assert isinstance(info.value.__cause__, NotWritable) \
+                or "was not checked" in str(info.value), info.value
+        nsq_cluster.lookupds[0].http.resume()
+
+
 # issue 21 item 5: "A TLS-strip refusal is retried to the deadline where certificate failures
 # are refused at once" -- both are fatal now.
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic")
