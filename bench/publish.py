@@ -405,10 +405,76 @@ def work_floor(mode: str, addr: str, topic: str, count: int, body: bytes, window
     return asyncio.run(run())
 
 
+def work_blocking_floor(mode: str, addr: str, topic: str, count: int, body: bytes,
+                        window: int) -> Span:
+    """The blocking facade's lower bound if the calling thread used the socket itself (issue 24
+    item 4 asks to weigh that): no library, no loop thread, a blocking socket written and read
+    by the publishing thread. Sequential: one thread, one socket. Pipelined: ``SYNC_THREADS``
+    threads share one socket under a lock (a publish goes out when nothing else is in flight,
+    as that design would do), each one at a time, like ``smartnsq-sync``'s row. MPUB: batches.
+    Validation, routing, retries, heartbeats and error frames are left out, so a real design
+    would cost more than this, never less."""
+    import socket
+    import struct
+    import threading
+
+    host, port = addr.rsplit(":", 1)
+    pub = b"PUB " + topic.encode() + b"\n" + struct.pack(">I", len(body)) + body
+    ok = struct.pack(">II", 6, 0) + b"OK"
+
+    def mpub(n: int) -> bytes:
+        data = struct.pack(">I", n) + b"".join(struct.pack(">I", len(body)) + body
+                                                for _ in range(n))
+        return b"MPUB " + topic.encode() + b"\n" + struct.pack(">I", len(data)) + data
+
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(b"  V2")
+
+    def call(payload: bytes) -> None:
+        sock.sendall(payload)
+        got = b""
+        while len(got) < len(ok):
+            chunk = sock.recv(len(ok) - len(got))
+            if not chunk:
+                raise ConnectionError("closed")
+            got += chunk
+        if got != ok:
+            raise RuntimeError(f"not OK: {got!r}")
+
+    call(pub)  # warm-up
+    start = Span.begin()
+    if mode == "seq":
+        for _ in range(count):
+            call(pub)
+    elif mode == "mpub":
+        for n in _batches(count):
+            call(mpub(n))
+    else:
+        lock = threading.Lock()
+
+        def publisher(n: int) -> None:
+            for _ in range(n):
+                with lock:
+                    call(pub)
+
+        share, extra = divmod(count, SYNC_THREADS)
+        threads = [threading.Thread(target=publisher, args=(share + (i < extra),))
+                   for i in range(SYNC_THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    elapsed = start.end()
+    sock.close()
+    return elapsed
+
+
 # What each worker imports before its baseline memory reading: the library's entry points,
 # so that the peak it reports is what publishing costs, not what importing costs.
 PREIMPORT = {"smartnsq": "smartnsq.producer", "smartnsq-sync": "smartnsq.sync",
-             "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq", "asyncio-floor": "asyncio"}
+             "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq", "asyncio-floor": "asyncio",
+             "blocking-floor": "socket"}
 
 
 def preimport(client: str) -> None:
@@ -447,7 +513,8 @@ def worker(argv: list[str]) -> int:
         span = work_smartnsq_sync(mode, addr, lookupd, topic, count, body, window)
     else:
         fn = {"pynsq": work_pynsq, "gnsq": work_gnsq, "ansq": work_ansq,
-              "asyncnsq": work_asyncnsq, "asyncio-floor": work_floor}[client]
+              "asyncnsq": work_asyncnsq, "asyncio-floor": work_floor,
+              "blocking-floor": work_blocking_floor}[client]
         span = fn(mode, addr, topic, count, body, window)
     emit({"count": count, "seconds": span.wall, "rate": count / span.wall,
           "cpu_us": span.cpu / count * 1e6, "peak_kib": max_rss_kib() - baseline,
