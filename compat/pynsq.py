@@ -118,6 +118,13 @@ _loops_lock = threading.RLock()
 _stopping: set[asyncio.AbstractEventLoop] = set()
 _running: set[asyncio.AbstractEventLoop] = set()  # loops inside run()
 _readers: weakref.WeakSet[Reader] = weakref.WeakSet()  # for run()'s check of the handlers
+# open Readers, held here until close(), as pynsq's IOLoop holds its Readers (through their
+# callbacks): a pynsq program may build ``nsq.Reader(...)`` without keeping a reference and
+# then call run(). Otherwise the Reader's own references (its consumers hold its bound
+# methods) form a cycle that nothing else holds: a garbage collection before run() -- any
+# thread's allocations may trigger one, so it came at random under load -- freed it, and run()
+# then waited for messages that would never come.
+_open_readers: set[Reader] = set()
 
 
 class _NoSetLoop(Exception):
@@ -786,8 +793,8 @@ class Reader:
         # atomic, so a message is either handled or given back by close(), never both)
         self._waiting: set[Message] = set()
         # the shared network loop and the run() loop: taken last, given back by close()
-        # (before its future completes), by the finalizer if the Reader is dropped unclosed,
-        # or here on failure
+        # (before its future completes), here on failure, or by the finalizer at interpreter
+        # exit for a Reader never closed (_open_readers keeps an open one until then)
         try:
             self._thread = loop_thread.shared()
         except BaseException:
@@ -802,13 +809,15 @@ class Reader:
             # loop can also be unset as the thread's event loop), not on the network loop
             self._loop_finalizer = weakref.finalize(self, _release_user_loop, entry)
             _readers.add(self)
-            # a weak reference: a Reader dropped before run() must not be kept alive (and its
-            # loop thread taken) by the callback waiting in the user loop
+            # a weak reference: what keeps an open Reader is _open_readers; a Reader closed
+            # (and dropped) before run() must not be kept by a callback in a loop that may
+            # never run
             self._loop.call_soon_threadsafe(_start_reader, weakref.ref(self))
         except BaseException:
             loop_thread.release_shared(self._thread)
             _release_user_loop(entry)
             raise
+        _open_readers.add(self)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -855,6 +864,7 @@ class Reader:
         the future completes.
         """
         self._closed = True
+        _open_readers.discard(self)  # the caller's references decide from now on
 
         async def close_all() -> None:
             # on the network loop, after any _open() already under way added its consumer

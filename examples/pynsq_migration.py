@@ -70,6 +70,8 @@ def program(nsq: ModuleType, nsqd_tcp_addresses: list[str],
         for i in range(count):
             writer.pub(TOPIC, b"hello %d" % i, finish_pub)
 
+    # no reference kept, as pynsq allows: its IOLoop holds an open Reader, and so does the
+    # compat layer (until close())
     nsq.Reader(message_handler=process_message, lookupd_http_addresses=lookupd_http_addresses,
                topic=TOPIC, channel=CHANNEL, max_in_flight=9, lookupd_poll_interval=1)
     # pynsq's Writer connects once run() runs: publish from the loop, a moment later

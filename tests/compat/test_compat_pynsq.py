@@ -7,7 +7,9 @@ goes wrong, so a failure never hangs the suite.
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -95,6 +97,46 @@ def test_writer_then_reader_classic(cluster_of: Callable[..., DevCluster]) -> No
     assert [data for _, data in answers] == [b"OK", b"OK", b"OK"]
     assert {conn.id for conn, _ in answers} <= set(cluster.nsqd_tcp_addresses)
     reader.close().result(10)
+    writer.close()
+
+
+def test_a_reader_nobody_keeps_still_runs(cluster_of: Callable[..., DevCluster],
+                                          pynsq_objects: list[Any]) -> None:
+    """``nsq.Reader(...)`` without keeping it, then ``nsq.run()``: pynsq runs it (its IOLoop
+    holds the Reader's callbacks), and so must we, whenever a garbage collection happens.
+
+    The Reader's own references used to form a cycle nothing else held: a collection between
+    the constructor and run() (any thread's allocations can trigger one, so under load it
+    came at random) freed it, and run() waited for ever -- examples/pynsq_migration.py's
+    "timed out" in CI.
+    """
+    cluster = classic(cluster_of)
+    writer = nsq.Writer(cluster.nsqd_tcp_addresses)
+    writer.pub("t", b"kept").result(10)
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def handler(message: nsq.Message) -> bool:
+        got.append(message.body)
+        done.set()
+        nsq.stop()
+        return True
+
+    nsq.Reader(topic="t", channel="c", message_handler=handler,
+               lookupd_http_addresses=[f"http://{cluster.lookupd_http_addresses[0]}"],
+               lookupd_poll_interval=1)
+    reader = weakref.ref(pynsq_objects.pop())  # the fixture's reference: let go of it too
+    gc.collect()
+    alive = reader()
+    assert alive is not None, "the Reader was garbage-collected before run()"
+    del alive
+    try:
+        run_until(done)
+        assert got == [b"kept"]
+    finally:
+        still = reader()
+        if still is not None:
+            still.close().result(10)
     writer.close()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -33,14 +34,21 @@ def test_close_gives_the_loop_thread_back_before_its_future_completes() -> None:
     assert users() == before
 
 
-def test_a_reader_dropped_unclosed_gives_the_loop_thread_back(pynsq_objects: list[Any]) \
-        -> None:
+def test_a_reader_dropped_unclosed_is_kept_until_closed(pynsq_objects: list[Any]) -> None:
+    """As pynsq's IOLoop does, the layer keeps an open Reader nobody references (a pynsq
+    program may build one without keeping it, then call run()); close() lets it go and gives
+    the loop thread back, then the Reader can be collected."""
     before = users()
-    reader = nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses=NOWHERE)
-    assert users() == before + 1
-    pynsq_objects.remove(reader)  # the fixture would keep it alive (and close it)
-    del reader
+    nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses=NOWHERE)
+    reader = weakref.ref(pynsq_objects.pop())  # the fixture would keep it alive (and close it)
     gc.collect()
+    kept = reader()
+    assert kept is not None, "an open Reader was garbage-collected"
+    assert users() == before + 1
+    kept.close().result(10)
+    del kept
+    gc.collect()
+    assert reader() is None
     assert users() == before
 
 
