@@ -623,7 +623,8 @@ def real_run(client: str, srv: Any, go: Any, count: int, mif: int, args: argpars
         worker_client, loop = (("smartnsq", "uvloop") if client == "smartnsq-uvloop"
                                else (client, args.loop))
         result = run_worker("consume.py", [worker_client, srv.tcp, "", topic, str(count),
-                                           str(mif), loop], python_flags=OPT[loop])
+                                           str(mif), loop], python_flags=OPT[loop],
+                            prefix=args.prefix.split())
         if "error" not in result:
             result["how"] = ("in-process clock from the first message handled to the N-th "
                              "(rate over N - 1)")
@@ -827,6 +828,10 @@ def main() -> int:
                              "smartnsq,smartnsq-conn; also smartnsq-otel, smartnsq-span, and "
                              "smartnsq-path[-ordered]: the Consumer's layer alone, in process, "
                              "deterministic)")
+    parser.add_argument("--prefix", default="", metavar="COMMAND",
+                        help="--server real: run the Python client workers under COMMAND "
+                             "(e.g. 'strace -f -c -o FILE': system calls per message by the "
+                             "difference of two --messages counts)")
     parser.add_argument("--go-procs", type=int, default=1,
                         help="--server real: GOMAXPROCS of bench_reader (one connection per "
                              "proc; default 1)")
