@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from .. import trace as tracing
@@ -93,7 +92,7 @@ class Link:
         self._send = conn.send
         # an ordered FIN cannot be joined by anything (one in flight; the next message waits
         # for it): written in the same turn; a plain FIN waits for the turn's batch
-        self._send_now = partial(conn.send, now=True) if fin_at_once(ordered) else conn.send
+        self._send_now = conn.send_now if fin_at_once(ordered) else conn.send
         self._fin = commands.fin
         self._req = commands.req
 
