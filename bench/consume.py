@@ -354,7 +354,8 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
     def send(data: bytes, now: bool = False) -> None:
         pass
 
-    conn: Any = SimpleNamespace(send=send, address_text="127.0.0.1:4150", is_youzan=ordered,
+    conn: Any = SimpleNamespace(send=send, send_now=send, address_text="127.0.0.1:4150",
+                                is_youzan=ordered,
                                 local_address="127.0.0.1:1", is_closed=False,
                                 last_receive=0.0, max_rdy_count=2500)
     link = Link(rt, conn, 0 if ordered else None, ordered=ordered, detail=ordered)
