@@ -22,6 +22,11 @@ Work items (100-byte bodies; 200 sharding keys ``key-0``..``key-199`` where ther
   partition, so every message is a full deliver -> handler -> FIN -> next cycle) of N
   messages pre-loaded by sharding key, 200 keys; the handler checks per-key order and counts
   redeliveries;
+* ``ordered-floor`` (opt-in): the same ordered drain with no library at all, a bare asyncio
+  ``BufferedProtocol`` per partition leader that FINs every message inside
+  ``data_received`` (no order check, no flow control, no handler): what the event loop and
+  the two socket calls cost by themselves, the floor under any asyncio client (issue 24's
+  account of the ordered goals);
 * ``pub-seq``: sharded publish one at a time (``await publish(..., sharding_key=k)``) with the
   default ``sharded_receipts=True`` (PUB_TRACE, trace id 0, so the result has a receipt);
 * ``pub-seq-plain``: the same with ``sharded_receipts=False`` (plain PUB with the partition,
