@@ -3,7 +3,7 @@
     python bench/consume.py [--quick] [--server minimal|devcluster|real|nsqd=HOST:PORT[,...]]
                             [--messages N] [--max-in-flight 200,2500] [--rounds R]
                             [--clients smartnsq,smartnsq-conn,pynsq,...] [--via nsqd|lookupd]
-                            [--loop asyncio|uvloop]
+                            [--loop asyncio|uvloop] [--prefix COMMAND]
 
 By default (``--server minimal``) the endpoint is ``bench/_endpoint.py`` in its own process:
 after SUB it pushes pre-built classic frames (100-byte bodies) as fast as RDY allows, never
@@ -34,7 +34,9 @@ defaults to the TCP port + 1): a fresh topic and channel per run over nsqd's HTT
 by MPUB, drained, checked, deleted. With ``--cluster youzan`` the topic has one partition and
 the given nsqd must lead it (a one-node youzan cluster); ``bench/youzan.py`` covers
 partitioned clusters. ``--loop uvloop`` runs the asyncio clients on uvloop (with ``python
--O``: see ``bench/publish.py``).
+-O``: see ``bench/publish.py``). ``--prefix 'perf stat -e ... -o FILE'`` runs the Python
+client workers of ``--server real`` under a command: system calls and user/system time per
+message by the difference of two ``--messages`` counts (issue 24's consume account).
 
 ``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``) starts a real
 classic nsqd 1.3.0 here (``bench/_real.py``) and runs smartnsq on asyncio and on uvloop, the
