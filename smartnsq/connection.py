@@ -135,6 +135,15 @@ _READ_SIZE: Final = 256 * 1024
 _reads = threading.local()
 
 
+def _thread_view() -> memoryview:
+    """This thread's read buffer, made on first use."""
+    try:
+        return _reads.view  # type: ignore[no-any-return]
+    except AttributeError:
+        view = _reads.view = memoryview(bytearray(_READ_SIZE))
+        return view
+
+
 def loop_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     """``loop.time`` as a callable, cheapest form: asyncio's ``BaseEventLoop.time()`` is a
     Python method around ``time.monotonic()``, so the C function itself is returned when the
@@ -190,6 +199,9 @@ class Connection(asyncio.BufferedProtocol):
         self._split = True  # handshake: one frame at a time
         self._split_buf = bytearray()
         self._held: bytearray | None = None
+        # the read buffer of this loop's thread (__init__ runs there: get_running_loop above),
+        # kept here so that a read costs no thread-local lookup
+        self._view = _thread_view()
         #: loop time of the last read: the stall watchdog's clock, and the arrival time of the
         #: messages delivered in that read (one clock read per read, not per message)
         self.last_receive = self._loop.time()
@@ -593,17 +605,13 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        try:
-            return _reads.view  # type: ignore[no-any-return]
-        except AttributeError:
-            view = _reads.view = memoryview(bytearray(_READ_SIZE))
-            return view
+        return self._view
 
     def buffer_updated(self, nbytes: int) -> None:
         # data_received's plain case inline: one Python call less per read, which on an
         # ordered subscription is one call less per message
         self.last_receive = self._clock()
-        data = bytes(_reads.view[:nbytes])
+        data = bytes(self._view[:nbytes])
         if self._held is None and self._decoder is None:
             self._consume(data)
         elif self._held is not None:
