@@ -3,7 +3,7 @@
     python bench/consume.py [--quick] [--server minimal|devcluster|real|nsqd=HOST:PORT[,...]]
                             [--messages N] [--max-in-flight 200,2500] [--rounds R]
                             [--clients smartnsq,smartnsq-conn,pynsq,...] [--via nsqd|lookupd]
-                            [--loop asyncio|uvloop]
+                            [--loop asyncio|uvloop] [--prefix COMMAND]
 
 By default (``--server minimal``) the endpoint is ``bench/_endpoint.py`` in its own process:
 after SUB it pushes pre-built classic frames (100-byte bodies) as fast as RDY allows, never
@@ -34,7 +34,9 @@ defaults to the TCP port + 1): a fresh topic and channel per run over nsqd's HTT
 by MPUB, drained, checked, deleted. With ``--cluster youzan`` the topic has one partition and
 the given nsqd must lead it (a one-node youzan cluster); ``bench/youzan.py`` covers
 partitioned clusters. ``--loop uvloop`` runs the asyncio clients on uvloop (with ``python
--O``: see ``bench/publish.py``).
+-O``: see ``bench/publish.py``). ``--prefix 'perf stat -e ... -o FILE'`` runs the Python
+client workers of ``--server real`` under a command: system calls and user/system time per
+message by the difference of two ``--messages`` counts (issue 24's consume account).
 
 ``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``) starts a real
 classic nsqd 1.3.0 here (``bench/_real.py``) and runs smartnsq on asyncio and on uvloop, the
@@ -354,7 +356,8 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
     def send(data: bytes, now: bool = False) -> None:
         pass
 
-    conn: Any = SimpleNamespace(send=send, address_text="127.0.0.1:4150", is_youzan=ordered,
+    conn: Any = SimpleNamespace(send=send, send_now=send, address_text="127.0.0.1:4150",
+                                is_youzan=ordered,
                                 local_address="127.0.0.1:1", is_closed=False,
                                 last_receive=0.0, max_rdy_count=2500)
     link = Link(rt, conn, 0 if ordered else None, ordered=ordered, detail=ordered)
@@ -623,7 +626,8 @@ def real_run(client: str, srv: Any, go: Any, count: int, mif: int, args: argpars
         worker_client, loop = (("smartnsq", "uvloop") if client == "smartnsq-uvloop"
                                else (client, args.loop))
         result = run_worker("consume.py", [worker_client, srv.tcp, "", topic, str(count),
-                                           str(mif), loop], python_flags=OPT[loop])
+                                           str(mif), loop], python_flags=OPT[loop],
+                            prefix=args.prefix.split())
         if "error" not in result:
             result["how"] = ("in-process clock from the first message handled to the N-th "
                              "(rate over N - 1)")
@@ -827,6 +831,10 @@ def main() -> int:
                              "smartnsq,smartnsq-conn; also smartnsq-otel, smartnsq-span, and "
                              "smartnsq-path[-ordered]: the Consumer's layer alone, in process, "
                              "deterministic)")
+    parser.add_argument("--prefix", default="", metavar="COMMAND",
+                        help="--server real: run the Python client workers under COMMAND "
+                             "(e.g. 'strace -f -c -o FILE': system calls per message by the "
+                             "difference of two --messages counts)")
     parser.add_argument("--go-procs", type=int, default=1,
                         help="--server real: GOMAXPROCS of bench_reader (one connection per "
                              "proc; default 1)")

@@ -22,6 +22,11 @@ Work items (100-byte bodies; 200 sharding keys ``key-0``..``key-199`` where ther
   partition, so every message is a full deliver -> handler -> FIN -> next cycle) of N
   messages pre-loaded by sharding key, 200 keys; the handler checks per-key order and counts
   redeliveries;
+* ``ordered-floor`` (opt-in): the same ordered drain with no library at all, a bare asyncio
+  ``BufferedProtocol`` per partition leader that FINs every message inside
+  ``data_received`` (no order check, no flow control, no handler): what the event loop and
+  the two socket calls cost by themselves, the floor under any asyncio client (issue 24's
+  account of the ordered goals);
 * ``pub-seq``: sharded publish one at a time (``await publish(..., sharding_key=k)``) with the
   default ``sharded_receipts=True`` (PUB_TRACE, trace id 0, so the result has a receipt);
 * ``pub-seq-plain``: the same with ``sharded_receipts=False`` (plain PUB with the partition,
@@ -95,6 +100,8 @@ ITEMS: dict[str, dict[str, Any]] = {
               "real": (101_850, 4.1), "target": None},
     "ordered": {"label": "ordered drain, 200 keys (SUB_ORDERED)", "go": (8_699, 42.0),
                 "real": (6_439, 74.0), "target": 40.0},
+    "ordered-floor": {"label": "ordered drain, no library: a bare asyncio Protocol per partition",
+                      "go": None, "real": None, "target": None},
     "pub-seq": {"label": "sharded publish, one at a time (receipts: PUB_TRACE)",
                 "go": (3_826, 78.0), "real": (3_148, 111.0), "target": 78.0},
     "pub-seq-plain": {"label": "sharded publish, one at a time, plain PUB",
@@ -113,13 +120,14 @@ ITEMS: dict[str, dict[str, Any]] = {
                           "go": (9_815, 41.0), "real": None, "target": None},
 }
 # messages per item: default, --quick
-COUNTS = {"drain": (200_000, 20_000), "ordered": (20_000, 4_000), "pub-seq": (5_000, 1_500),
+COUNTS = {"drain": (200_000, 20_000), "ordered": (20_000, 4_000),
+          "ordered-floor": (20_000, 4_000), "pub-seq": (5_000, 1_500),
           "pub-seq-plain": (5_000, 1_500), "pub-seq-traced": (5_000, 1_500),
           "pub-conc64": (20_000, 4_000), "pub-nowait": (20_000, 4_000),
           "pub-many": (50_000, 10_000), "pub-conc64-linger": (20_000, 4_000),
           "pub-nowait-linger": (20_000, 4_000)}
 # opt-in items: run only when named in --items
-OPT_IN = ("pub-conc64-linger", "pub-nowait-linger")
+OPT_IN = ("pub-conc64-linger", "pub-nowait-linger", "ordered-floor")
 
 
 def key(i: int) -> str:
@@ -300,6 +308,97 @@ async def drain(lookupd: str, topic: str, item: str, count: int, window: Window)
     return extra
 
 
+async def ordered_floor(lookupd: str, topic: str, count: int, window: Window) -> dict[str, Any]:
+    """The ordered drain with no client library: what asyncio's loop alone costs per message.
+
+    One bare ``asyncio.BufferedProtocol`` per partition leader (found by one lookup, not timed):
+    IDENTIFY, ``SUB_ORDERED``, ``RDY 1``, then for every message frame the FIN of its id,
+    written inside ``data_received``. No order check, no flow control, no handler call: the
+    floor under any asyncio client of the same exchange. A message whose id equals the
+    connection's previous one (the server's duplicated first ordered delivery) is FINed but
+    not counted.
+    """
+    import urllib.request
+
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    seen = 0
+    with urllib.request.urlopen(f"http://{lookupd}/lookup?topic={topic}&access=r",
+                                timeout=30) as resp:
+        answer = json.loads(resp.read())
+    answer = answer.get("data", answer)
+    leaders = {int(p): (peer["broadcast_address"], int(peer["tcp_port"]))
+               for p, peer in (answer.get("partitions") or {}).items()}
+    identify = json.dumps({"client_id": "floor", "hostname": "floor",
+                           "feature_negotiation": True, "heartbeat_interval": 30000}).encode()
+
+    # a BufferedProtocol reading into one preallocated buffer: a plain Protocol's recv of
+    # 256 KiB per read costs an mmap, a munmap and page faults per read (3 more system calls
+    # per message here), which no client needs to pay
+    view = memoryview(bytearray(256 * 1024))
+
+    class Floor(asyncio.BufferedProtocol):
+        def __init__(self, partition: int) -> None:
+            self.partition = partition
+            self.buf = b""
+            self.last = b""
+            self.transport: Any = None
+
+        def get_buffer(self, sizehint: int) -> memoryview:
+            return view
+
+        def buffer_updated(self, nbytes: int) -> None:
+            self.data_received(bytes(view[:nbytes]))
+
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+            transport.write(b"  V2IDENTIFY\n" + len(identify).to_bytes(4, "big") + identify
+                            + f"SUB_ORDERED {topic} {CHANNEL} {self.partition}\nRDY 1\n"
+                            .encode())
+
+        def data_received(self, data: bytes) -> None:
+            nonlocal seen
+            buf = self.buf + data if self.buf else data
+            pos, n = 0, len(buf)
+            while n - pos >= 8:
+                end = pos + 4 + int.from_bytes(buf[pos:pos + 4], "big")
+                if end > n:
+                    break
+                kind = buf[pos + 7]
+                if kind == 2:
+                    mid = buf[pos + 18:pos + 34]
+                    self.transport.write(b"FIN " + mid + b"\n")
+                    if mid != self.last:
+                        self.last = mid
+                        seen += 1
+                        if seen == 1:
+                            window.start()
+                        elif seen == count:
+                            window.stop()
+                            done.set_result(None)
+                elif kind == 1:
+                    # the FIN of the duplicated first delivery fails (the copy was not in
+                    # flight): expected; any other error ends the run
+                    text = buf[pos + 8:end].decode("ascii", "replace")
+                    if not text.startswith("E_FIN_FAILED") and not done.done():
+                        done.set_exception(RuntimeError(text))
+                elif buf[pos + 8:end] == b"_heartbeat_":
+                    self.transport.write(b"NOP\n")
+                pos = end
+            self.buf = buf[pos:]
+
+    transports = []
+    for partition, (host, port) in sorted(leaders.items()):
+        transport, _ = await loop.create_connection(lambda p=partition: Floor(p), host, port)
+        transports.append(transport)
+    try:
+        await asyncio.wait_for(done, 600)
+    finally:
+        for transport in transports:
+            transport.close()
+    return {"handled": seen, "partitions": len(leaders)}
+
+
 async def publish(lookupd: str, topic: str, item: str, count: int,
                   window: Window) -> dict[str, Any]:
     from smartnsq import Producer
@@ -416,7 +515,9 @@ def worker(argv: list[str]) -> int:
     async def run() -> tuple[dict[str, Any], Window]:
         counter = LoopCounter(asyncio.get_running_loop()) if "count" in flags else None
         window = Window(counter, profiler)
-        if item in ("drain", "ordered"):
+        if item == "ordered-floor":
+            extra = await ordered_floor(lookupd, topic, count, window)
+        elif item in ("drain", "ordered"):
             extra = await drain(lookupd, topic, item, count, window)
         else:
             extra = await publish(lookupd, topic, item, count, window)
@@ -484,13 +585,15 @@ class Runner:
     def item(self, item: str, count: int, flags: str = "-",
              prefix: list[str] | None = None) -> dict[str, Any]:
         cluster = self.cluster
-        if item == "ordered":
+        drains = ("drain", "ordered", "ordered-floor")
+        if item in ("ordered", "ordered-floor"):
             count -= count % KEYS
         topic = f"bench_yz_{item.replace('-', '_')}"
         cluster.fresh_topic(topic, CHANNEL, partitions=PARTITIONS, replicas=REPLICAS)
         try:
-            if item in ("drain", "ordered"):
-                loaded = self.run_worker("youzan.py", [f"preload-{item}", self.lookupd, topic,
+            if item in drains:
+                load = "ordered" if item == "ordered-floor" else item  # the same messages
+                loaded = self.run_worker("youzan.py", [f"preload-{load}", self.lookupd, topic,
                                                        str(count), self.loop, "-"],
                                          timeout=300, python_flags=self.opt)
                 if "error" in loaded:
@@ -503,7 +606,7 @@ class Runner:
                 return result
             if cpu is not None:
                 result["server_us"] = cpu.used() / count * 1e6
-            if item in ("drain", "ordered"):
+            if item in drains:
                 result["left"] = left_in_channel(cluster, topic)
                 result["verified"] = result["left"] == 0
             else:
@@ -587,7 +690,7 @@ REAL_RSS_KIB = 30 * 1024
 
 # one message in flight: the client's speed does not change how the server batches, so
 # instruction counts taken under valgrind (50x slower) hold; with many in flight they do not
-INSTRUCTION_ITEMS = {"ordered": 400, "pub-seq": 300, "pub-seq-plain": 300,
+INSTRUCTION_ITEMS = {"ordered": 400, "ordered-floor": 400, "pub-seq": 300, "pub-seq-plain": 300,
                      "pub-seq-traced": 300}
 
 

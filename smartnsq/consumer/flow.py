@@ -8,12 +8,11 @@ event with the loop clock, sends the RDY commands it returns on the links, and t
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..backoff import BackoffPolicy
-from ..connection import Connection
+from ..connection import Connection, loop_clock
 from ..partitions import rdy_ceiling
 from ..rdy import NOTHING, RdyController
 
@@ -41,12 +40,8 @@ class Flow:
                  backoff: BackoffPolicy | None, tick_interval: float,
                  low_rdy_idle_timeout: float) -> None:
         self._loop = loop
-        # the loop's clock, called once per message: asyncio's BaseEventLoop.time() is a
-        # Python method around time.monotonic(), so the C function itself is taken when the
-        # loop has not replaced it (uvloop has its own clock, kept as the loop's method)
-        own = type(loop).time is asyncio.BaseEventLoop.time and "time" not in getattr(
-            loop, "__dict__", {})  # (a clock patched on the instance is kept)
-        self.now: Callable[[], float] = time.monotonic if own else loop.time
+        # the loop's clock, called once per message (the C function where it can be)
+        self.now: Callable[[], float] = loop_clock(loop)
         self.ctl = RdyController(max_in_flight, backoff=backoff,
                                  low_rdy_idle_timeout=low_rdy_idle_timeout)
         self._tick_interval = tick_interval

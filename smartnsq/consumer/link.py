@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from .. import trace as tracing
 from ..connection import Connection
+from ..errors import ConnectionClosed
 from ..message import (
     FINISHED,
     PENDING,
@@ -100,7 +100,7 @@ class Link:
         self._send = conn.send
         # an ordered FIN cannot be joined by anything (one in flight; the next message waits
         # for it): written in the same turn; a plain FIN waits for the turn's batch
-        self._send_now = partial(conn.send, now=True) if fin_at_once(ordered) else conn.send
+        self._send_now = conn.send_now if fin_at_once(ordered) else conn.send
         self._fin = commands.fin
         self._req = commands.req
 
@@ -291,33 +291,34 @@ class Link:
         rt = self.rt
         finish = state == FINISHED
         if self.dead:
-            rt.lost_answers += 1
-            log.debug("%s: %s of a message after its connection closed; the server "
-                      "redelivers it", self.node, "FIN" if finish else "REQ")
+            self._lost_answer("FIN" if finish else "REQ")
             return
         self.in_flight -= 1
         rt.in_flight -= 1
         if finish:
             rt.finished += 1
+            # no is_closed check first (a property call per message): the write refuses a
+            # closed connection itself, with the same ConnectionClosed
+            try:
+                self._send_now(self._fin(message.id))
+            except ConnectionClosed:
+                self._lost_answer("FIN")
         else:
             rt.requeued += 1
             self.counts.requeued += 1
-        if self.conn.is_closed:
-            rt.lost_answers += 1
-            log.debug("%s: %s of a message after its connection closed; the server "
-                      "redelivers it", self.node, "FIN" if finish else "REQ")
-        elif finish:
-            self._send_now(self._fin(message.id))
-        else:
-            wait = rt.requeue_delay(message) if delay is None else delay
-            if self.ordered:
-                # the server ignores a delayed REQ on ordered channels: the partition is held
-                # at RDY 0 for the delay instead, sent before the REQ so nothing slips through
-                rt.flow.on_ordered_requeue(self, wait, backoff)
-                self._send(self._req(message.id, 0))
-                self._next_in_lane()
-                return
-            self._send(self._req(message.id, _ms(wait)))
+            if self.conn.is_closed:
+                self._lost_answer("REQ")
+            else:
+                wait = rt.requeue_delay(message) if delay is None else delay
+                if self.ordered:
+                    # the server ignores a delayed REQ on ordered channels: the partition is
+                    # held at RDY 0 for the delay instead, sent before the REQ so nothing
+                    # slips through
+                    rt.flow.on_ordered_requeue(self, wait, backoff)
+                    self._send(self._req(message.id, 0))
+                    self._next_in_lane()
+                    return
+                self._send(self._req(message.id, _ms(wait)))
         # Flow.on_answer, inline (every message's path): the controller directly
         flow = rt.flow
         cmds = flow.ctl.on_finished(self, flow.now(), success=finish,
@@ -332,6 +333,11 @@ class Link:
                 self.lane_busy = False
         if rt.in_flight == 0 and rt.idle_waiter is not None:
             rt.check_idle()
+
+    def _lost_answer(self, what: str) -> None:
+        self.rt.lost_answers += 1
+        log.debug("%s: %s of a message after its connection closed; the server redelivers it",
+                  self.node, what)
 
     def _next_in_lane(self) -> None:
         rt = self.rt

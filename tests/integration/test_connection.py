@@ -184,6 +184,27 @@ async def test_now_writes_in_the_same_turn_and_keeps_order(nsq_cluster: Any) -> 
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_send_now_writes_at_once_behind_what_is_queued(nsq_cluster: Any) -> None:
+    """``send_now`` (the ordered FIN's path) is ``send(data, now=True)``: written before it
+    returns, after whatever was queued and in the same write; refused once closed."""
+    await nsq_cluster.create_topic("t_send_now")
+    conn = await connect(nsq_cluster)
+    try:
+        writes = conn.write_count
+        conn.send_now(commands.nop())
+        assert conn.write_count - writes == 1
+        conn.send(commands.nop())  # queued for the turn's batch
+        writes = conn.write_count
+        conn.send_now(commands.nop())
+        assert conn.write_count - writes == 1  # both NOPs, one write
+        assert await conn.submit(commands.pub("t_send_now", b"x"), "PUB") == b"OK"
+    finally:
+        await conn.close()
+    with pytest.raises(ConnectionClosed):
+        conn.send_now(commands.nop())
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_fatal_error_fails_every_pending_call(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("t_fatal")
     conn = await connect(nsq_cluster)

@@ -43,7 +43,8 @@ class Harness:
         def send(data: bytes, now: bool = False) -> None:
             self.sent.append(data)
 
-        conn: Any = SimpleNamespace(send=send, address_text="127.0.0.1:4150", is_youzan=True,
+        conn: Any = SimpleNamespace(send=send, send_now=send, address_text="127.0.0.1:4150",
+                                    is_youzan=True,
                                     local_address="127.0.0.1:1", is_closed=False,
                                     last_receive=0.0)
         self.link = Link(rt, conn, 0, ordered=True, detail=True)
