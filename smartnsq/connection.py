@@ -652,15 +652,12 @@ class Connection(asyncio.BufferedProtocol):
                 return
 
     def _corrupt(self, exc: ProtocolError) -> None:
-        """The stream cannot be read on: the connection fails with an error that names this
-        nsqd (the parser's own text cannot: it sees bytes, not peers)."""
+        """The stream cannot be read on: fail with an error naming this nsqd (the parser sees
+        bytes, not peers; a subclass keeps its own type and text)."""
         log.warning("%s: corrupt stream: %s", self.address_text, exc)
-        if type(exc) is not ProtocolError:  # a subclass keeps its type (and its text)
-            self._fail(exc)
-            return
-        error = ProtocolError(f"{self.address_text}: corrupt stream: {exc}")
-        error.__cause__ = exc
-        self._fail(error)
+        named = ProtocolError(f"{self.address_text}: corrupt stream: {exc}")
+        named.__cause__ = exc
+        self._fail(named if type(exc) is ProtocolError else exc)
 
     def _consume(self, data: bytes) -> None:
         """Frames from bytes in the stream's plain encoding."""
