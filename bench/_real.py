@@ -146,6 +146,7 @@ def vm_hwm(pid: int) -> int:
 class Run:
     wall: float
     cpu: float
+    sys: float  # the kernel's share of cpu
     peak_kib: int
     rc: int
     out: str
@@ -182,7 +183,7 @@ def run_process(argv: list[str], stdin: str | None = None, env: dict[str, str] |
         out.seek(0)
         err.seek(0)
         # not ru_maxrss: a child forked from this interpreter inherits its high-water mark
-        return Run(wall, usage.ru_utime + usage.ru_stime, hwm,
+        return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_stime, hwm,
                    proc.returncode, out.read().decode(errors="replace"),
                    err.read().decode(errors="replace"))
 
@@ -269,7 +270,8 @@ class GoTools:
         window, ops = parse_bench(run.err + run.out)
         count = round(ops * window)
         return {"count": count, "seconds": window, "rate": count / window,
-                "cpu_us": run.cpu / count * 1e6, "peak_kib": run.peak_kib,
+                "cpu_us": run.cpu / count * 1e6, "sys_us": run.sys / count * 1e6,
+                "peak_kib": run.peak_kib,
                 "how": "its own count (checked against the server's) over its own window; "
                        "CPU and RSS of the whole process", "timed_by_tool": True}
 
@@ -283,7 +285,8 @@ class GoTools:
         window, ops = parse_bench(run.err + run.out)
         count = round(ops * window)
         return {"count": count, "seconds": window, "rate": count / window,
-                "cpu_us": run.cpu / max(count, 1) * 1e6, "peak_kib": run.peak_kib,
+                "cpu_us": run.cpu / max(count, 1) * 1e6,
+                "sys_us": run.sys / max(count, 1) * 1e6, "peak_kib": run.peak_kib,
                 "how": "its own count over its own window (runfor), from a channel loaded "
                        "with more than it can read in that time", "timed_by_tool": True}
 
@@ -304,5 +307,7 @@ def _fixed(count: int, one: Run, full: Run, how: str) -> dict[str, Any]:
     n = count - 1  # the 1-message run did one of them
     wall = max(full.wall - one.wall, 1e-9)
     cpu = max(full.cpu - one.cpu, 0.0)
+    system = max(full.sys - one.sys, 0.0)
     return {"count": count, "seconds": wall, "rate": n / wall, "cpu_us": cpu / n * 1e6,
+            "sys_us": system / n * 1e6,
             "peak_kib": full.peak_kib, "how": how, "startup_s": one.wall}

@@ -517,7 +517,8 @@ def worker(argv: list[str]) -> int:
               "blocking-floor": work_blocking_floor}[client]
         span = fn(mode, addr, topic, count, body, window)
     emit({"count": count, "seconds": span.wall, "rate": count / span.wall,
-          "cpu_us": span.cpu / count * 1e6, "peak_kib": max_rss_kib() - baseline,
+          "cpu_us": span.cpu / count * 1e6, "sys_us": span.system / count * 1e6,
+          "peak_kib": max_rss_kib() - baseline,
           "baseline_kib": baseline})
     return 0
 
@@ -798,7 +799,9 @@ def report_real(best: dict[tuple[str, str], dict[str, Any]], clients: list[str],
                              f"expected {r['expected']}")
             ratio = fmt_ratio(r["rate"], base.get("rate"))
             rows[0].append(f"{fmt_rate(r['rate'])}{mark} ({ratio})")
-            rows[1].append(f"{r['cpu_us']:.1f}")
+            system = r.get("sys_us")
+            rows[1].append(f"{r['cpu_us']:.1f}" + ("" if system is None else
+                                                    f" ({system:.1f} sys)"))
             rows[2].append(f"{r['server_us']:.1f}")
             rows[3].append(fmt_kib(r["total_kib"]))
         for table_rows, row in zip((rate_rows, cpu_rows, srv_rows, mem_rows), rows,
@@ -808,7 +811,8 @@ def report_real(best: dict[tuple[str, str], dict[str, Any]], clients: list[str],
         notes.append(f"{client}: not run ({why})")
     print("throughput, msg/s (x smartnsq's rate)\n")
     print(table(headers, rate_rows))
-    print("\nclient CPU per message, microseconds (user + system, whole client process)\n")
+    print("\nclient CPU per message, microseconds (user + system, whole client process; the "
+          "system part, the kernel's, in brackets)\n")
     print(table(headers, cpu_rows))
     print("\nnsqd CPU per message, microseconds (the server process's /proc/PID/stat over the "
           "client's whole run, over the messages it stored)\n")
