@@ -20,6 +20,7 @@ from typing import Any, Final, TypeVar
 __all__ = [
     "HANDLER_SAMPLE",
     "LATENCY_BOUNDS",
+    "PUBLISH_SAMPLE",
     "TIMED_OUT_CODES",
     "ConsumeMeter",
     "Histogram",
@@ -39,6 +40,14 @@ holds what is above the last."""
 HANDLER_SAMPLE: Final = 32
 """The handler's time is measured on one delivery in this many (a power of two): two clock
 reads per message would cost more than every counter together."""
+
+PUBLISH_SAMPLE: Final = 32
+"""A partition's publish latency is observed on its first this many acknowledged calls (a
+new or quiet partition is measured at once), then on one call in this many (a power of two);
+the counts stay exact. Reading the clock and filling the bucket on every call cost a
+one-at-a-time publish 3.3% of its instructions."""
+
+_PUBLISH_UNTIMED: Final = PUBLISH_SAMPLE - 1
 
 TIMED_OUT_CODES: Final = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
 """Server errors that say an answer came too late: the message was no longer in flight (its
@@ -86,10 +95,11 @@ class PublishCounts:
     """What one (topic, partition) saw of the publishes: mutable, owned by the producer's
     event loop (``partition`` ``None``: written without a partition, classic nodes)."""
 
-    __slots__ = ("failed", "latency", "published", "retried")
+    __slots__ = ("calls", "failed", "latency", "published", "retried")
 
     def __init__(self) -> None:
         self.published = 0
+        self.calls = 0  # acknowledged publish calls (a batch is one): the latency's sample
         self.failed: dict[str, int] = {}
         self.retried: dict[str, int] = {}
         self.latency = Histogram()
@@ -112,14 +122,23 @@ class PublishMeter:
             counts = parts[partition] = PublishCounts()
         return counts
 
-    def ok(self, topic: str, partition: int | None, messages: int, seconds: float) -> None:
-        """A publish call (of ``messages`` messages) acknowledged ``seconds`` after it began
-        (every publish: no allocation, no call beyond this one)."""
+    def ok(self, topic: str, partition: int | None, messages: int, start: float,
+           clock: Callable[[], float]) -> None:
+        """A publish call (of ``messages`` messages) that began at ``start`` (``clock``'s
+        time) is acknowledged. Counted exactly, every call; its latency is observed on the
+        partition's first :data:`PUBLISH_SAMPLE` calls, then on one in :data:`PUBLISH_SAMPLE`,
+        the only calls that read ``clock``: the read and the bucket cost a one-at-a-time
+        publish 3% of its instructions when every call paid them."""
         parts = self._topics.get(topic)
         counts = parts.get(partition) if parts is not None else None
         if counts is None:
             counts = self._of(topic, partition)
         counts.published += messages
+        calls = counts.calls
+        counts.calls = calls + 1
+        if calls & _PUBLISH_UNTIMED and calls > _PUBLISH_UNTIMED:
+            return
+        seconds = clock() - start
         latency = counts.latency  # (Histogram.observe, inline)
         latency.buckets[bisect_left(latency.bounds, seconds)] += 1
         latency.sum += seconds

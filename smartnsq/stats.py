@@ -22,6 +22,7 @@ from typing import Any
 from .counters import (
     HANDLER_SAMPLE,
     LATENCY_BOUNDS,
+    PUBLISH_SAMPLE,
     TIMED_OUT_CODES,
     ConsumeMeter,
     Histogram,
@@ -34,6 +35,7 @@ from .counters import (
 __all__ = [
     "HANDLER_SAMPLE",
     "LATENCY_BOUNDS",
+    "PUBLISH_SAMPLE",
     "TIMED_OUT_CODES",
     "ChannelLag",
     "ConsumeMeter",
@@ -169,8 +171,9 @@ class ProducerPartitionStats:
 
     ``published`` counts messages acknowledged (a ``publish_many`` of 100 counts 100);
     ``failed``/``retried`` count calls and attempts by reason (the server's error code, or
-    the exception's class name); ``publish_seconds``: from each call to its acknowledgement,
-    retries included (a batch is one observation)."""
+    the exception's class name); ``publish_seconds``: from a call to its acknowledgement,
+    retries included, observed on one acknowledged call in :data:`PUBLISH_SAMPLE` of the
+    partition, the first included (a batch is one call): the counts above are exact."""
 
     topic: str
     partition: int | None
