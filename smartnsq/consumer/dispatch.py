@@ -257,7 +257,8 @@ async def worker(rt: Runtime, handler: Handler) -> None:
     started = dispatch.started
     max_attempts = rt.config.max_attempts
     async_handler = is_async(handler)
-    sample = 0  # this worker's handler calls, for the timing sample
+    sample = 0  # this worker's handler calls modulo HANDLER_SAMPLE: 0 is timed
+    warm = HANDLER_SAMPLE  # its first calls are all timed (a quiet consumer is measured too)
     while True:
         if pending:  # the per-message path, inlined: no call, no wake-up when one is pending
             msg = pending.popleft()
@@ -282,16 +283,20 @@ async def worker(rt: Runtime, handler: Handler) -> None:
                         continue
                 finally:
                     rt.suspended -= 1
-        sample += 1
+        # (kept below HANDLER_SAMPLE: a small int, no allocation per message)
+        sample = (sample + 1) & _UNTIMED
+        if warm:
+            warm -= 1
+            sample = 0
         try:
             if async_handler:
-                if sample & _UNTIMED:
+                if sample:
                     await handler(msg)
                 else:
                     await rt.meter.timed_async(handler, msg)
             else:
                 if result is None:
-                    result = handler(msg) if sample & _UNTIMED else rt.meter.timed(handler, msg)
+                    result = handler(msg) if sample else rt.meter.timed(handler, msg)
                 if result is not None and inspect.isawaitable(result):
                     rt.suspended += 1
                     try:
@@ -359,8 +364,19 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Responder
             rt.queue.push(msg)
             return
         try:
-            sampled = link.counts.received & _UNTIMED
-            result = handler(msg) if sampled else rt.meter.timed(handler, msg)
+            # timed: a partition's first HANDLER_SAMPLE deliveries, then one in HANDLER_SAMPLE
+            # (a small-int countdown: cheaper than a bit test of the count)
+            counts = link.counts
+            skip = counts.skip
+            if skip:
+                counts.skip = skip - 1
+                result = handler(msg)
+            else:
+                if counts.warm:
+                    counts.warm -= 1
+                else:
+                    counts.skip = _UNTIMED
+                result = rt.meter.timed(handler, msg)
         except Exception as exc:
             failed(rt, msg, link, exc)
             return
