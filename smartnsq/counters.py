@@ -39,11 +39,11 @@ LATENCY_BOUNDS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 holds what is above the last."""
 
 HANDLER_SAMPLE: Final = 256
-"""The handler's time is measured on a partition's first this many deliveries (a quiet
-consumer is measured at once), then on one in this many (a power of two, at most 256: a
-worker's own count stays a cached small int; workers sample their calls alike): two clock reads per
-message would cost more than every counter together (docs/observability.md, "What it
-costs")."""
+"""The handler's time is measured on a consumer's first this many handler calls (a quiet
+consumer is measured at once), then on one in this many (a power of two, at most 256: the
+countdowns stay cached small ints; the inline runner and each worker count their own): two
+clock reads per message would cost more than every counter together (docs/observability.md,
+"What it costs")."""
 
 PUBLISH_SAMPLE: Final = 32
 """A partition's publish latency is observed on its first this many acknowledged calls (a
@@ -178,14 +178,10 @@ class PartitionCounts:
     ``lost`` (in flight on a connection that closed); finished is derived."""
 
     __slots__ = ("duplicates", "errors", "leader_changes", "lost", "node", "received",
-                 "requeued", "skip", "warm")
+                 "requeued")
 
     def __init__(self) -> None:
         self.received = 0
-        # the handler time's sample (dispatch.inline_runner): deliveries to let pass untimed,
-        # and the first ones left to time
-        self.skip = 0
-        self.warm = HANDLER_SAMPLE
         self.requeued = 0
         self.lost = 0
         self.duplicates = 0
