@@ -321,8 +321,9 @@ class ConsumerStats(dict[str, Any]):
     closed), ``order_errors``, ``server_errors`` by code, ``subscribe_failures``,
     ``leader_changes``. Gauges: ``connections``, ``in_flight``, ``queued`` (waiting for a
     handler), ``max_in_flight``, ``rdy`` (the RDY in force, summed), ``backoff`` (the
-    consumer's back-off state), ``starved``. ``handler_seconds``: the handler's time, on one
-    delivery in :data:`HANDLER_SAMPLE`. ``lag``: the last :meth:`Consumer.lag` reading
+    consumer's back-off state), ``starved``. ``handler_seconds``: the handler's time, on the
+    first :data:`HANDLER_SAMPLE` handler calls, then on one in :data:`HANDLER_SAMPLE`.
+    ``lag``: the last :meth:`Consumer.lag` reading
     (``None`` if never read). ``lookup``: the lookup manager (``None`` with ``nsqd=``).
 
     The snapshot is also the dict ``Consumer.stats()`` returned before it was typed (a plain
