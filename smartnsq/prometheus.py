@@ -230,7 +230,7 @@ class _Families:
                  stats.max_in_flight)):
             self.gauge(name, doc, base, bv, value)
         self.histogram("smartnsq_consumer_handler_seconds",
-                       "The handler's time, measured on one delivery in 32.", base, bv,
+                       "The handler's time, sampled (HANDLER_SAMPLE).", base, bv,
                        stats.handler_seconds)
         labels = [*base, "partition"]
         for part in stats.partitions:

@@ -22,6 +22,7 @@ from typing import Any
 from .counters import (
     HANDLER_SAMPLE,
     LATENCY_BOUNDS,
+    PUBLISH_SAMPLE,
     TIMED_OUT_CODES,
     ConsumeMeter,
     Histogram,
@@ -34,6 +35,7 @@ from .counters import (
 __all__ = [
     "HANDLER_SAMPLE",
     "LATENCY_BOUNDS",
+    "PUBLISH_SAMPLE",
     "TIMED_OUT_CODES",
     "ChannelLag",
     "ConsumeMeter",
@@ -169,8 +171,9 @@ class ProducerPartitionStats:
 
     ``published`` counts messages acknowledged (a ``publish_many`` of 100 counts 100);
     ``failed``/``retried`` count calls and attempts by reason (the server's error code, or
-    the exception's class name); ``publish_seconds``: from each call to its acknowledgement,
-    retries included (a batch is one observation)."""
+    the exception's class name); ``publish_seconds``: from a call to its acknowledgement,
+    retries included, observed on one acknowledged call in :data:`PUBLISH_SAMPLE` of the
+    partition, the first included (a batch is one call): the counts above are exact."""
 
     topic: str
     partition: int | None
@@ -318,8 +321,9 @@ class ConsumerStats(dict[str, Any]):
     closed), ``order_errors``, ``server_errors`` by code, ``subscribe_failures``,
     ``leader_changes``. Gauges: ``connections``, ``in_flight``, ``queued`` (waiting for a
     handler), ``max_in_flight``, ``rdy`` (the RDY in force, summed), ``backoff`` (the
-    consumer's back-off state), ``starved``. ``handler_seconds``: the handler's time, on one
-    delivery in :data:`HANDLER_SAMPLE`. ``lag``: the last :meth:`Consumer.lag` reading
+    consumer's back-off state), ``starved``. ``handler_seconds``: the handler's time, on the
+    first :data:`HANDLER_SAMPLE` handler calls, then on one in :data:`HANDLER_SAMPLE`.
+    ``lag``: the last :meth:`Consumer.lag` reading
     (``None`` if never read). ``lookup``: the lookup manager (``None`` with ``nsqd=``).
 
     The snapshot is also the dict ``Consumer.stats()`` returned before it was typed (a plain

@@ -72,10 +72,11 @@ class Runtime:
         "finished",
         "flow",
         "give_ups",
-        "handled",
+        "handled_queued",
         "handler_errors",
         "idle_waiter",
         "in_flight",
+        "inline_handled",
         "loop",
         "loop_thread_id",
         "lost_answers",
@@ -114,7 +115,9 @@ class Runtime:
         self.in_flight = 0
         self.finished = 0
         self.requeued = 0
-        self.handled = 0
+        self.handled_queued = 0  # by the workers and async for (the inline runner: below)
+        # the inline runner's count, derived from its sample countdown (inline_runner)
+        self.inline_handled: Callable[[], int] = _none
         self.handler_errors = 0
         self.give_ups = 0
         self.order_errors = 0
@@ -124,6 +127,13 @@ class Runtime:
         self.sub_failures = 0
         self.duplicates = 0
         self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (smartnsq.stats)
+
+    @property
+    def handled(self) -> int:
+        """Handlers that returned, plus messages iterated with ``async for``: the workers'
+        count and the inline runner's, which it derives from its sample countdown instead of
+        counting every call (one increment fewer per message)."""
+        return self.handled_queued + self.inline_handled()
 
     @property
     def received(self) -> int:
@@ -243,6 +253,10 @@ class Dispatch:
         return len(self.pending)
 
 
+def _none() -> int:
+    return 0
+
+
 def is_async(handler: Callable[..., Any]) -> bool:
     if inspect.iscoroutinefunction(handler):
         return True
@@ -257,7 +271,8 @@ async def worker(rt: Runtime, handler: Handler) -> None:
     started = dispatch.started
     max_attempts = rt.config.max_attempts
     async_handler = is_async(handler)
-    sample = 0  # this worker's handler calls, for the timing sample
+    sample = 0  # this worker's handler calls modulo HANDLER_SAMPLE: 0 is timed
+    warm = HANDLER_SAMPLE  # its first calls are all timed (a quiet consumer is measured too)
     while True:
         if pending:  # the per-message path, inlined: no call, no wake-up when one is pending
             msg = pending.popleft()
@@ -282,16 +297,20 @@ async def worker(rt: Runtime, handler: Handler) -> None:
                         continue
                 finally:
                     rt.suspended -= 1
-        sample += 1
+        # (kept below HANDLER_SAMPLE: a small int, no allocation per message)
+        sample = (sample + 1) & _UNTIMED
+        if warm:
+            warm -= 1
+            sample = 0
         try:
             if async_handler:
-                if sample & _UNTIMED:
+                if sample:
                     await handler(msg)
                 else:
                     await rt.meter.timed_async(handler, msg)
             else:
                 if result is None:
-                    result = handler(msg) if sample & _UNTIMED else rt.meter.timed(handler, msg)
+                    result = handler(msg) if sample else rt.meter.timed(handler, msg)
                 if result is not None and inspect.isawaitable(result):
                     rt.suspended += 1
                     try:
@@ -304,7 +323,7 @@ async def worker(rt: Runtime, handler: Handler) -> None:
         except Exception as exc:
             failed(rt, msg, link, exc)
             continue
-        rt.handled += 1
+        rt.handled_queued += 1
         if msg._state == PENDING and msg._auto:
             link.settle(msg, FINISHED, None, False)
 
@@ -353,24 +372,52 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Responder
     wait). When the handler returns an awaitable, a worker awaits it (it takes that worker's
     slot, as if the handler had started there)."""
     max_attempts = rt.config.max_attempts
+    # the handler's time sample: the first HANDLER_SAMPLE calls (``warm``), then one in
+    # HANDLER_SAMPLE, by a small-int countdown in this closure (``skip``: calls to let pass
+    # untimed), which costs fewer bytecodes than a test of the partition's count
+    skip = 0
+    warm = HANDLER_SAMPLE
+    # ``Runtime.handled``'s inline part comes from the same countdown: the calls are the timed
+    # ones plus _UNTIMED per countdown started less what is left of it; those that did not
+    # return to be answered here (raised, or handed an awaitable to a worker) are counted
+    # apart, rarely
+    timed = cycles = unhandled = 0
+    before = rt.inline_handled()  # a runner made earlier for this runtime
+
+    def handled() -> int:
+        return before + timed + cycles * _UNTIMED - skip - unhandled
+
+    rt.inline_handled = handled
 
     def run(msg: Message, link: Responder) -> None:
+        nonlocal skip, warm, timed, cycles, unhandled
         if max_attempts and msg.attempts > max_attempts:
             rt.queue.push(msg)
             return
         try:
-            sampled = link.counts.received & _UNTIMED
-            result = handler(msg) if sampled else rt.meter.timed(handler, msg)
+            if skip:
+                skip -= 1
+                result = handler(msg)
+            else:
+                timed += 1
+                if warm:
+                    warm -= 1
+                else:
+                    skip = _UNTIMED
+                    cycles += 1
+                result = rt.meter.timed(handler, msg)
         except Exception as exc:
+            unhandled += 1
             failed(rt, msg, link, exc)
             return
         except BaseException:
+            unhandled += 1
             link.give_back(msg)
             raise
         if result is not None and inspect.isawaitable(result):
+            unhandled += 1  # the worker that awaits it counts it
             rt.queue.hand_over(msg, result)
             return
-        rt.handled += 1
         if msg._state == PENDING and msg._auto:
             link.settle(msg, FINISHED, None, False)
 
@@ -426,7 +473,7 @@ async def iterate(rt: Runtime, begin: Callable[[], Awaitable[Any]],
         if link.dead:
             rt.stale += 1
             continue
-        rt.handled += 1
+        rt.handled_queued += 1
         try:
             yield msg
         except BaseException:

@@ -329,7 +329,7 @@ class Producer:
                             self._drained.set_result(None)
                     if failed is not None:
                         return await self._send(request, failed)  # type: ignore[return-value]
-                    self._meter.ok(topic, request.target, 1, self._now() - request.start)
+                    self._meter.ok(topic, request.target, 1, request.start, self._now)
                     topics = self._trace_topics  # (_result, inline: once a publish)
                     return self._results.of(  # type: ignore[return-value]
                         request, answer, topics.get(topic, self._trace_default) if topics
@@ -511,7 +511,7 @@ class Producer:
             return
         try:
             if error is None:
-                self._meter.ok(request.topic, request.target, 1, self._now() - request.start)
+                self._meter.ok(request.topic, request.target, 1, request.start, self._now)
                 topics = self._trace_topics  # (_result, inline: once a publish)
                 result.set_result(self._results.of(  # type: ignore[arg-type]
                     request, answer, topics.get(request.topic, self._trace_default) if topics
@@ -616,7 +616,7 @@ class Producer:
                         self._pool.writable(request.topic, request.target)
                     self._meter.ok(request.topic, request.target,
                                    1 if request.bodies is None else len(request.bodies),
-                                   self._now() - request.start)
+                                   request.start, self._now)
                     return result
             decision = self._decide(request, failed)
             if decision.next is Next.GIVE_UP:

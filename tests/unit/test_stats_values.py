@@ -10,6 +10,7 @@ import pytest
 from smartnsq.errors import ServerError
 from smartnsq.stats import (
     LATENCY_BOUNDS,
+    PUBLISH_SAMPLE,
     ConsumeMeter,
     ConsumerStats,
     Histogram,
@@ -38,9 +39,9 @@ def test_histogram_buckets_are_upper_bounds_inclusive() -> None:
 
 def test_publish_meter_counts_per_partition_and_reason() -> None:
     meter = PublishMeter()
-    meter.ok("t", 0, 1, 0.002)
-    meter.ok("t", 0, 100, 0.004)
-    meter.ok("t", None, 1, 0.001)
+    meter.ok("t", 0, 1, 1.0, lambda: 1.002)  # (start, clock): 2 ms
+    meter.ok("t", 0, 100, 1.0, lambda: 1.004)
+    meter.ok("t", None, 1, 1.0, lambda: 1.001)
     meter.retried("t", 0, ServerError("E_FAILED_ON_NOT_LEADER", "moved"))
     meter.failed("t", 1, TimeoutError())
     stats = ProducerStats.build(meter, leaders={("t", 0): "a:1"}, connections=2, on_wire=0,
@@ -54,6 +55,32 @@ def test_publish_meter_counts_per_partition_and_reason() -> None:
     assert p0 is not None and p0.leader == "a:1" and p0.published == 101
     with pytest.raises(dataclasses.FrozenInstanceError):
         p0.published = 0  # type: ignore[misc]
+
+
+def test_publish_latency_is_sampled_after_the_first_calls_and_counts_stay_exact() -> None:
+    meter = PublishMeter()
+    reads = 0
+
+    def clock() -> float:
+        nonlocal reads
+        reads += 1
+        return 2.0
+
+    calls = 4 * PUBLISH_SAMPLE
+    for _ in range(calls):
+        meter.ok("t", 0, 2, 1.0, clock)
+    meter.ok("t", 1, 1, 1.5, clock)  # another partition: measured from its first call
+    # every call of the first PUBLISH_SAMPLE, then one in PUBLISH_SAMPLE: the clock is read
+    # on those only
+    timed = PUBLISH_SAMPLE + (calls - PUBLISH_SAMPLE) // PUBLISH_SAMPLE
+    assert reads == timed + 1
+    stats = ProducerStats.build(meter, leaders={}, connections=1, on_wire=0,
+                                leader_changes=0, lookup=None, at=1.0)
+    p0, p1 = stats.partition("t", 0), stats.partition("t", 1)
+    assert p0 is not None and p1 is not None
+    assert p0.published == 2 * calls and stats.published == 2 * calls + 1
+    assert p0.publish_seconds.count == timed and p0.publish_seconds.sum == pytest.approx(timed)
+    assert p1.publish_seconds.count == 1 and p1.publish_seconds.max == 0.5
 
 
 def test_reason_of() -> None:
