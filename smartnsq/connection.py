@@ -459,24 +459,21 @@ class Connection(asyncio.BufferedProtocol):
             await self.drain()
         return await self.submit(data, command, timeout)
 
-    def send(self, data: bytes, *, now: bool = False) -> None:
-        """Queue a command without an answer (RDY, FIN, REQ, TOUCH, NOP).
+    def send(self, data: bytes) -> None:
+        """Queue a command without an answer (RDY, FIN, REQ, TOUCH, NOP), written with the
+        turn's other commands.
 
         Raises ``ConnectionClosed`` when the connection is closed: the command cannot reach
         the server any more (a FIN lost this way means the message will be redelivered).
-        ``now=True`` writes at once, as for ``submit`` (an ordered FIN: nothing can join it,
-        the next message waits for it).
         """
         if not self._accepting:
             raise self._not_accepting(commands.command_name(data))
-        if now and not self._wbuf:
-            self._write(data)  # (_queue's first case, without the call: an ordered FIN)
-        else:
-            self._queue(data, now)
+        self._queue(data, False)
 
     def send_now(self, data: bytes) -> None:
-        """``send(data, now=True)`` without the keyword (the ordered FIN's path, once per
-        message: a bound method is cheaper to call than a ``partial`` with a keyword)."""
+        """:meth:`send`, written at once, as ``submit(now=True)`` is: for a command nothing
+        can join (an ordered FIN: the partition's next message waits for it). A method of its
+        own, not a keyword, because it is called once per ordered message."""
         if not self._accepting:
             raise self._not_accepting(commands.command_name(data))
         if self._wbuf:

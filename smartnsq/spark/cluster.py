@@ -502,7 +502,8 @@ class RangeReader:
     def _fin(self, message_id: bytes) -> None:
         conn = self._conn
         if conn is not None and not conn.is_closed:
-            conn.send(commands.fin(message_id), now=self._fin_now)
+            # (the consumer's rule: an ordered FIN is written in the turn it is made)
+            (conn.send_now if self._fin_now else conn.send)(commands.fin(message_id))
 
     def _keep(self, message: Message) -> bool:
         """Take in one delivery: True when it joined the buffer."""

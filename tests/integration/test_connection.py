@@ -185,8 +185,8 @@ async def test_now_writes_in_the_same_turn_and_keeps_order(nsq_cluster: Any) -> 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_send_now_writes_at_once_behind_what_is_queued(nsq_cluster: Any) -> None:
-    """``send_now`` (the ordered FIN's path) is ``send(data, now=True)``: written before it
-    returns, after whatever was queued and in the same write; refused once closed."""
+    """``send_now`` (the ordered FIN's path) writes before it returns, after whatever was
+    queued and in the same write; refused once closed."""
     await nsq_cluster.create_topic("t_send_now")
     conn = await connect(nsq_cluster)
     try:
