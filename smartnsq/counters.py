@@ -89,8 +89,6 @@ class Histogram:
             self.max = seconds
 
 
-
-
 # -- producer --------------------------------------------------------------------------------------
 
 class PublishCounts:

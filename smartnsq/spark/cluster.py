@@ -399,6 +399,10 @@ MAX_BUFFERED = 8 * 1024 * 1024  # bytes a reader holds before it stops FINing
 _MESSAGE_COST = 256  # bytes a buffered Message costs beside its body (the object, its id)
 
 
+def _not_open(data: bytes) -> None:
+    raise RuntimeError("the range reader is not open")
+
+
 class RangeReader:
     """Reads ``[start, end)`` of one partition over one connection; lives on the event loop.
 
@@ -426,13 +430,13 @@ class RangeReader:
         self.end = end
         self.next_end = start
         self._ordered = ordered
-        self._fin_now = fin_at_once(ordered)
         self._ext = ext
         self._rdy = rdy
         self._limit = limit
         self._count = 0
         self._config = config or ConnectionConfig()
         self._conn: Connection | None = None
+        self._send_fin: Callable[[bytes], None] = _not_open  # (open() sets it)
         self._ready: deque[Message] = deque()
         self._buffered = 0  # what _ready costs: its bodies and _MESSAGE_COST each
         self._max_buffered = max_buffered
@@ -453,6 +457,8 @@ class RangeReader:
                                         on_message=self._on_message, on_error=self._on_error,
                                         extend_support=self._ext)
         self._conn = conn
+        # the consumer's rule: an ordered FIN is written in the turn it is made
+        self._send_fin = conn.send_now if fin_at_once(self._ordered) else conn.send
         # the consumer's rules (smartnsq.partitions): SUB_ORDERED on ordered topics, else
         # SUB_ADVANCED for the queue offsets the range needs (the start was set over HTTP);
         # one message in flight on an ordered channel
@@ -502,8 +508,7 @@ class RangeReader:
     def _fin(self, message_id: bytes) -> None:
         conn = self._conn
         if conn is not None and not conn.is_closed:
-            # (the consumer's rule: an ordered FIN is written in the turn it is made)
-            (conn.send_now if self._fin_now else conn.send)(commands.fin(message_id))
+            self._send_fin(commands.fin(message_id))
 
     def _keep(self, message: Message) -> bool:
         """Take in one delivery: True when it joined the buffer."""
