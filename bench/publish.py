@@ -66,7 +66,7 @@ import asyncio
 import importlib
 import importlib.util
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -148,20 +148,25 @@ def work_smartnsq_sync(mode: str, addr: str, lookupd: str, topic: str, count: in
             for n in _batches(count):
                 producer.publish_many(topic, [body] * n)
         else:  # pipelined: SYNC_THREADS threads, each publishing one at a time
-            import threading
-
             def publisher(n: int) -> None:
                 for _ in range(n):
                     producer.publish(topic, body)
 
-            share, extra = divmod(count, SYNC_THREADS)
-            threads = [threading.Thread(target=publisher, args=(share + (i < extra),))
-                       for i in range(SYNC_THREADS)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            _in_threads(publisher, count)
         return start.end()
+
+
+def _in_threads(publisher: Callable[[int], None], count: int) -> None:
+    """``count`` publishes shared out among SYNC_THREADS threads, ``publisher(n)`` each."""
+    import threading
+
+    share, extra = divmod(count, SYNC_THREADS)
+    threads = [threading.Thread(target=publisher, args=(share + (i < extra),))
+               for i in range(SYNC_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def work_pynsq(mode: str, addr: str, topic: str, count: int, body: bytes,
@@ -458,13 +463,7 @@ def work_blocking_floor(mode: str, addr: str, topic: str, count: int, body: byte
                 with lock:
                     call(pub)
 
-        share, extra = divmod(count, SYNC_THREADS)
-        threads = [threading.Thread(target=publisher, args=(share + (i < extra),))
-                   for i in range(SYNC_THREADS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _in_threads(publisher, count)
     elapsed = start.end()
     sock.close()
     return elapsed
