@@ -117,20 +117,22 @@ class Clock:
         self.cpu_last = time.process_time()
 
 
-def sdk_tracer_provider() -> Any:
-    """An OpenTelemetry SDK provider sampling every span, with an in-memory exporter behind
+def sdk_tracer_provider(variant: str = "") -> Any:
+    """An OpenTelemetry SDK provider sampling every span (a variant ending in ``1pct``: one
+    trace in 100, parent-based, as production runs it), with an in-memory exporter behind
     a simple span processor (each ended span is handed over at once): what a test setup
     costs, with no network export in the measurement."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
     class Dropping(InMemorySpanExporter):  # keeps nothing: memory stays flat over N spans
         def export(self, spans: Any) -> Any:
             return super().export(())
 
-    provider = TracerProvider(sampler=ALWAYS_ON)
+    sampler = ParentBased(TraceIdRatioBased(0.01)) if variant.endswith("1pct") else ALWAYS_ON
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(Dropping()))
     return provider
 
@@ -143,10 +145,10 @@ def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int,
 
     extra: dict[str, Any] = {}
     bare: Any = None
-    if variant == "otel":
-        extra["tracer_provider"] = sdk_tracer_provider()
-    elif variant == "span":
-        bare = sdk_tracer_provider().get_tracer("bench").start_span
+    if variant.startswith("otel"):
+        extra["tracer_provider"] = sdk_tracer_provider(variant)
+    elif variant.startswith("span"):
+        bare = sdk_tracer_provider(variant).get_tracer("bench").start_span
 
     async def run() -> Clock:
         done = asyncio.get_running_loop().create_future()
@@ -336,8 +338,8 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
     clock = Clock()
 
     bare: Any = None
-    if variant == "span":
-        bare = sdk_tracer_provider().get_tracer("bench").start_span
+    if variant.startswith("span"):
+        bare = sdk_tracer_provider(variant).get_tracer("bench").start_span
 
     def handler(message: Any) -> None:
         nonlocal seen
@@ -346,11 +348,11 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
         seen += 1
 
     run: Any = handler
-    if variant == "otel":
+    if variant.startswith("otel"):
         from smartnsq import otel
 
         run, cfg = otel.consumer_tracing("bench_sub", CHANNEL, handler, cfg,
-                                         sdk_tracer_provider())
+                                         sdk_tracer_provider(variant))
     rt.run_now = inline_runner(rt, run)
 
     def send(data: bytes, now: bool = False) -> None:
@@ -381,12 +383,13 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
 
 
 # Consumer variants for --instructions (issue 22's tracing cost): worker name -> variant
-VARIANTS = {"smartnsq-otel": "otel", "smartnsq-span": "span"}
+# ("1pct": a parent-based 1-in-100 ratio sampler instead of every message)
+VARIANTS = {f"smartnsq-{v}": v for v in ("otel", "span", "otel1pct", "span1pct")}
 # What each worker imports before its baseline memory reading (see publish.py).
 PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.connection",
-             "smartnsq-otel": "smartnsq.consumer", "smartnsq-span": "smartnsq.consumer",
-             **{f"smartnsq-path{v}": "smartnsq.consumer"
-                for v in ("", "-ordered", "-otel", "-span", "-ordered-otel", "-ordered-span")},
+             **{client: "smartnsq.consumer" for client in VARIANTS},
+             **{f"smartnsq-path{o}{v}": "smartnsq.consumer" for o in ("", "-ordered")
+                for v in ("", "-otel", "-span", "-otel1pct", "-span1pct")},
              "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
 
 
@@ -515,7 +518,8 @@ def run_instructions(args: argparse.Namespace, clients: list[str], count: int) -
           "and 3N messages; per message = (I(3N) - I(N)) / 2N. smartnsq-otel: the Consumer "
           "with an SDK TracerProvider sampling every message (in-memory exporter that keeps "
           "nothing, simple processor); smartnsq-span: the plain Consumer whose handler starts "
-          "and ends one bare span of the same provider (the SDK's own floor).")
+          "and ends one bare span of the same provider (the SDK's own floor); -otel1pct, "
+          "-span1pct: the same with a parent-based 1-in-100 ratio sampler.")
     return 0
 
 
@@ -828,9 +832,10 @@ def main() -> int:
     parser.add_argument("--instructions", action="store_true",
                         help="minimal server: user-space instructions per message by "
                              "callgrind (N and 3N, --messages default 10k; clients default "
-                             "smartnsq,smartnsq-conn; also smartnsq-otel, smartnsq-span, and "
-                             "smartnsq-path[-ordered]: the Consumer's layer alone, in process, "
-                             "deterministic)")
+                             "smartnsq,smartnsq-conn; also smartnsq-otel, smartnsq-span, "
+                             "smartnsq-path[-ordered][-otel|-span]: the Consumer's layer alone, "
+                             "in process, deterministic; -otel1pct, -span1pct: a 1-in-100 "
+                             "ratio sampler)")
     parser.add_argument("--prefix", default="", metavar="COMMAND",
                         help="--server real: run the Python client workers under COMMAND "
                              "(e.g. 'strace -f -c -o FILE': system calls per message by the "

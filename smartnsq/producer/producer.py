@@ -511,7 +511,17 @@ class Producer:
             return
         try:
             if error is None:
-                self._meter.ok(request.topic, request.target, 1, request.start, self._now)
+                # (the meter's ok, inline: the call alone was over 1% of this path's CPU)
+                try:
+                    counts = self._meter.topics[request.topic][request.target]
+                except KeyError:
+                    counts = self._meter.counts(request.topic, request.target)
+                counts.published += 1
+                skip = counts.skip
+                if skip:
+                    counts.skip = skip - 1
+                else:
+                    self._meter.timed(counts, request.start, self._now)
                 topics = self._trace_topics  # (_result, inline: once a publish)
                 result.set_result(self._results.of(  # type: ignore[arg-type]
                     request, answer, topics.get(request.topic, self._trace_default) if topics
