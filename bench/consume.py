@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -351,6 +352,8 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
     if variant.startswith("otel"):
         from smartnsq import otel
 
+        if variant[4:].isdigit():  # "otelN": span_one_in N, smartnsq's gate before the SDK
+            cfg = dataclasses.replace(cfg, span_one_in=int(variant[4:]))
         run, cfg = otel.consumer_tracing("bench_sub", CHANNEL, handler, cfg,
                                          sdk_tracer_provider(variant))
     rt.run_now = inline_runner(rt, run)

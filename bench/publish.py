@@ -108,11 +108,20 @@ def _windows(count: int, window: int) -> list[int]:
 # -- workers: each runs in its own interpreter -------------------------------------------------
 
 def work_smartnsq(mode: str, addr: str, lookupd: str, topic: str, count: int, body: bytes,
-                  window: int) -> Span:
+                  window: int, traced: str = "") -> Span:
+    """``traced`` (issue 22's tracing cost, ``--worker`` only): "otel" an SDK tracer provider
+    tracing every call; "otelN" the same behind ``span_one_in`` N (see consume.py's
+    ``sdk_tracer_provider``)."""
     from smartnsq.producer import Producer
 
     async def run() -> Span:
         where: dict[str, Any] = {"lookupd": [lookupd]} if lookupd else {"nsqd": [addr]}
+        if traced:
+            from consume import sdk_tracer_provider
+
+            where["tracer_provider"] = sdk_tracer_provider(traced)
+            if traced[4:].isdigit():
+                where["span_one_in"] = int(traced[4:])
         async with Producer(**where) as producer:
             publish = producer.publish
             await publish(topic, body)  # warm-up: connection and routes
@@ -483,7 +492,7 @@ def preimport(client: str) -> None:
         monkey.patch_all()  # before anything else imports socket
         import gnsq  # noqa: F401
         return
-    importlib.import_module(PREIMPORT[client])
+    importlib.import_module(PREIMPORT[client.split("-otel")[0]])
 
 
 ASYNCIO_CLIENTS = ("smartnsq", "smartnsq-sync", "ansq", "asyncnsq", "asyncio-floor")
@@ -506,8 +515,9 @@ def worker(argv: list[str]) -> int:
     if lookupd:  # the lookup client (and httpx) is imported on first use: not a publish cost
         importlib.import_module("smartnsq.lookup")
     baseline = max_rss_kib()
-    if client == "smartnsq":
-        span = work_smartnsq(mode, addr, lookupd, topic, count, body, window)
+    if client == "smartnsq" or client.startswith("smartnsq-otel"):
+        span = work_smartnsq(mode, addr, lookupd, topic, count, body, window,
+                             client.partition("-")[2])
     elif client == "smartnsq-sync":
         span = work_smartnsq_sync(mode, addr, lookupd, topic, count, body, window)
     else:

@@ -159,12 +159,28 @@ class _PublishTracing:
     def __init__(self, producer: Any, tracer: Any) -> None:
         self.producer = producer
         self.tracer = tracer
+        self._one_in = producer.config.span_one_in
+        self._skip = 0
+        self._current_span = _api().trace.get_current_span
         self._publish = producer.publish
         self._nowait = producer.publish_nowait
         self._many = producer.publish_many
         producer.publish = self.publish
         producer.publish_nowait = self.publish_nowait
         producer.publish_many = self.publish_many
+
+    def _gated_out(self) -> bool:
+        """``ProducerConfig.span_one_in`` > 1: whether this call goes untraced, decided
+        before the SDK is asked (asking costs about an untraced publish's own CPU even when
+        its sampler says no). A call made while a recording span is current is traced (the
+        caller's trace stays whole); the others: the first, then one in ``span_one_in``."""
+        if self._one_in == 1 or self._current_span().is_recording():
+            return False
+        if self._skip:
+            self._skip -= 1
+            return True
+        self._skip = self._one_in - 1
+        return False
 
     def _start(self, topic: str, kwargs: Mapping[str, Any], count: int | None,
                body_size: int | None) -> Any:
@@ -238,8 +254,11 @@ class _PublishTracing:
         kwargs["timeout"] = max(timeout - (loop.time() - started), 0.001)
 
     async def publish(self, topic: str, body: bytes, **kwargs: Any) -> Any:
-        if _inside.get():
+        if _inside.get() or self._gated_out():
             return await self._publish(topic, body, **kwargs)
+        return await self._publish_traced(topic, body, kwargs)
+
+    async def _publish_traced(self, topic: str, body: bytes, kwargs: dict[str, Any]) -> Any:
         span = self._start(topic, kwargs, None, len(body) if isinstance(body, bytes) else None)
         token = _inside.set(True)
         try:
@@ -258,11 +277,11 @@ class _PublishTracing:
         return result
 
     def publish_nowait(self, topic: str, body: bytes, **kwargs: Any) -> Any:
-        if _inside.get():
+        if _inside.get() or self._gated_out():
             return self._nowait(topic, body, **kwargs)
         if self.producer.pool.routes(topic) is None and not self.producer.closed:
             # whether the topic is ext is not known yet: once per topic, through publish()
-            return asyncio.ensure_future(self.publish(topic, body, **kwargs))
+            return asyncio.ensure_future(self._publish_traced(topic, body, kwargs))
         span = self._start(topic, kwargs, None, len(body) if isinstance(body, bytes) else None)
         carrier = self._carrier(span, topic)
         if carrier is not None:
@@ -291,7 +310,7 @@ class _PublishTracing:
         return future
 
     async def publish_many(self, topic: str, bodies: Any, **kwargs: Any) -> Any:
-        if _inside.get():
+        if _inside.get() or self._gated_out():
             return await self._many(topic, bodies, **kwargs)
         bodies = list(bodies)
         span = self._start(topic, kwargs, len(bodies), None)
@@ -331,7 +350,7 @@ def consumer_tracing(topic: str, channel: str, handler: Any, config: Any,
         return handler, config
     tracer = _tracer(tracer_provider)
     if handler is not None:
-        handler = _traced_handler(handler, tracer, channel)
+        handler = _traced_handler(handler, tracer, channel, config.span_one_in)
     hook = config.on_give_up
     return handler, dataclasses.replace(
         config, on_give_up=_traced_give_up(hook, tracer, channel, config.max_attempts))
@@ -421,21 +440,65 @@ def _outcome(message: Any, raised: bool) -> str:
     return "none"
 
 
-def _traced_handler(handler: Callable[[Any], Any], tracer: Any, channel: str) -> Any:
+def _parent_sampled(message: Any) -> bool | None:
+    """The sampled flag of the W3C ``traceparent`` in ``message``'s ext headers; None when
+    it has none, or not a well-formed one (the propagator would ignore it too)."""
+    traceparent = message.headers.get("traceparent")
+    if not isinstance(traceparent, str) or len(traceparent) != 55 \
+            or traceparent[2] != "-" or traceparent[35] != "-" or traceparent[52] != "-":
+        return None
+    return traceparent[-1] in "13579bdfBDF"  # the flags' low bit: sampled
+
+
+def _traced_handler(handler: Callable[[Any], Any], tracer: Any, channel: str,
+                    one_in: int = 1) -> Any:
     """The handler inside a process span, current while it runs (the handler's own spans
     are its children). The span is made current by attaching its context directly, not
     through ``trace.use_span`` (a generator context manager with exception bookkeeping this
-    path does not use: the outcome and the exception are recorded here)."""
+    path does not use: the outcome and the exception are recorded here).
+
+    ``one_in`` (``ConsumerConfig.span_one_in``) > 1 gates the spans before the SDK is asked,
+    because asking it costs about twice an untraced message even when its sampler says no:
+    a message whose ext headers carry a W3C ``traceparent`` follows the producer's decision
+    (its sampled flag), so a sampled publish keeps its consumer span; the others get a span
+    for the first, then one in ``one_in`` (a countdown); the rest call the handler as an
+    untraced consumer does. The common case (the countdown running, no ext header) is
+    written out in both wrappers below: a call to a shared function would cost more than
+    the rest of a gated-out message's tracing."""
     from opentelemetry import context
 
     set_in_context = _api().trace.set_span_in_context
     attach = context.attach
     detach = context.detach
     start = _ProcessSpans(tracer, channel).start
+    gated = one_in > 1
+    skip = 0
+
+    def admit(message: Any) -> bool:
+        """The gate's other cases: an ext message (its traceparent decides, when it has
+        one), or the countdown at zero."""
+        nonlocal skip
+        ext = message.ext
+        if ext and b"traceparent" in ext:
+            sampled = _parent_sampled(message)
+            if sampled is not None:
+                return sampled
+        if skip:
+            skip -= 1
+            return False
+        skip = one_in - 1
+        return True
 
     if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             getattr(handler, "__call__", None)):  # noqa: B004
         async def traced_async(message: Any) -> Any:
+            nonlocal skip
+            if gated:  # (the gate: see above)
+                if skip and not message.ext:
+                    skip -= 1
+                    return await handler(message)
+                if not admit(message):
+                    return await handler(message)
             span = start(message)
             token = attach(set_in_context(span))
             try:
@@ -451,6 +514,13 @@ def _traced_handler(handler: Callable[[Any], Any], tracer: Any, channel: str) ->
         return traced_async
 
     def traced(message: Any) -> Any:
+        nonlocal skip
+        if gated:  # (the gate: see above; the common case first, in the fewest bytecodes)
+            if skip and not message.ext:
+                skip -= 1
+                return handler(message)
+            if not admit(message):
+                return handler(message)
         span = start(message)
         token = attach(set_in_context(span))
         try:

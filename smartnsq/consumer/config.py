@@ -146,6 +146,11 @@ class ConsumerConfig:
     trace: bool | None = field(default=None, metadata=doc(
         "Consume trace lines on smartnsq.trace: None for messages with a trace id, True for "
         "all, False for none.", check=flag(optional=True)))
+    span_one_in: int = field(default=1, metadata=doc(
+        "OpenTelemetry (tracer_provider given, or smartnsq.otel.instrument()): a process "
+        "span for the first message, then for one in N, chosen before the SDK is asked (its "
+        "sampler decides among those); a message whose ext headers carry a W3C traceparent "
+        "follows its sampled flag instead. 1: every message.", check=integer(1)))
     drain_timeout: float = field(default=30.0, metadata=doc(
         "close()'s default timeout: the whole close (the drain for running handlers, CLS, "
         "the connections' close) ends within it; what is left is aborted.",

@@ -95,6 +95,11 @@ class ProducerConfig:
         "Client-side trace log (logger smartnsq.trace): True traces every publish (sent "
         "traced, one line each), None only those given a trace id, False none; "
         "set_trace() changes it at run time, per topic too.", rule=flag(optional=True)))
+    span_one_in: int = field(default=1, metadata=spec(
+        "OpenTelemetry (tracer_provider given, or smartnsq.otel.instrument()): a publish "
+        "span for the first call, then for one call in N, chosen before the SDK is asked "
+        "(its sampler decides among those); a call made while a recording span is current "
+        "is always traced. 1: every call.", rule=integer(1)))
     connection: ConnectionConfig = field(default_factory=ConnectionConfig, metadata=spec(
         "How connections to nsqd are opened (timeouts, TLS, compression, auth).",
         rule=instance(ConnectionConfig, "a ConnectionConfig", optional=False)))
