@@ -164,13 +164,11 @@ class _Instruments:
         meter.create_observable_counter(
             CONSUMED, callbacks=[self._consumed], unit="{message}",
             description="Messages delivered to the consumer (redeliveries count again).")
-        self.operation = meter.create_histogram(
-            OPERATION, unit="s", explicit_bucket_boundaries_advisory=DURATION_BOUNDS,
-            description="From a publish call to its acknowledgement, retries included; "
-                        "sampled (smartnsq.counters.PUBLISH_SAMPLE).")
-        self.process = meter.create_histogram(
-            PROCESS, unit="s", explicit_bucket_boundaries_advisory=DURATION_BOUNDS,
-            description="The handler's time; sampled (smartnsq.counters.HANDLER_SAMPLE).")
+        self.operation = _histogram(
+            meter, OPERATION, "From a publish call to its acknowledgement, retries included; "
+                              "sampled (smartnsq.counters.PUBLISH_SAMPLE).")
+        self.process = _histogram(
+            meter, PROCESS, "The handler's time; sampled (smartnsq.counters.HANDLER_SAMPLE).")
 
     def add(self, kind: str, client: Any) -> str:
         """Read ``client`` (``kind``: producer or consumer) at each collection; its id."""
@@ -208,6 +206,16 @@ class _Instruments:
 
     def _consumed(self, options: Any) -> Iterable[Any]:
         return list(self._observe(self._consumers, consumed_points))
+
+
+def _histogram(meter: Any, name: str, description: str) -> Any:
+    """A duration histogram with the conventions' buckets as advice, where the API takes
+    advice (opentelemetry-api 1.30 and later; before, the SDK's default buckets or a view)."""
+    try:
+        return meter.create_histogram(name, unit="s", description=description,
+                                      explicit_bucket_boundaries_advisory=DURATION_BOUNDS)
+    except TypeError:
+        return meter.create_histogram(name, unit="s", description=description)
 
 
 def _read(client: Any) -> Any:

@@ -22,6 +22,7 @@ from smartnsq.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.consumer import Consumer
 from smartnsq.errors import NSQError
 from smartnsq.message import Message
+from smartnsq.otel_metrics import DURATION_BOUNDS
 from smartnsq.producer import Producer
 
 SENT = "messaging.client.sent.messages"
@@ -94,7 +95,8 @@ async def test_sent_and_consumed_equal_the_stats_and_the_histograms_are_there(
     assert sorted((p.attributes["messaging.destination.partition.id"], p.count)
                   for p in durations) == [("0", 20), ("1", 20)]
     assert all(p.attributes["messaging.operation.name"] == "publish" and p.sum > 0
-               and "messaging.client.id" not in p.attributes for p in durations)
+               and "messaging.client.id" not in p.attributes
+               and tuple(p.explicit_bounds) == DURATION_BOUNDS for p in durations)
     assert not points(collect(reader), SENT, topic)  # closed: its series stopped
 
     got: list[Message] = []
