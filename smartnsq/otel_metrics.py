@@ -184,9 +184,10 @@ class _Instruments:
         with self._lock:
             for name, ref in list(table.items()):
                 client = ref()
-                if client is None or getattr(client, "closed", True):  # (half-made: True)
+                closed = getattr(client, "closed", None)  # None: collected, or half-made
+                if client is None or closed:
                     del table[name]
-                else:
+                elif closed is not None:  # (a client still in __init__: next time)
                     live.append((name, client))
         return live
 

@@ -159,3 +159,25 @@ def test_the_counters_drop_closed_collected_and_unreadable_clients() -> None:
     assert sent() == [4]
     clients[1].broken = False
     assert sent() == [2, 4]
+
+
+def test_a_client_still_being_made_is_read_at_the_next_collection() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    client = FakeProducer(5)
+    del client.closed  # as in Producer.__init__ before its flags are set
+    otel_metrics.producer_meter(client, PublishMeter(), provider)
+
+    def sent() -> list[int]:
+        data = reader.get_metrics_data()  # (None when nothing was observed)
+        return [p.value for r in (data.resource_metrics if data else ()) for s in r.scope_metrics
+                for m in s.metrics if m.name == otel_metrics.SENT
+                for p in m.data.data_points]
+
+    assert sent() == []
+    client.closed = False
+    assert sent() == [5]
