@@ -6,6 +6,7 @@ Skipped without the ``otel`` extra's SDK."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -187,12 +188,14 @@ async def test_instrument_meters_clients_created_afterwards(nsq_cluster: Any,
 
 @pytest.fixture
 def bg() -> Iterator[BackgroundCluster]:
-    background = BackgroundCluster(1, {"osync": 2}, WAIT)
+    background = BackgroundCluster(1, {}, WAIT)
+    background.thread.run(background.cluster.create_topic(
+        "osync", partitions=2, replicas=1, channels=["ch"]), WAIT)
     yield background
     background.stop()
 
 
-def test_the_blocking_facade_passes_meter_provider_on(bg: BackgroundCluster,
+def test_the_blocking_facades_pass_meter_provider_on(bg: BackgroundCluster,
                                                       metrics: Any) -> None:
     provider, reader = metrics
     with sync.Producer(lookupd=bg.lookupd, meter_provider=provider) as producer:
@@ -200,3 +203,22 @@ def test_the_blocking_facade_passes_meter_provider_on(bg: BackgroundCluster,
         found = collect(reader)  # read from this thread, not the client's loop
     [sent] = points(found, SENT, "osync")
     assert sent.value == 3 and sent.attributes["messaging.destination.partition.id"] == "1"
+
+    done = threading.Event()
+    got: list[bytes] = []
+
+    def handler(message: Message) -> None:  # runs in the facade's handler threads
+        got.append(bytes(message.body))
+        if len(got) == 3:
+            done.set()
+
+    with sync.Consumer("osync", "ch", lookupd=bg.lookupd, handler=handler,
+                       meter_provider=provider, **FAST):
+        assert done.wait(WAIT)
+        found = collect(reader)
+    assert by_partition(points(found, CONSUMED, "osync")) == {"0": 0, "1": 3}
+    # the handlers' times are recorded when their thread hands back: the closed consumer
+    # has drained them all (a histogram's series outlive the client, its counters' do not)
+    found = collect(reader)
+    [process] = points(found, PROCESS, "osync")
+    assert process.count == 3 and not points(found, CONSUMED, "osync")
