@@ -138,6 +138,27 @@ def sdk_tracer_provider(variant: str = "") -> Any:
     return provider
 
 
+def sdk_metered(meter: Any) -> tuple[Any, Any]:
+    """(the consumer's meter as ``Consumer(meter_provider=...)`` makes it, the process
+    duration histogram's ``record``) over an SDK MeterProvider with an in-memory reader that
+    is never collected: the per-message cost, without an export in the measurement."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from smartnsq import otel_metrics
+
+    class Stand:  # the consumer the observable counters would read (never collected here)
+        topic, channel, closed = "bench_sub", CHANNEL, False
+
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    stand = Stand()
+    metered = otel_metrics.consumer_meter(stand, meter, provider)
+    sdk_metered.keep = (provider, stand)  # type: ignore[attr-defined]  # alive for the run
+    return metered, provider.get_meter("smartnsq").create_histogram(
+        otel_metrics.PROCESS, unit="s",
+        explicit_bucket_boundaries_advisory=otel_metrics.DURATION_BOUNDS).record
+
+
 def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int,
                   variant: str = "") -> Clock:
     """``variant``: "" plain; "otel": the consumer traced (every message sampled); "span":
@@ -316,7 +337,9 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
     decoding and the socket writes are not in it). ``ordered``: a youzan SUB_ORDERED link
     (detail block, order checks, the lane, the partition's own back-off). ``variant``
     "otel": the handler traced as the Consumer traces it (every message sampled); "span":
-    the handler starts and ends one bare span of the same provider (the SDK's floor)."""
+    the handler starts and ends one bare span of the same provider (the SDK's floor);
+    "metrics": metered as ``Consumer(meter_provider=...)`` meters; "metricsall": the same
+    with the process duration recorded on every handler call (what sampling saves)."""
     import threading
     from types import SimpleNamespace
 
@@ -356,6 +379,22 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
             cfg = dataclasses.replace(cfg, span_one_in=int(variant[4:]))
         run, cfg = otel.consumer_tracing("bench_sub", CHANNEL, handler, cfg,
                                          sdk_tracer_provider(variant))
+    elif variant.startswith("metrics"):  # "metrics": as the Consumer meters (sampled);
+        # "metricsall": the process duration recorded on every call instead
+        rt.meter, record = sdk_metered(rt.meter)
+        if variant == "metricsall":
+            from time import perf_counter
+
+            attributes = {"messaging.system": "nsq", "messaging.operation.name": "process",
+                          "messaging.operation.type": "process",
+                          "messaging.destination.name": "bench_sub",
+                          "messaging.consumer.group.name": CHANNEL,
+                          "messaging.destination.subscription.name": CHANNEL}
+
+            def run(message: Any) -> None:
+                started = perf_counter()
+                handler(message)
+                record(perf_counter() - started, attributes)
     rt.run_now = inline_runner(rt, run)
 
     def send(data: bytes, now: bool = False) -> None:
@@ -392,7 +431,8 @@ VARIANTS = {f"smartnsq-{v}": v for v in ("otel", "span", "otel1pct", "span1pct")
 PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.connection",
              **{client: "smartnsq.consumer" for client in VARIANTS},
              **{f"smartnsq-path{o}{v}": "smartnsq.consumer" for o in ("", "-ordered")
-                for v in ("", "-otel", "-span", "-otel1pct", "-span1pct")},
+                for v in ("", "-otel", "-span", "-otel1pct", "-span1pct", "-metrics",
+                          "-metricsall")},
              "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}
 
 

@@ -5,7 +5,8 @@ Off, and free, unless asked for, in one of two ways:
 * per client: ``Producer(..., tracer_provider=provider)``, ``Consumer(..., tracer_provider=
   provider)`` (the blocking facades pass it on);
 * for every client created afterwards: ``smartnsq.otel.instrument()`` (the global tracer
-  provider, or the one given); ``uninstrument()`` stops it for clients created later.
+  provider, or the one given; it turns on the metrics of ``smartnsq.otel_metrics`` too,
+  ``metrics=False`` not); ``uninstrument()`` stops both for clients created later.
 
 A client without it never imports opentelemetry and runs none of this: the producer's
 publish calls and the consumer's handler are only wrapped when tracing is on.
@@ -46,7 +47,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from . import __version__
+from . import __version__, otel_metrics
 from .counters import reason_of
 from .protocol.numbers import is_int, is_real
 
@@ -93,19 +94,28 @@ def _api() -> Any:
     return _API
 
 
-def instrument(tracer_provider: Any = None) -> None:
-    """Trace every Producer and Consumer created from now on (``tracer_provider``: default
-    the global one, as OpenTelemetry's ``trace.get_tracer_provider()`` gives it)."""
+def instrument(tracer_provider: Any = None, meter_provider: Any = None, *,
+               tracing: bool = True, metrics: bool = True) -> None:
+    """Trace and meter every Producer and Consumer created from now on, as OpenTelemetry's
+    instrumentors do: spans with ``tracer_provider``, the messaging metrics
+    (``smartnsq.otel_metrics``) with ``meter_provider``, each by default the global one
+    (``trace.get_tracer_provider()``, ``metrics.get_meter_provider()``);
+    ``tracing=False``/``metrics=False`` leaves one off."""
     import opentelemetry.trace  # noqa: F401  - fail here, not in a client, without the extra
 
-    _global["on"] = True
-    _global["provider"] = tracer_provider
+    if tracing:
+        _global["on"] = True
+        _global["provider"] = tracer_provider
+    if metrics:
+        otel_metrics.enable(meter_provider)
 
 
 def uninstrument() -> None:
-    """Clients created from now on are not traced (unless given ``tracer_provider=``)."""
+    """Clients created from now on are neither traced nor metered (unless given
+    ``tracer_provider=``/``meter_provider=``); clients made before keep theirs."""
     _global["on"] = False
     _global["provider"] = None
+    otel_metrics.disable()
 
 
 def enabled() -> bool:

@@ -68,6 +68,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.consumer": 4,
     "smartnsq.sync": 4,
     "smartnsq.otel": 4,  # spans around the clients' calls (opt-in; imports opentelemetry)
+    "smartnsq.otel_metrics": 4,  # messaging metrics from the clients' counters (opt-in)
     # 5: programs and servers built on the clients
     "smartnsq.cli": 5,
     "smartnsq.demo": 5,

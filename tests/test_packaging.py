@@ -138,11 +138,12 @@ def test_metadata(wheel: zipfile.ZipFile) -> None:
 
 # what a plain client must not load: the HTTP client and its parser (only a lookupd client or
 # the admin API needs them), and the optional dependencies (httpx, tenacity: the dev cluster's
-# tooling; snappy: only when the server negotiates it). Issue 16: importing them cost a plain
+# tooling; snappy: only when the server negotiates it; opentelemetry: only with a tracer or
+# meter provider). Issue 16: importing them cost a plain
 # process 14.7 MiB and 138 modules.
 _NOT_FOR_A_PLAIN_CLIENT = ("httpx", "tenacity", "snappy", "cramjam", "tornado", "click", "h11",
                            "smartnsq.lookup", "smartnsq.admin", "smartnsq.http",
-                           "smartnsq.protocol.http")
+                           "smartnsq.protocol.http", "opentelemetry")
 _PLAIN_CLIENT = """
 import sys
 from smartnsq import Producer, Consumer

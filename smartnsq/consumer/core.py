@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import otel
+from .. import otel, otel_metrics
 from ..config import ConnectionConfig, one_source
 from ..connection import Connection
 from ..errors import InvalidArgument
@@ -76,13 +76,14 @@ class Consumer:
     connections), and/or its fields as keywords (``max_in_flight=10``, ``ordered=True``...),
     and ConnectionConfig fields as keywords (``msg_timeout=30``...); keywords override
     ``config``. Every option is in the configuration reference. ``tracer_provider``:
-    OpenTelemetry spans per handled message (``smartnsq.otel``).
+    OpenTelemetry spans per handled message (``smartnsq.otel``); ``meter_provider``:
+    OpenTelemetry's messaging metrics (``smartnsq.otel_metrics``).
     """
 
     def __init__(self, topic: str, channel: str, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, handler: Handler | None = None, *,
                  lookup: Any = None, config: ConsumerConfig | ConnectionConfig | None = None,
-                 tracer_provider: Any = None,
+                 tracer_provider: Any = None, meter_provider: Any = None,
                  **options: Any) -> None:
         v.check_topic(topic)
         v.check_channel(channel)
@@ -116,6 +117,7 @@ class Consumer:
         self._concurrency = concurrency or 0
         self._max_in_flight = cfg.max_in_flight
         self._rt = Runtime(topic, channel, cfg)
+        self._rt.meter = otel_metrics.consumer_meter(self, self._rt.meter, meter_provider)
         self._subs: Subscriptions | None = None
         self._discovery: Discovery | None = None
         self._workers: list[asyncio.Task[None]] = []

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .. import otel
+from .. import otel, otel_metrics
 from ..config import close_timeout
 from ..connection import Connection
 from ..counters import PublishMeter
@@ -70,14 +70,15 @@ class Producer:
     standalone youzan nodes, without partitions); ``source=`` takes any
     :class:`~smartnsq.pool.RouteSource`. Keyword ``options`` override ``config`` fields
     (``Producer(lookupd=..., timeout=5, sharding="java")``); ``lookup_options`` go to the
-    lookup manager. ``tracer_provider``: OpenTelemetry spans per publish (``smartnsq.otel``).
+    lookup manager. ``tracer_provider``: OpenTelemetry spans per publish (``smartnsq.otel``);
+    ``meter_provider``: OpenTelemetry's messaging metrics (``smartnsq.otel_metrics``).
     """
 
     def __init__(self, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, *,
                  config: ProducerConfig | None = None, source: RouteSource | None = None,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
-                 tracer_provider: Any = None,
+                 tracer_provider: Any = None, meter_provider: Any = None,
                  **options: Any) -> None:
         if config is not None and not isinstance(config, ProducerConfig):
             raise InvalidArgument("config", "must be a ProducerConfig", config)
@@ -117,6 +118,7 @@ class Producer:
         # round-robins over their connections, one batch each
         self._lingering: dict[tuple[str, int | None, Address], Batch] = {}
         otel.producer_tracing(self, tracer_provider)  # spans, when asked for (smartnsq.otel)
+        self._meter = otel_metrics.producer_meter(self, self._meter, meter_provider)  # metrics
 
     # -- lifecycle --------------------------------------------------------------------------
 

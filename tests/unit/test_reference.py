@@ -45,13 +45,15 @@ def test_every_consumer_option_is_a_documented_config_field() -> None:
     """The Consumer's own parameters are what it reads and from where; every other option
     is a ConsumerConfig field (so it is in the generated table) or a ConnectionConfig one."""
     params = set(inspect.signature(Consumer).parameters)
+    # (tracer_provider: smartnsq.otel; meter_provider: smartnsq.otel_metrics)
     assert params == {"topic", "channel", "lookupd", "nsqd", "handler", "lookup", "config",
-                      "tracer_provider", "options"}  # (tracer_provider: smartnsq.otel)
+                      "tracer_provider", "meter_provider", "options"}
     table = config_table("smartnsq.consumer.ConsumerConfig")
     for f in dataclasses.fields(ConsumerConfig):
         assert f"| `{f.name}` |" in table
     page = (_PAGE.parent / "consumer.md").read_text()
-    for name in ("lookupd", "nsqd", "lookup", "handler", "config", "tracer_provider"):
+    for name in ("lookupd", "nsqd", "lookup", "handler", "config", "tracer_provider",
+                 "meter_provider"):
         assert f"`{name}" in page, f"docs/consumer.md does not present {name}"
 
 
