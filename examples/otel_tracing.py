@@ -7,7 +7,10 @@ This process starts a dev cluster, creates an ext topic, and publishes a few ord
 Producer given ``tracer_provider=``: each publish is a PRODUCER span, and its W3C trace
 context (``traceparent``) travels in the message's ext JSON headers. A consumer runs in a
 subprocess (this script with ``--consume``), with its own tracer provider: each handled
-message is a CONSUMER span whose parent is the publish span. Both processes export to the
+message is a CONSUMER span whose parent is the publish span. The consumer asks for a span on
+one message in 1000 only (``span_one_in=1000``, what a busy consumer would set), yet every
+message here gets one: a message carrying a sampled trace context follows the producer's
+decision. Both processes export to the
 SDK's in-memory exporter; the consumer prints its spans as JSON lines, and this process
 prints the joined trace and checks that every process span is a child of a publish span.
 
@@ -65,7 +68,7 @@ async def consume(lookupd: str) -> None:
             done.set()
 
     async with Consumer(TOPIC, CHANNEL, lookupd=[lookupd], handler=handle,
-                        tracer_provider=provider):
+                        tracer_provider=provider, span_one_in=1000):
         await asyncio.wait_for(done.wait(), 60)
     for span in exporter.get_finished_spans():
         print(json.dumps(as_record(span)), flush=True)

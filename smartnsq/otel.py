@@ -171,6 +171,9 @@ class _PublishTracing:
         self.tracer = tracer
         self._one_in = producer.config.span_one_in
         self._skip = 0
+        from opentelemetry import context
+
+        self._context = context.get_current
         self._current_span = _api().trace.get_current_span
         self._publish = producer.publish
         self._nowait = producer.publish_nowait
@@ -184,7 +187,11 @@ class _PublishTracing:
         before the SDK is asked (asking costs about an untraced publish's own CPU even when
         its sampler says no). A call made while a recording span is current is traced (the
         caller's trace stays whole); the others: the first, then one in ``span_one_in``."""
-        if self._one_in == 1 or self._current_span().is_recording():
+        if self._one_in == 1:
+            return False
+        current = self._context()
+        # (an empty context, a pipeline's usual case, has no span: the cheap test first)
+        if current and self._current_span(current).is_recording():
             return False
         if self._skip:
             self._skip -= 1
