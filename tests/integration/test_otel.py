@@ -1,7 +1,9 @@
 """OpenTelemetry spans (issue 22) against the dev cluster, exported to the SDK's in-memory
 exporter: a published message's process span is a child of its publish span on ext topics
 (W3C trace context in the ext JSON headers), linked by the youzan trace id elsewhere;
-outcomes, attributes, the global switch. Skipped without the ``otel`` extra."""
+outcomes, attributes, the global switch, and ``span_one_in`` (one message or call in N gets a
+span; sampled trace contexts and publishes inside a recording span always do). Skipped
+without the ``otel`` extra."""
 
 from __future__ import annotations
 
@@ -164,3 +166,63 @@ async def test_instrument_traces_clients_created_afterwards(nsq_cluster: Any,
         await producer.publish("oglobal", b"y")
         assert "publish" not in vars(producer)  # an untraced client is not wrapped
     assert len(by_kind(exporter, SpanKind.PRODUCER)) == 1
+
+
+# -- span_one_in: the gate in front of the SDK ----------------------------------------------
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_span_one_in_the_consumer_spans_the_first_message_then_one_in_n(
+        nsq_cluster: Any, spans: Any) -> None:
+    provider, exporter = spans
+    await nsq_cluster.create_topic("gate", channels=["ch"])
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer, bounded(10):
+        await producer.publish_many("gate", [b"%d" % i for i in range(9)])
+    got = await consume(nsq_cluster, "gate", 9, provider, span_one_in=4)
+    processes = by_kind(exporter, SpanKind.CONSUMER)
+    assert len(got) == 9
+    # the 1st, 5th and 9th messages handled, in the order they were handled
+    spanned = [str(got[i].internal_id) for i in (0, 4, 8)]
+    assert [p.attributes["messaging.message.id"] for p in processes] == spanned
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_span_one_in_a_sampled_publish_keeps_its_consumer_span_whatever_the_gate(
+        nsq_cluster: Any, spans: Any) -> None:
+    provider, exporter = spans
+    await nsq_cluster.create_topic("gext", ext=True, channels=["ch"])
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses, tracer_provider=provider,
+                        span_one_in=2) as producer, bounded(10):
+        for i in range(6):
+            await producer.publish("gext", b"%d" % i)
+    publishes = by_kind(exporter, SpanKind.PRODUCER)
+    assert len(publishes) == 3  # the 1st, 3rd and 5th calls
+    got = await consume(nsq_cluster, "gext", 6, provider, span_one_in=1000)
+    assert [("traceparent" in m.headers) for m in got] == [True, False] * 3
+    processes = by_kind(exporter, SpanKind.CONSUMER)
+    children = [p for p in processes if p.parent is not None]
+    assert sorted(p.parent.span_id for p in children) == sorted(
+        p.context.span_id for p in publishes)
+    # the messages without a trace context: the gate's first one only (then 1 in 1000)
+    assert [p.attributes["messaging.message.id"] for p in processes if p.parent is None] \
+        == [str(got[1].internal_id)]
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_span_one_in_a_publish_inside_a_recording_span_is_always_traced(
+        nsq_cluster: Any, spans: Any) -> None:
+    provider, exporter = spans
+    await nsq_cluster.create_topic("gin", channels=["ch"])
+    tracer = provider.get_tracer("test")
+    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses, tracer_provider=provider,
+                        span_one_in=1000) as producer, bounded(10):
+        await producer.publish("gin", b"first")  # the gate's first call
+        await producer.publish("gin", b"gated out")
+        with tracer.start_as_current_span("request") as request:
+            await producer.publish("gin", b"inside")
+            await producer.publish_nowait("gin", b"inside too")
+            await producer.publish_many("gin", [b"a", b"b"])
+    publishes = by_kind(exporter, SpanKind.PRODUCER)
+    assert len(publishes) == 4
+    inside = [p for p in publishes if p.parent is not None]
+    assert len(inside) == 3
+    assert all(p.parent.span_id == request.get_span_context().span_id for p in inside)
