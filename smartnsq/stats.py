@@ -274,7 +274,12 @@ class ConsumerPartitionStats:
 class PartitionLag:
     """A partition's channel as its nsqd reports it (``Consumer.lag()``, ``AsyncAdmin.lag``):
     ``depth`` (messages not yet delivered), ``in_flight``, ``deferred``, youzan's
-    ``backlogs`` and the topic's queue ends (``backend_start``/``backend_depth``, bytes)."""
+    ``backlogs`` and the topic's queue ends (``backend_start``/``backend_depth``, bytes).
+
+    ``node`` is the nsqd's HTTP address, the one asked (a client's own stats name a node by
+    its TCP address). ``topic_depth`` is the topic's own ``depth``, in the server's unit: on
+    classic the messages not yet given to a channel, on youzan the partition's queue in
+    bytes."""
 
     partition: int | None
     node: str

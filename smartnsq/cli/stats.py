@@ -49,11 +49,13 @@ def _rows(address: str, stats: Any, channel_filter: str | None,
                 "leader": topic.leader, "messages": topic.message_count}
         channels = [c for c in topic.channels if not channel_filter or c.name == channel_filter]
         if not channels and not channel_filter:
-            rows.append({**base, "channel": None, "depth": topic.depth, "in_flight": None,
+            rows.append({**base, "channel": None, "depth": topic.waiting,
+                         "queue_bytes": topic.queue_bytes, "in_flight": None,
                          "deferred": None, "requeued": None, "timed_out": None,
                          "clients": None, "paused": None})
         for channel in channels:
             rows.append({**base, "channel": channel.name, "depth": channel.depth,
+                         "queue_bytes": None,
                          "in_flight": channel.in_flight, "deferred": channel.deferred,
                          "requeued": channel.requeued, "timed_out": channel.timed_out,
                          "clients": channel.clients, "paused": channel.paused})
@@ -111,8 +113,8 @@ async def run_stats(args: argparse.Namespace) -> int:
     else:
         table = [[r["topic"], "-" if r["partition"] is None else r["partition"],
                   r["node"] + ("" if r["leader"] in (True, None) else " (replica)"),
-                  r["channel"] or "-", r["depth"], _dash(r["in_flight"]), _dash(r["deferred"]),
-                  _dash(r["clients"]), r["messages"]] for r in rows]
+                  r["channel"] or "-", _dash(r["depth"]), _dash(r["in_flight"]),
+                  _dash(r["deferred"]), _dash(r["clients"]), r["messages"]] for r in rows]
         args.out.write(format_table(
             ["topic", "partition", "node", "channel", "depth", "in-flight", "deferred",
              "clients", "messages"], table, right=(1, 4, 5, 6, 7, 8)) + "\n")

@@ -1,6 +1,10 @@
 """``smartnsq top [TOPIC]``: a live table of topics, partitions, leaders, depth, in-flight and
 rates, refreshed in place; ``--json`` prints one reading and exits.
 
+Leaders are named by their HTTP address (the node asked), as ``smartnsq lookup``'s
+"leader http" column names them. Depth is in messages: a youzan topic row has none (its
+node reports the partition's queue size in bytes there: ``queue_bytes`` in ``--json``).
+
 Every refresh asks each nsqd for its ``/stats`` (through ``smartnsq.admin``; the nodes come
 from lookupd's ``/nodes`` unless given with ``--nsqd-http``). A youzan node reports the
 partitions it only replicates too: ``top`` shows each partition once, from its leader. Rates
@@ -57,16 +61,18 @@ async def _reading(admin: Any, nodes: list[str], topic: str | None,
         for entry in answer.topics:
             if entry.leader is False:
                 continue  # a replica: its counters are not the ones consumers see
-            base = {"topic": entry.name, "partition": entry.partition, "leader": node,
+            base = {"topic": entry.name, "partition": entry.partition, "leader_http": node,
                     "ordered": entry.ordered, "ext": entry.ext}
             rows[(entry.name, entry.partition, None)] = {
-                **base, "channel": None, "depth": entry.depth, "in_flight": None,
-                "deferred": None, "clients": None, "messages": entry.message_count}
+                **base, "channel": None, "depth": entry.waiting,
+                "queue_bytes": entry.queue_bytes,
+                "in_flight": None, "deferred": None, "clients": None,
+                "messages": entry.message_count}
             for chan in entry.channels:
                 if channel and chan.name != channel:
                     continue
                 rows[(entry.name, entry.partition, chan.name)] = {
-                    **base, "channel": chan.name, "depth": chan.depth,
+                    **base, "channel": chan.name, "depth": chan.depth, "queue_bytes": None,
                     "in_flight": chan.in_flight, "deferred": chan.deferred,
                     "clients": chan.clients, "messages": chan.message_count}
     return rows, errors
@@ -101,10 +107,10 @@ def _rate(value: float | None) -> str:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     return format_table(
-        ["topic", "partition", "leader", "channel", "depth", "in-flight", "deferred",
+        ["topic", "partition", "leader http", "channel", "depth", "in-flight", "deferred",
          "clients", "pub/s", "out/s"],
-        [[r["topic"], "-" if r["partition"] is None else r["partition"], r["leader"],
-          r["channel"] or "-", r["depth"], _dash(r["in_flight"]), _dash(r["deferred"]),
+        [[r["topic"], "-" if r["partition"] is None else r["partition"], r["leader_http"],
+          r["channel"] or "-", _dash(r["depth"]), _dash(r["in_flight"]), _dash(r["deferred"]),
           _dash(r["clients"]), _rate(r["pub_rate"]), _rate(r["out_rate"])] for r in rows],
         right=(1, 4, 5, 6, 7, 8, 9))
 

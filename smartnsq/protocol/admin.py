@@ -284,6 +284,18 @@ class TopicStats:
     def channel(self, name: str) -> ChannelStats | None:
         return next((c for c in self.channels if c.name == name), None)
 
+    @property
+    def waiting(self) -> int | None:
+        """Messages in the topic not yet given to a channel: classic's ``depth``. ``None`` on
+        youzan, whose channels read the partition's queue themselves."""
+        return self.depth if self.partition is None else None
+
+    @property
+    def queue_bytes(self) -> int | None:
+        """youzan: the partition's queue in bytes, which its node reports as the topic's
+        ``depth`` (240 for six messages in the capture); ``None`` on classic."""
+        return self.depth if self.partition is not None else None
+
 
 @dataclass(frozen=True)
 class NodeStats:

@@ -127,6 +127,22 @@ async def test_pub_key_field_then_lookup_stats_and_tail(nsq_cluster: Any) -> Non
     assert sum(s["depth"] for s in rows(out)) == 30
 
 
+async def test_stats_youzan_topic_rows_have_no_message_depth(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("nochan", partitions=1, channels=[])
+    lookupd = nsq_cluster.lookupd_http_addresses[0]
+    leader = nsq_cluster.node_info(nsq_cluster.leader_of("nochan", 0)).tcp_address
+    # straight to the leader: youzan's write lookup hides a partition without a channel
+    code, _, err = await cli("pub", "nochan", "--nsqd", leader, stdin="a\nb\nc\n")
+    assert code == 0, err
+    code, out, err = await cli("stats", "nochan", "--lookupd", lookupd, "--json")
+    assert code == 0, err
+    [row] = rows(out)  # no channel: the topic's own row, whose youzan "depth" is bytes
+    assert (row["channel"], row["depth"], row["messages"]) == (None, None, 3)
+    assert row["queue_bytes"] > 0
+    code, out, _ = await cli("stats", "nochan", "--lookupd", lookupd)
+    assert code == 0 and "nochan" in out
+
+
 async def test_pub_files_sharding_key_and_partition(nsq_cluster: Any, tmp_path: Any) -> None:
     await nsq_cluster.create_topic("files", partitions=3, channels=["default"])
     lookupd = nsq_cluster.lookupd_http_addresses[0]

@@ -29,14 +29,14 @@ async def load(cluster: Any, topic: str, per_partition: dict[int, int]) -> None:
                 await producer.publish_many(topic, [b"m"] * count, partition=partition)
 
 
-@pytest.mark.nsq_cluster(nodes=2, lookupds=1)
-async def test_json_one_shot_in_a_subprocess(nsq_cluster: Any) -> None:
-    await load(nsq_cluster, "topt", {0: 3, 1: 5})
+async def test_json_one_shot_in_a_subprocess(nsq_any_cluster: Any) -> None:
+    cluster = nsq_any_cluster
+    await load(cluster, "topt", {0: 3, 1: 5})
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("SMARTNSQ_LOOKUPD", None)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "smartnsq", "top", "topt", "--json", "--interval", "0.2",
-        "--lookupd", nsq_cluster.lookupd_http_addresses[0],
+        "--lookupd", cluster.lookupd_http_addresses[0],
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
@@ -45,11 +45,32 @@ async def test_json_one_shot_in_a_subprocess(nsq_cluster: Any) -> None:
     assert sorted(channels) == [0, 1]
     assert (channels[0]["depth"], channels[1]["depth"]) == (3, 5)
     assert all(r["in_flight"] == 0 and r["clients"] == 0 for r in channels.values())
-    leaders = {r["partition"]: r["leader"] for r in rows}
-    assert set(leaders.values()) <= set(nsq_cluster.nsqd_http_addresses)
+    # the node asked, named as `smartnsq lookup` names it ("leader http")
+    assert {r["leader_http"] for r in rows} <= set(cluster.nsqd_http_addresses)
     assert all(r["pub_rate"] == 0 and r["out_rate"] == 0 for r in channels.values())
-    topics = [r for r in rows if r["channel"] is None]
-    assert sorted(r["partition"] for r in topics) == [0, 1]  # each partition once: its leader
+    topics = {r["partition"]: r for r in rows if r["channel"] is None}
+    assert sorted(topics) == [0, 1]  # each partition once: its leader
+    # a youzan node's topic "depth" is the partition's queue in bytes, not messages waiting
+    # (tests/fixtures/youzan/http_nsqd_stats_json_topic_v1.txt: 240 for 6 messages)
+    assert all(r["depth"] is None for r in topics.values())
+    assert topics[1]["queue_bytes"] > topics[0]["queue_bytes"] > 0
+    assert (topics[0]["messages"], topics[1]["messages"]) == (3, 5)
+
+
+@pytest.mark.nsq_cluster(mode="classic", nodes=1, lookupds=1)
+async def test_json_classic_topic_depth_is_messages(nsq_any_cluster: Any) -> None:
+    cluster = nsq_any_cluster
+    await cluster.create_topic("toptc", channels=[])  # no channel: messages wait in the topic
+    async with Producer(lookupd=cluster.lookupd_http_addresses, timeout=10) as producer, \
+            bounded(10):
+        await producer.publish_many("toptc", [b"m"] * 4)
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(
+        main, ["top", "toptc", "--json", "--interval", "0", "--lookupd",
+               cluster.lookupd_http_addresses[0]], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    [row] = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert (row["channel"], row["depth"], row["queue_bytes"]) == (None, 4, None)
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)

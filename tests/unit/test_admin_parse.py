@@ -127,6 +127,8 @@ def test_youzan_stats_one_partition() -> None:
     assert topic.backend_depth == 240 and topic.backend_start == 0
     channel = topic.channel("och")
     assert channel is not None and channel.message_count == 6 and channel.backlogs == 0
+    # the topic's "depth" is its queue in bytes (six messages, 240), not messages waiting
+    assert (topic.waiting, topic.queue_bytes) == (None, 240)
 
 
 @pytest.mark.parametrize("name", ["youzan/http_nsqd_stats_json_v0.txt",
@@ -145,6 +147,7 @@ def test_classic_stats() -> None:
     assert stats.topics and all(t.partition is None and t.leader is None for t in stats.topics)
     counts = {c.name: c.clients for t in stats.topics for c in t.channels}
     assert counts
+    assert all(t.waiting == t.depth and t.queue_bytes is None for t in stats.topics)
     assert parse_stats(*http_capture("classic/http_nsqd_stats_json_v0.txt")) == stats
 
 
