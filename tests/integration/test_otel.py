@@ -2,7 +2,8 @@
 exporter: a published message's process span is a child of its publish span on ext topics
 (W3C trace context in the ext JSON headers), linked by the youzan trace id elsewhere;
 outcomes, attributes, the global switch, and ``span_one_in`` (one message or call in N gets a
-span; sampled trace contexts and publishes inside a recording span always do). Skipped
+span; sampled trace contexts and publishes inside a recording span always do). The parent
+and the link run on the real servers too (``nsq_any_cluster``). Skipped
 without the ``otel`` extra."""
 
 from __future__ import annotations
@@ -58,19 +59,18 @@ async def consume(cluster: Any, topic: str, count: int, provider: Any,
     return got
 
 
-@pytest.mark.nsq_cluster(nodes=2, lookupds=1)
 async def test_on_ext_topics_the_process_span_is_a_child_of_the_publish_span(
-        nsq_cluster: Any, spans: Any) -> None:
+        nsq_any_cluster: Any, spans: Any) -> None:
     provider, exporter = spans
-    await nsq_cluster.create_topic("oext", partitions=2, ext=True, channels=["ch"])
-    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses,
+    await nsq_any_cluster.create_topic("oext", partitions=2, ext=True, channels=["ch"])
+    async with Producer(lookupd=nsq_any_cluster.lookupd_http_addresses,
                         tracer_provider=provider) as producer:
         async with bounded(10):
             result = await producer.publish("oext", b"one", partition=1,
                                             headers={"kind": "order"})
         async with bounded(10):
             await producer.publish_nowait("oext", b"two", partition=0)
-    [first, second] = await consume(nsq_cluster, "oext", 2, provider)
+    [first, second] = await consume(nsq_any_cluster, "oext", 2, provider)
     publishes = by_kind(exporter, SpanKind.PRODUCER)
     processes = by_kind(exporter, SpanKind.CONSUMER)
     assert len(publishes) == 2 and len(processes) == 2
@@ -96,15 +96,14 @@ async def test_on_ext_topics_the_process_span_is_a_child_of_the_publish_span(
         assert one.attributes["messaging.nsq.queue_offset"] == result.queue_offset
 
 
-@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_elsewhere_both_spans_link_to_the_youzan_trace_id(
-        nsq_cluster: Any, spans: Any) -> None:
+        nsq_any_cluster: Any, spans: Any) -> None:
     provider, exporter = spans
-    await nsq_cluster.create_topic("oplain", channels=["ch"])
-    async with Producer(lookupd=nsq_cluster.lookupd_http_addresses,
+    await nsq_any_cluster.create_topic("oplain", channels=["ch"])
+    async with Producer(lookupd=nsq_any_cluster.lookupd_http_addresses,
                         tracer_provider=provider) as producer, bounded(10):
         await producer.publish("oplain", b"traced", trace_id=4242)
-    [msg] = await consume(nsq_cluster, "oplain", 1, provider)
+    [msg] = await consume(nsq_any_cluster, "oplain", 1, provider)
     assert msg.trace_id == 4242 and "traceparent" not in msg.headers
     [publish] = by_kind(exporter, SpanKind.PRODUCER)
     [process] = by_kind(exporter, SpanKind.CONSUMER)

@@ -1,6 +1,6 @@
 """The Prometheus collector (issue 22): names, labels and values read from the clients'
-snapshots at scrape time, over real HTTP; and ``examples/prometheus_metrics.py`` run as CI
-runs it. Skipped without the ``prometheus`` extra."""
+snapshots at scrape time, over real HTTP, on the dev cluster and the real servers; and
+``examples/prometheus_metrics.py`` run as CI runs it. Skipped without the ``prometheus`` extra."""
 
 from __future__ import annotations
 
@@ -33,9 +33,8 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-@pytest.mark.nsq_cluster(nodes=2, lookupds=1)
-async def test_a_scrape_exports_the_snapshots(nsq_cluster: Any) -> None:
-    cluster = nsq_cluster
+async def test_a_scrape_exports_the_snapshots(nsq_any_cluster: Any) -> None:
+    cluster = nsq_any_cluster
     await cluster.create_topic("pm", partitions=2, channels=["ch"])
     watch = Watch()
     got: list[Message] = []
