@@ -9,8 +9,9 @@ written to every partition, a consumer reading them all with a ``lag()`` reading
 backlog series are there too), registers both on a fresh registry and times
 ``generate_latest`` (what the HTTP handler runs), the collector's ``collect()`` alone (the
 snapshots turned into metric families; the rest is ``prometheus_client``'s text format),
-``Producer.stats()`` and ``Consumer.stats()``: the median CPU time per call over ``--scrapes`` calls, the series
-and bytes a scrape gives, and the share of one core at a 15 s scrape interval.
+``Producer.stats()`` and ``Consumer.stats()``: the median CPU time per call over
+``--scrapes`` calls, the series and bytes a scrape gives, and the share of one core at a
+15 s scrape interval.
 """
 
 from __future__ import annotations
