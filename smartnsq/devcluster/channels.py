@@ -14,15 +14,8 @@ What is delivered, and when (protocol.md 3.5, 3.6, 4.4 and the captures):
 * an ordered channel (ordered topic, or ``SUB_ORDERED``) has one message in flight across all
   its consumers, whatever their RDY;
 * with ``first_twice`` (``NsqdOptions.ordered_first_delivery_twice``) the first ``SUB_ORDERED``
-  of a channel with a backlog delivers its first message twice (same id, same attempts, even
-  with RDY 1), as the real server does (``real-cluster.md``: ``SetOrdered`` resets the reader
-  asynchronously, so the first message is read twice). Where the copy falls is the mode:
-  ``before``, right behind the original while that is in flight, so the copy is not in flight
-  (nsqd records a message in flight before writing it, and writes it even when the id is in
-  flight already) and its FIN fails with ``E_FIN_FAILED``; ``after``, once the original's FIN
-  or REQ was accepted, so the copy *is* in flight: its FIN succeeds, and unanswered it holds
-  the ordered channel until ``msg_timeout`` and comes back with ``attempts + 1`` (issue 20);
-  ``both``, one of each; ``random``, one of the three per channel;
+  of a channel with a backlog delivers its first message twice, as the real server does
+  (:mod:`smartnsq.devcluster.first_twice`: where the copy falls is the mode);
 * every in-flight message expires ``msg_timeout`` after delivery (TOUCH restarts the clock)
   and is redelivered with ``attempts + 1``;
 * on ext topics a message tagged ``##client_dispatch_tag = T`` goes to consumers with
@@ -49,6 +42,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .first_twice import FirstTwice
 from .nsqd_options import first_twice_mode
 from .state import PartitionInfo, StoredMessage
 
@@ -222,10 +216,7 @@ class Channel:
         self.classic = classic
         self.ephemeral = name.endswith("#ephemeral")
         # the real server's duplicate first ordered delivery: "" (off) or FIRST_TWICE_MODES
-        self.first_twice = first_twice_mode(first_twice)
-        self.sub_ordered_seen = False
-        self.send_twice = ""  # the next delivery is duplicated: "before", "after" or "both"
-        self.late_copy: Entry | None = None  # delivered; its copy follows its FIN (or REQ)
+        self.twice = FirstTwice(self, first_twice_mode(first_twice))
         if start is None:
             fresh = classic and not partition.channels
             start = self.log.claimed if fresh else len(self.log)
@@ -271,6 +262,7 @@ class Channel:
     def close(self) -> None:
         """The channel is deleted: stop its timers and forget its consumers' messages."""
         self.closed = True
+        self.twice.clear()
         if self._on_append in self.log.watchers:
             self.log.watchers.remove(self._on_append)
         if self._deferred_timer is not None:
@@ -283,16 +275,8 @@ class Channel:
         self.lingering.clear()
 
     def set_ordered(self, ordered: bool) -> None:
-        if ordered and self.first_twice and not self.sub_ordered_seen and self.depth:
-            mode = self.first_twice
-            if mode == "random":
-                # seeded by the channel's identity: a given topic/partition/channel behaves the
-                # same in every run, the partitions of a topic differ
-                p = self.partition
-                mode = random.Random(f"{p.topic}/{p.partition}/{self.name}").choice(
-                    ("before", "after", "both"))
-            self.send_twice = mode
-        self.sub_ordered_seen = self.sub_ordered_seen or ordered
+        if ordered:
+            self.twice.sub_ordered(self.depth > 0)
         self.ordered = ordered or self.topic_ordered
 
     # -- consumers ------------------------------------------------------------------------------
@@ -310,6 +294,7 @@ class Channel:
         nsqd leaves them in flight until they time out (``requeue=False``).
         """
         consumer.gone = True
+        self.twice.gone(consumer)
         if consumer in self.consumers:
             self.consumers.remove(consumer)
             if consumer.tag:
@@ -430,12 +415,8 @@ class Channel:
         consumer.stats[0] += 1
         consumer.arm(loop)
         consumer.deliver(entry)
-        if self.send_twice and self.ordered:
-            twice, self.send_twice = self.send_twice, ""
-            if twice != "after":
-                consumer.deliver(entry)  # the copy: same id and attempts, not in flight
-            if twice != "before":
-                self.late_copy = entry  # another copy once this one's answer is accepted
+        if self.twice.due and self.ordered:
+            self.twice.sent(consumer, entry, loop)
 
     def _requeue(self, entry: Entry) -> None:
         group = self._group(entry.msg) if self.tag_counts else ""
@@ -452,15 +433,14 @@ class Channel:
         if consumer.gone and not consumer.in_flight:
             self.lingering.discard(consumer)
             consumer.disarm()
-        if entry is self.late_copy:
-            self._send_late_copy(entry)
+        if self.twice.late is not None:
+            self.twice.taken(entry)
         return entry
 
-    def _send_late_copy(self, entry: Entry) -> None:
-        """The original left flight (FIN, REQ, timeout): its copy goes out next, first in
-        line, with the same attempts (``_send`` counts the delivery again), and is in flight
-        like any delivery."""
-        self.late_copy = None
+    def send_copy(self, entry: Entry) -> None:
+        """The duplicated first delivery's copy of ``entry`` goes out next, first in line,
+        with the same attempts (``_send`` counts the delivery again), and is in flight like
+        any delivery."""
         group = self._group(entry.msg) if self.tag_counts else ""
         self.queues.setdefault(group, deque()).appendleft(Entry(entry.msg, entry.attempts - 1))
         self.queued += 1
@@ -470,6 +450,7 @@ class Channel:
         """FIN: False when the message is not in flight for this consumer."""
         if self._take(consumer, key) is None:
             consumer.failed()
+            self.twice.refused(consumer, key)
             return False
         self.finish_count += 1
         consumer.stats[1] += 1
@@ -482,6 +463,7 @@ class Channel:
         entry = self._take(consumer, key)
         if entry is None:
             consumer.failed()
+            self.twice.refused(consumer, key)
             return False
         self.requeue_count += 1
         consumer.stats[2] += 1
@@ -539,7 +521,7 @@ class Channel:
     def reset_to(self, index: int) -> None:
         """Move the cursor (SUB_ADVANCED start, /channel/setoffset): waiting requeues go."""
         self.cursor = max(0, min(index, len(self.log)))
-        self.late_copy = None  # what was read ahead goes with the reset
+        self.twice.clear()  # what was read ahead goes with the reset
         self.queues.clear()
         self.queued = 0
         self.deferred.clear()

@@ -13,13 +13,14 @@ __all__ = ["FIRST_TWICE_MODES", "NsqdOptions", "Settings", "first_twice_mode"]
 
 _HOUR_MS = 3_600_000
 
-FIRST_TWICE_MODES = ("before", "after", "both", "random")
+FIRST_TWICE_MODES = ("before", "after", "both", "reset", "random")
 """When the duplicate of a fresh ordered channel's first message goes out
 (``NsqdOptions.ordered_first_delivery_twice``): ``before`` right behind the original, while it
 is in flight (the copy is not in flight: its FIN fails); ``after`` once the original's FIN (or
 REQ) was accepted (the copy is then in flight: its FIN succeeds, unanswered it times out);
-``both`` one copy of each kind (three deliveries); ``random`` one of the three, picked per
-channel."""
+``both`` one copy of each kind (three deliveries); ``reset`` the original dropped from flight
+before its answer comes (that FIN fails), the copy after the refusal, in flight; ``random``
+one of the other four, picked per channel."""
 
 
 def first_twice_mode(value: bool | str) -> str:
@@ -65,7 +66,7 @@ class NsqdOptions:
     allow_sub_ext_compatible: bool = False
     max_connections: int = 0  # youzan's max_conn_for_client; 0 = no limit
     # real-cluster.md: a fresh ordered channel's first message goes out twice (True: the copy
-    # while the original is in flight; "after", "both", "random": FIRST_TWICE_MODES)
+    # while the original is in flight; "after", "both", "reset", "random": FIRST_TWICE_MODES)
     ordered_first_delivery_twice: bool | str = False
 
     def __post_init__(self) -> None:

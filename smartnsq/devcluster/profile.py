@@ -58,7 +58,8 @@ class FaultProfile:
     ``ordered_first_delivery_twice`` turns on the nsqd behaviour of the same name (the first
     ``SUB_ORDERED`` of a channel with a backlog delivers its first message twice) where the
     nsqd implementation has it: ``True`` or a mode of ``NsqdOptions`` (``"before"``,
-    ``"after"``, ``"both"``, ``"random"``: where the copy falls against the original's FIN).
+    ``"after"``, ``"both"``, ``"reset"``, ``"random"``: where the copy falls against the
+    original's FIN).
     ``seed`` seeds the picks from the spans.
     """
 

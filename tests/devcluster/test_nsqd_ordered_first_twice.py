@@ -97,7 +97,7 @@ async def test_a_late_copy_follows_the_fin_and_is_in_flight() -> None:
         channel = nodes.state.partition("ord", 0).channels["ch"]
         first = await consumer.message()
         assert (first.body, first.attempts) == (b"m0", 1)
-        assert channel.in_flight == 1 and channel.late_copy is not None
+        assert channel.in_flight == 1 and channel.twice.late is not None
         consumer.send(commands.fin(first.id))
         copy = await consumer.message()
         assert (copy.id, copy.attempts, copy.body) == (first.id, 1, b"m0")
@@ -169,6 +169,37 @@ def test_the_mode_is_checked_and_random_picks_per_channel() -> None:
         channel.set_ordered(True)
         again = Channel(p, "ch", ordered_topic=True, first_twice="random", start=0)
         again.set_ordered(True)
-        assert again.send_twice == channel.send_twice  # the same channel, the same pick
-        picks.append(channel.send_twice)
-    assert set(picks) == {"before", "after", "both"}
+        assert again.twice.due == channel.twice.due  # the same channel, the same pick
+        picks.append(channel.twice.due)
+    assert set(picks) == {"before", "after", "both", "reset"}
+
+
+async def test_a_reset_refuses_the_originals_fin_then_sends_the_copy_in_flight() -> None:
+    """``reset`` (seen once in about a hundred drains on the real cluster): the reader's reset
+    takes the original out of flight before its FIN comes, so that FIN is refused, and the
+    copy comes only after the refusal; the copy is in flight (its FIN is accepted) and the
+    next message waits for it."""
+    async with running(1, options=NsqdOptions(ordered_first_delivery_twice="reset")) as nodes:
+        _, consumer = await _ordered_backlog(nodes)
+        channel = nodes.state.partition("ord", 0).channels["ch"]
+        first = await consumer.message()
+        assert (first.body, first.attempts) == (b"m0", 1)
+        answer = await consumer.call(commands.fin(first.id))
+        assert isinstance(answer, ErrorFrame) and answer.payload.startswith(b"E_FIN_FAILED")
+        copy = await consumer.message()
+        assert (copy.id, copy.attempts, copy.body) == (first.id, 1, b"m0")
+        assert channel.in_flight == 1
+        consumer.send(commands.fin(copy.id))  # accepted: no error frame before m1
+        following = await consumer.message()
+        assert (following.body, following.attempts) == (b"m1", 1)
+        assert channel.finish_count == 1
+
+
+async def test_an_unanswered_reset_original_sends_its_copy_at_msg_timeout() -> None:
+    async with running(1, options=NsqdOptions(ordered_first_delivery_twice="reset")) as nodes:
+        _, consumer = await _ordered_backlog(nodes, msg_timeout=1000)
+        first = await consumer.message()
+        copy = await consumer.message()  # nothing answered: the copy after msg_timeout
+        assert (copy.id, copy.attempts) == (first.id, 1)
+        consumer.send(commands.fin(copy.id))
+        assert (await consumer.message()).body == b"m1"
