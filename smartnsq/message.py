@@ -79,11 +79,14 @@ class CopyFins:
     choice (logged at DEBUG) and which are real failures.
     """
 
-    __slots__ = ("_id", "_left")
+    __slots__ = ("_id", "_left", "held")
 
     def __init__(self) -> None:
         self._id = b""
         self._left = 0
+        # a refusal of the FIN of the message read last that nothing expected, held until the
+        # next delivery says what it was (hold)
+        self.held: ServerError | None = None
 
     def expect(self, message_id: bytes, refusals: int = 1) -> None:
         """FINs of ``message_id`` were sent that the server may refuse, ``refusals`` of them.
@@ -98,6 +101,34 @@ class CopyFins:
             return False
         self._left -= 1
         return True
+
+    def hold(self, error: ServerError, message_id: bytes) -> bool:
+        """Hold an ``E_FIN_FAILED`` of ``message_id``, the message read and FINed last, until
+        the next delivery says what it was. The real server's reset of a fresh ordered
+        channel's reader can drop the original from flight before the FIN comes, refuse the
+        FIN, and only then send the copy (in flight): that refusal belongs to the duplicate
+        delivery (:meth:`forgive`). A FIN that came too late is followed by the message again
+        with attempts + 1, or by anything else: :meth:`release` then gives the refusal back
+        to be reported, as it would have been at once."""
+        if self.held is not None or error.code != "E_FIN_FAILED" \
+                or not names_message_id(error.text, message_id):
+            return False
+        self.held = error
+        return True
+
+    def forgive(self, message_id: bytes) -> bool:
+        """A copy of ``message_id`` (same attempts) came: True when a held refusal was its
+        original's FIN's, which is then dropped."""
+        held = self.held
+        if held is None or not names_message_id(held.text, message_id):
+            return False
+        self.held = None
+        return True
+
+    def release(self) -> ServerError | None:
+        """The held refusal (another delivery came, or the connection closed), to report."""
+        held, self.held = self.held, None
+        return held
 
 
 class AlreadyResponded(NSQError, RuntimeError):

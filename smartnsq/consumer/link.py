@@ -41,6 +41,8 @@ from ..rdy import NOTHING
 from .dispatch import Runtime
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..errors import ServerError
 
 __all__ = ["Link", "Runtime", "link_of"]
@@ -52,6 +54,7 @@ _INFO: Final = logging.INFO
 _MAX_REQ_DELAY_MS: Final = 3_600_000 * 72  # youzan's max_req_timeout default (72 h)
 _CLAIM_LOCK: Final = threading.Lock()  # answers given from threads other than the loop's
 _NO_TRACE: Final = b"\x00" * 8
+_JUDGE: Final = 1 << 64  # last_offset while a FIN's refusal is held: above every queue offset
 
 
 def _ms(seconds: float) -> int:
@@ -63,13 +66,14 @@ class Link:
 
     __slots__ = (
         "_fin", "_req", "_send", "_send_now", "channel", "conn", "copy_fins", "counts",
-        "dead", "detail", "dropped_copy", "in_flight", "lane", "lane_busy", "last", "last_id",
-        "last_offset", "local", "node", "ordered", "partition", "rdy", "rdy_cap", "rt", "topic",
-        "youzan",
+        "dead", "detail", "dropped_copy", "held_offset", "in_flight", "lane", "lane_busy", "last",
+        "last_id", "last_offset", "local", "node", "ordered", "partition", "rdy", "rdy_cap",
+        "report", "rt", "topic", "youzan",
     )
 
     def __init__(self, rt: Runtime, conn: Connection, partition: int | None, *, ordered: bool,
-                 detail: bool, rdy_cap: int | None = None) -> None:
+                 detail: bool, rdy_cap: int | None = None,
+                 report: Callable[[ServerError], None] | None = None) -> None:
         self.rt = rt
         self.rdy_cap = rdy_cap
         self.conn = conn
@@ -95,6 +99,8 @@ class Link:
         # then fails E_FIN_FAILED, the server counts the copy in flight instead (it recorded it
         # after that FIN): FINed once more (expected_error)
         self.dropped_copy = b""
+        self.report = report  # counts and logs a server error (the subscription's): _release
+        self.held_offset = -1  # last_offset while a refusal is held (it is _JUDGE then)
         self.local = conn.local_address
         self.counts = rt.meter.partition(partition)  # the partition's, over its connections
         self._send = conn.send
@@ -162,6 +168,8 @@ class Link:
     def _check_order(self, msg: Message, iid: bytes) -> bool:
         """Order checks of SUB_ORDERED/SUB_ADVANCED subscriptions (``iid``: the internal id's
         8 bytes); True for a copy to drop."""
+        if self.copy_fins.held is not None:
+            self.last_offset = self.held_offset  # (_JUDGE brought this delivery here)
         if msg.attempts > 1 and not self.ordered:
             return False  # a requeued or timed-out message comes back after newer ones: normal
         offset = msg.queue_offset if msg.queue_offset is not None else -1
@@ -171,6 +179,8 @@ class Link:
             if self.ordered and msg.attempts <= original.attempts:
                 return self._duplicate(msg, original)
             self.last = msg
+            if self.copy_fins.held is not None:  # back with attempts + 1: the FIN was late
+                self._release()
             return False  # a redelivery of the same message
         if iid < self.last_id or offset < self.last_offset:
             last = int.from_bytes(self.last_id, "big") if self.last_id else -1
@@ -181,6 +191,8 @@ class Link:
         self.last_id = iid
         self.last_offset = offset
         self.last = msg
+        if self.copy_fins.held is not None:
+            self._release()
         return False
 
     def _duplicate(self, msg: Message, original: Message) -> bool:
@@ -216,10 +228,17 @@ class Link:
         # FIN fails; nothing here tells the two cases apart, and a needless FIN costs one
         # expected E_FIN_FAILED where a missing one costs msg_timeout
         log.debug("%s: %r delivered again after its FIN; the copy is FINed too", self.node, msg)
+        refusals = 2
+        if self.copy_fins.forgive(msg.id):
+            # the original's FIN was refused before this copy came: the server had dropped the
+            # original from flight (its reader's reset) and sends the copy in its place
+            log.debug("%s: the refused FIN of %r was its duplicate delivery's (expected)",
+                      self.node, msg)
+            refusals = 1
         if not self.conn.is_closed:
             # either FIN of the id may be refused: the copy's (it was not in flight) or, when
             # the server had recorded the copy in the original's place, the original's
-            self.copy_fins.expect(msg.id, 2)
+            self.copy_fins.expect(msg.id, refusals)
             self._send_now(self._fin(msg.id))
         return True
 
@@ -230,7 +249,9 @@ class Link:
         Also for the FIN of an original whose copy was dropped while it was unanswered: on the
         real server the copy is then sometimes the one in flight (it was recorded after our
         FIN, issue 20), and left alone it holds the ordered partition until msg_timeout; the
-        id is FINed once more, and that FIN's own failure is expected too.
+        id is FINed once more, and that FIN's own failure is expected too. And, held until
+        the next delivery judges it, for the refused FIN of the message an ordered link
+        delivered last (:meth:`CopyFins.hold`).
         """
         if error.code != "E_FIN_FAILED":
             return False
@@ -242,7 +263,24 @@ class Link:
                 self.copy_fins.expect(copy)
                 self._send_now(self._fin(copy))
             return True
-        return self.copy_fins.absorbs(error)
+        if self.copy_fins.absorbs(error):
+            return True
+        # an ordered link's refused FIN of the message it delivered last: judged by the next
+        # delivery (a copy of it, or anything else: CopyFins.hold)
+        last = self.last
+        if not self.ordered or last is None or last._state != FINISHED \
+                or not self.copy_fins.hold(error, last.id):
+            return False
+        # the next delivery goes through _check_order, which judges the refusal: no test of
+        # it on the in-order path every message takes
+        self.held_offset, self.last_offset = self.last_offset, _JUDGE
+        return True
+
+    def _release(self) -> None:
+        """Report the held refusal: no copy came after it."""
+        error = self.copy_fins.release()
+        if error is not None and self.report is not None:
+            self.report(error)
 
     def _trace_line(self, msg: Message) -> None:
         if msg.youzan:
@@ -372,6 +410,7 @@ class Link:
         redelivers them); forget them so in-flight counts stay true."""
         rt = self.rt
         self.dead = True
+        self._release()
         lost = self.in_flight
         if lost:
             rt.in_flight -= lost

@@ -281,7 +281,7 @@ class Subscription:
             conn.layout = MessageLayout.for_subscription(
                 youzan=youzan, extend_support=ext and youzan, command=sub.name)
             link = Link(rt, conn, target.partition, ordered=ordered, detail=sub.detail,
-                        rdy_cap=rdy_cap)
+                        rdy_cap=rdy_cap, report=self._report)
             conn.on_message = link.on_message  # type: ignore[assignment]
             if sub.name == "SUB_ADVANCED":
                 starts.applied(target)
@@ -298,8 +298,12 @@ class Subscription:
         link = self.link
         if link is not None and link.expected_error(error):
             log.debug("%s: %s: the FIN of a duplicate delivery the server had not counted in "
-                      "flight (expected)", self.name, error)
+                      "flight (expected, or judged by the next delivery)", self.name, error)
             return
+        self._report(error)
+
+    def _report(self, error: ServerError) -> None:
+        """Count and log a server error that is nobody's expected refusal."""
         self.rt.server_errors += 1
         self.rt.meter.server_error(self.target.partition, error.code)  # (smartnsq.stats)
         if error.refresh_lookup:

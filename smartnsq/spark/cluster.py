@@ -444,6 +444,7 @@ class RangeReader:
         # copies of messages already read, FINed (see _on_message), whose FINs may be
         # answered E_FIN_FAILED
         self._copy_fins = CopyFins()
+        self._read: Message | None = None  # the message read (kept) last: CopyFins.hold
         self._wake: asyncio.Event | None = None
         self._last = -1
         self._exact_start = exact_start
@@ -474,7 +475,10 @@ class RangeReader:
         conn.closed.add_done_callback(lambda _: self._wake.set() if self._wake else None)
 
     def _on_message(self, message: Message) -> None:
+        if self._copy_fins.held is not None:
+            self._judge(message)
         if self._keep(message):
+            self._read = message
             if self._buffered > self._max_buffered:
                 self._held[message.id] = None  # FINed when taken: the server's window fills
                 return
@@ -501,9 +505,27 @@ class RangeReader:
             log.debug("%s/%d: %s: the FIN of a message read already, which the server had not "
                       "counted in flight (expected)", self.topic, self.partition, error)
             return
-        conn = self._conn
-        log.warning("%s: %s", conn.address_text if conn is not None else self.leader.host,
-                    error)
+        read = self._read
+        if self._ordered and read is not None and self._copy_fins.hold(error, read.id):
+            return  # the FIN of the message read last: the next delivery tells (_judge)
+        self._report(error)
+
+    def _judge(self, message: Message) -> None:
+        """A delivery after a held refusal: a copy of the message read last (same attempts)
+        forgives it, anything else reports it (CopyFins.hold)."""
+        read = self._read
+        if read is not None and message.id == read.id and message.attempts <= read.attempts \
+                and self._copy_fins.forgive(message.id):
+            log.debug("%s/%d: the refused FIN of %r was its duplicate delivery's (expected)",
+                      self.topic, self.partition, message)
+            return
+        self._report(self._copy_fins.release())
+
+    def _report(self, error: ServerError | None) -> None:
+        if error is not None:
+            conn = self._conn
+            log.warning("%s: %s", conn.address_text if conn is not None else self.leader.host,
+                        error)
 
     def _fin(self, message_id: bytes) -> None:
         conn = self._conn
@@ -608,6 +630,7 @@ class RangeReader:
         return batch
 
     async def close(self) -> None:
+        self._report(self._copy_fins.release())
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()

@@ -55,7 +55,9 @@ async def test_an_ordered_backlog_drains_without_a_stall(nsq_any_cluster: Any) -
         # in order, nothing skipped, nothing handled twice
         assert dict(seen) == {str(p): list(range(PER_PARTITION)) for p in range(PARTITIONS)}, \
             (dict(seen), stats)
-        assert stats["order_errors"] == 0 and stats["server_errors"] == 0, stats
+        assert stats.order_errors == 0 and not stats.server_errors, (
+            stats.server_errors, [(p.partition, p.duplicates_dropped, p.last_error)
+                                  for p in stats.partitions])
     finally:
         async with bounded(10):
             await consumer.close(timeout=5)

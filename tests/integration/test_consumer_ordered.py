@@ -167,7 +167,7 @@ async def _drained(watch: Watch, channels: list[Any], count: int) -> None:
 
 
 @pytest.mark.parametrize("inline", [True, False], ids=["plain-handler", "async-handler"])
-@pytest.mark.parametrize("mode", ["after", "both"])
+@pytest.mark.parametrize("mode", ["after", "both", "reset"])
 async def test_a_copy_after_the_fin_is_answered_and_the_drain_does_not_stall(
         nsq_cluster_factory: Any, mode: str, inline: bool) -> None:
     """Issue 20, defect 1: the real server can send the duplicate first delivery after the
@@ -175,7 +175,11 @@ async def test_a_copy_after_the_fin_is_answered_and_the_drain_does_not_stall(
     else comes until it is answered. Before the fix the consumer dropped that copy unanswered
     and the partition stalled for msg_timeout (62 s instead of 2.3 s on the real cluster;
     here the drain did not end within its 10 s bound, msg_timeout being 30 s). The copy is
-    FINed (accepted: no server error), never handled, and counted as a duplicate."""
+    FINed (accepted: no server error), never handled, and counted as a duplicate.
+
+    ``reset`` (once in about a hundred real drains): the original's FIN is refused before the
+    copy comes; that refusal is part of the duplicate delivery, not a server error (before
+    the fix: counted as one, an ``E_FIN_FAILED`` per partition)."""
     cluster = await nsq_cluster_factory(nodes=2, lookupds=1, nsqd_options=late_copies(mode))
     await cluster.create_topic("ordlate", partitions=2, ordered=True, channels=["ch"])
     await publish(cluster, "ordlate", {p: [f"{p}:{i}".encode() for i in range(10)]
@@ -202,10 +206,10 @@ async def test_a_copy_after_the_fin_is_answered_and_the_drain_does_not_stall(
         assert dict(seen) == {"0": list(range(10)), "1": list(range(10))}
         assert [c.timeout_count for c in channels] == [0, 0]
         stats = consumer.stats()
-        copies = 2 if mode == "after" else 4  # "both": one copy of each kind per partition
+        copies = 4 if mode == "both" else 2  # "both": one copy of each kind per partition
         assert stats["duplicates_dropped"] == copies and stats["order_errors"] == 0
         assert stats["handled"] == 20 and stats["finished"] == 20
-        assert stats["server_errors"] == 0
+        assert not stats.server_errors and stats.timed_out == 0, stats.server_errors
     finally:
         await close(consumer)
 

@@ -99,7 +99,7 @@ async def test_held_messages_redelivered_after_msg_timeout_stay_held(nsq_cluster
         await reader.close()
 
 
-@pytest.mark.parametrize("mode", ["before", "after", "both"])
+@pytest.mark.parametrize("mode", ["before", "after", "both", "reset"])
 async def test_an_ordered_read_answers_the_duplicate_first_delivery_quietly(
         nsq_cluster_factory: Any, mode: str, caplog: pytest.LogCaptureFixture) -> None:
     """Issue 20, defect 1, for the range reader (a fresh channel and SUB_ORDERED on every

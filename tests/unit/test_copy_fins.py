@@ -50,3 +50,49 @@ def test_never_absorbs_more_than_expected(expects: list[int], errors: int) -> No
         tally.expect(YOUZAN_ID, n)
     absorbed = sum(tally.absorbs(fin_failed(YOUZAN_ID)) for _ in range(errors))
     assert absorbed == min(errors, sum(expects))
+
+
+# -- a refusal held until the next delivery judges it (the reader's reset, ~1 in 100 drains) ----
+
+def test_a_held_refusal_is_forgiven_by_a_copy_of_its_message() -> None:
+    tally = CopyFins()
+    refused = fin_failed(YOUZAN_ID)
+    assert tally.hold(refused, YOUZAN_ID) and tally.held is refused
+    assert tally.forgive(YOUZAN_ID) and tally.held is None
+    assert tally.release() is None
+
+
+def test_a_held_refusal_is_released_when_no_copy_comes() -> None:
+    tally = CopyFins()
+    refused = fin_failed(YOUZAN_ID)
+    assert tally.hold(refused, YOUZAN_ID)
+    assert not tally.forgive(bytes(16))  # another message: no forgiveness
+    assert tally.release() is refused and tally.release() is None
+
+
+def test_only_one_refusal_of_the_message_named_is_held() -> None:
+    tally = CopyFins()
+    assert not tally.hold(fin_failed(YOUZAN_ID), bytes(16))  # names another message
+    assert not tally.hold(server_error("E_REQ_FAILED REQ [0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0] "
+                                       "failed"), YOUZAN_ID)  # not a FIN's
+    assert tally.hold(fin_failed(YOUZAN_ID), YOUZAN_ID)
+    assert not tally.hold(fin_failed(YOUZAN_ID), YOUZAN_ID)  # one at a time: reported now
+
+
+@given(st.lists(st.sampled_from(["hold", "forgive", "other", "release"]), max_size=20))
+def test_every_held_refusal_is_forgiven_or_released_once(steps: list[str]) -> None:
+    """Whatever the order of deliveries: a refusal taken by hold() leaves either through
+    forgive() (a copy came) or release() (to be reported), exactly once."""
+    tally = CopyFins()
+    held = forgiven = released = 0
+    for step in steps:
+        if step == "hold":
+            held += tally.hold(fin_failed(YOUZAN_ID), YOUZAN_ID)
+        elif step == "forgive":
+            forgiven += tally.forgive(YOUZAN_ID)
+        elif step == "other":
+            forgiven += tally.forgive(CLASSIC_ID)
+        else:
+            released += tally.release() is not None
+    released += tally.release() is not None  # the connection closes
+    assert held == forgiven + released
