@@ -262,6 +262,21 @@ async def wait_until(condition: Callable[[], bool], timeout: float = WAIT,
         raise TimeoutError(f"not reached in {timeout} s: {condition}") from None
 
 
+async def settled_lag(consumer: Any, timeout: float = 10.0) -> Any:
+    """``consumer.lag()`` once the nodes have taken in every answer it sent: depth and
+    in-flight 0 on every partition that answered, polled (a server counter: nothing signals
+    it; a real youzan channel counts a message in its depth until the FIN is processed).
+    Bounded by ``timeout``; the last reading is returned either way, for the test to check."""
+    deadline = time.monotonic() + timeout
+    async with bounded(timeout + 5):
+        while True:
+            lag = await consumer.lag()
+            if all(p.depth == 0 and p.in_flight == 0 for p in lag.partitions
+                   if p.error is None) or time.monotonic() >= deadline:
+                return lag
+            await asyncio.sleep(0.1)
+
+
 class BackgroundCluster:
     """A dev cluster on a loop thread of its own, as a remote cluster is to blocking code.
 

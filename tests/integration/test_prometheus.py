@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Watch, bounded
+from support import Watch, bounded, settled_lag
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -55,8 +55,7 @@ async def test_a_scrape_exports_the_snapshots(nsq_any_cluster: Any) -> None:
                 async with bounded(10):
                     await producer.publish("pm", b"%d" % i, partition=i % 2)
             await watch.until(lambda: len(got) == 6)
-            async with bounded(10):
-                await consumer.lag()
+            await settled_lag(consumer)
             samples = await asyncio.to_thread(scrape, server.server_port)
             registry.unregister(collector)
     finally:

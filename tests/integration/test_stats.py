@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from support import WAIT, Watch, bounded
+from support import WAIT, Watch, bounded, settled_lag
 
 from smartnsq import sync
 from smartnsq.consumer import Consumer
@@ -66,8 +66,7 @@ async def test_producer_and_consumer_snapshots_per_partition(nsq_any_cluster: An
     async with consumer:
         await watch.until(lambda: len(got) >= total, 20)
         cs = consumer.stats()
-        async with bounded(10):
-            lag = await consumer.lag()
+        lag = await settled_lag(consumer)
         with_lag = consumer.stats()
     assert isinstance(cs, ConsumerStats)
     assert cs.received == total and cs.topic == "st" and cs.channel == "ch"
@@ -80,7 +79,7 @@ async def test_producer_and_consumer_snapshots_per_partition(nsq_any_cluster: An
     assert cs.handler_seconds.count >= 1 and cs.handler_seconds.max >= 0
     assert cs.lookup is not None and cs.lag is None
     assert [p.partition for p in lag.partitions] == [0, 1]
-    assert all(p.error is None and p.depth == 0 for p in lag.partitions)
+    assert all(p.error is None and p.depth == 0 for p in lag.partitions), lag
     assert sum(p.message_count for p in lag.partitions) == total
     assert with_lag.lag is lag
 
