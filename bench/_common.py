@@ -40,7 +40,7 @@ from smartnsq.protocol.frames import (  # noqa: E402
     CLASSIC_LAYOUT,
     ErrorFrame,
     FrameReader,
-    Message,
+    MessageFrame,
     Response,
 )
 
@@ -291,13 +291,13 @@ class Cluster:
 @contextmanager
 def dev_cluster(mode: str = "classic", nodes: int = 1, topics: Sequence[str] = (),
                 channels: Sequence[str] = ("bench",), lookupds: int = 1) -> Iterator[Cluster]:
-    """``python -m smartnsq.devcluster`` in a child process; yields its addresses.
+    """``smartnsq dev-cluster`` in a child process; yields its addresses.
 
     ``topics`` (``NAME[:PARTITIONS[:REPLICAS]]``) are created at start with ``channels``:
     a youzan channel created later starts at the partition's end, so it must exist before
     anything is published.
     """
-    cmd = [sys.executable, "-m", "smartnsq.devcluster", "--mode", mode, "--nodes", str(nodes),
+    cmd = [sys.executable, "-m", "smartnsq", "dev-cluster", "--mode", mode, "--nodes", str(nodes),
            "--lookupds", str(lookupds)]
     for topic in topics:
         cmd += ["--topic", topic]
@@ -530,7 +530,7 @@ class RawClient:
 
 
 def is_message(frame: object) -> bool:
-    return isinstance(frame, Message)
+    return isinstance(frame, MessageFrame)
 
 
 # -- the minimal endpoint in its own process -------------------------------------------------

@@ -1,6 +1,6 @@
 """``--server real``: the real servers started here, and the Go tools wrapped as clients.
 
-Not a benchmark itself. ``real_server()`` starts a ``smartnsq.realcluster.RealCluster`` (the
+Not a benchmark itself. ``real_server()`` starts a ``smartnsq.testing.realcluster.RealCluster`` (the
 real classic nsqd 1.3.0, or the real youzan cluster) from ``--real DIR`` or
 ``$SMARTNSQ_REAL_NSQ`` and yields a ``_common.Cluster`` the scripts use like the dev cluster's,
 plus the nsqd process ids, so that every run can also read the server's own CPU time
@@ -100,7 +100,7 @@ class RealServer(Cluster):
         what = ("classic nsqd" if self.mode == "classic" else
                 f"youzan cluster: etcd, {len(self.lookupd_http)} nsqlookupd, "
                 f"{len(self.nsqd_tcp)} nsqd")
-        return (f"real {what} {version} started here (smartnsq.realcluster.RealCluster, "
+        return (f"real {what} {version} started here (smartnsq.testing.realcluster.RealCluster, "
                 f"{self.real.bin}; nsqd flags: {' '.join(self.real.nsqd_args) or 'defaults'}), "
                 "separate processes, loopback")
 
@@ -116,7 +116,7 @@ def real_dir(arg: str | None) -> str:
 @contextmanager
 def real_server(mode: str, folder: str, nodes: int = 1, lookupds: int = 1,
                 nsqd_args: tuple[str, ...] = ()) -> Iterator[RealServer]:
-    from smartnsq.realcluster import RealCluster
+    from smartnsq.testing.realcluster import RealCluster
 
     real = RealCluster(nodes=nodes, lookupds=lookupds, mode=mode, binaries=folder,
                        nsqd_args=nsqd_args)

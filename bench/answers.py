@@ -21,7 +21,7 @@ import sys
 
 def settle(count: int) -> int:
     """Settle ``count`` answers; the producer's published count afterwards."""
-    from smartnsq.producer import Producer
+    from smartnsq import Producer
     from smartnsq.producer.request import NowaitRequest
 
     loop = asyncio.new_event_loop()

@@ -63,7 +63,7 @@ def main() -> int:
 
 
 def run_real(args: argparse.Namespace) -> int:
-    from smartnsq.realcluster import RealCluster
+    from smartnsq.testing.realcluster import RealCluster
 
     config = ChaosConfig(seed=args.seed, seconds=args.seconds, rate=args.rate,
                          replicas=args.replicas, faults=REAL_FAULTS, fault_gap=(3.0, 10.0),

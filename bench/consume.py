@@ -47,8 +47,8 @@ surplus: 4 x max_in_flight or N / 10), because nsqd holds a client's last partia
 its 250 ms output-buffer timer ticks: a client timed to the channel's last message was timed
 to that tick (the rates came out as 100k, 133k, 200k: N in 1.0, 0.75, 0.5 s).
 
-Clients: ``smartnsq`` is ``smartnsq.consumer.Consumer`` with a plain-function handler (run
-on the event loop, FIN on return); ``smartnsq-conn`` is the raw ``smartnsq.connection``
+Clients: ``smartnsq`` is ``smartnsq.Consumer`` with a plain-function handler (run
+on the event loop, FIN on return); ``smartnsq-conn`` is the raw ``smartnsq.transport.connection``
 path under it (``on_message`` callback, FIN per message), which shows what the consumer's
 flow control, queue and handler dispatch cost. pynsq: ``nsq.Reader`` (tornado); gnsq:
 ``gnsq.Consumer`` (gevent); ansq: ``open_connection`` + ``subscribe`` + ``messages()``;
@@ -145,7 +145,7 @@ def sdk_metered(meter: Any) -> tuple[Any, Any]:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from smartnsq import otel_metrics
+    from smartnsq.observability import otel_metrics
 
     class Stand:  # the consumer the observable counters would read (never collected here)
         topic, channel, closed = "bench_sub", CHANNEL, False
@@ -163,7 +163,7 @@ def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int,
                   variant: str = "") -> Clock:
     """``variant``: "" plain; "otel": the consumer traced (every message sampled); "span":
     the plain consumer whose handler starts and ends one bare SDK span (the SDK's floor)."""
-    from smartnsq.consumer import Consumer
+    from smartnsq import Consumer
 
     extra: dict[str, Any] = {}
     bare: Any = None
@@ -199,9 +199,9 @@ def work_smartnsq(addr: str, lookupd: str, topic: str, count: int, mif: int,
 
 
 def work_smartnsq_conn(addr: str, topic: str, count: int, mif: int) -> Clock:
-    from smartnsq.connection import Connection
     from smartnsq.protocol import commands
     from smartnsq.protocol.frames import MessageLayout
+    from smartnsq.transport.connection import Connection
 
     async def run() -> Clock:
         done = asyncio.get_running_loop().create_future()
@@ -373,7 +373,7 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
 
     run: Any = handler
     if variant.startswith("otel"):
-        from smartnsq import otel
+        from smartnsq.observability import otel
 
         if variant[4:].isdigit():  # "otelN": span_one_in N, smartnsq's gate before the SDK
             cfg = dataclasses.replace(cfg, span_one_in=int(variant[4:]))
@@ -428,7 +428,7 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
 # ("1pct": a parent-based 1-in-100 ratio sampler instead of every message)
 VARIANTS = {f"smartnsq-{v}": v for v in ("otel", "span", "otel1pct", "span1pct")}
 # What each worker imports before its baseline memory reading (see publish.py).
-PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.connection",
+PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.transport.connection",
              **{client: "smartnsq.consumer" for client in VARIANTS},
              **{f"smartnsq-path{o}{v}": "smartnsq.consumer" for o in ("", "-ordered")
                 for v in ("", "-otel", "-span", "-otel1pct", "-span1pct", "-metrics",
@@ -899,7 +899,7 @@ def main() -> int:
     count = args.messages or (20_000 if args.quick else 100_000)
     timeout = args.timeout or (60.0 if args.cluster == "youzan" else 300.0)
     rounds = args.rounds or (1 if args.quick else 2)  # the default run stays near 2 minutes
-    lookup_landed = importlib.util.find_spec("smartnsq.lookup") is not None
+    lookup_landed = importlib.util.find_spec("smartnsq.discovery.lookup") is not None
     via = "nsqd" if minimal else (
         args.via if args.via != "auto" else ("lookupd" if lookup_landed else "nsqd"))
     clients = [c for c in args.clients.split(",") if c]

@@ -29,7 +29,7 @@ from _common import (
 )
 
 from smartnsq.protocol import commands
-from smartnsq.protocol.frames import CLASSIC_LAYOUT, YOUZAN_LAYOUT, ErrorFrame, Message
+from smartnsq.protocol.frames import CLASSIC_LAYOUT, YOUZAN_LAYOUT, ErrorFrame, MessageFrame
 
 CHANNEL = "bench"
 
@@ -70,7 +70,7 @@ def consume(addr: str, layout: object, topic: str, count: int, partition: int | 
     while got < count:
         fins = []
         for frame in client.frames():
-            if isinstance(frame, Message):
+            if isinstance(frame, MessageFrame):
                 fins.append(fin(frame.id))
             elif isinstance(frame, ErrorFrame):
                 raise RuntimeError(frame.payload.decode(errors="replace"))

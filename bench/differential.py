@@ -27,7 +27,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's smartnsq, and
 
 import differential as d  # noqa: E402
 
-from smartnsq.realcluster import ENV, RealNsqdError, find_binaries  # noqa: E402
+from smartnsq.errors import RealNsqdError  # noqa: E402
+from smartnsq.testing.realcluster import ENV, find_binaries  # noqa: E402
 
 
 async def run_mode(mode: str, only: str | None, verbose: bool) -> tuple[d.Score, list[str]]:

@@ -34,7 +34,7 @@ def answer() -> bytes:
 
 
 def exchange(data: bytes) -> int:
-    """One request built and its answer read, as :mod:`smartnsq.http` does it: on one
+    """One request built and its answer read, as :mod:`smartnsq.transport.http` does it: on one
     parser (h11 connection) when the parser builds requests, else the two calls before."""
     url = parse_url("http://127.0.0.1:4161/lookup", {"topic": "t", "access": "w",
                                                       "metainfo": "true"})

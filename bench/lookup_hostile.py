@@ -1,7 +1,7 @@
 """One lookup round with a stuck lookupd beside a healthy one (issue 12, item 1).
 
 ``python bench/lookup_hostile.py [--rounds N] [--kind silent|drip]``: a ``LookupManager`` with
-two seeds, a healthy fake lookupd and a hostile one (``smartnsq.devcluster.hostile``), both on
+two seeds, a healthy fake lookupd and a hostile one (``smartnsq.testing.hostile``), both on
 loopback. It times ``start()`` and then N forced rounds (``view(refresh=True)``), printing
 median and max per round. The hostile lookupd is in back-off after its first failure, so the
 rounds right after start show the steady state; ``--backoff`` 0.01 makes every round ask it.
@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if sys.path[:1] != [str(ROOT)]:
     sys.path.insert(0, str(ROOT))
 
-from smartnsq.devcluster.hostile import DripLookupd, FakeLookupd, SilentLookupd  # noqa: E402
-from smartnsq.lookup import LookupManager  # noqa: E402
+from smartnsq.discovery.lookup import LookupManager  # noqa: E402
+from smartnsq.testing.hostile import DripLookupd, FakeLookupd, SilentLookupd  # noqa: E402
 
 
 async def main() -> None:

@@ -18,7 +18,7 @@ server's ``msg_timeout`` (60 s by default), which is what issue 20's first defec
 (62 s instead of 2.3 s in 2 of 3 drains).
 
 The cluster is the real one when ``--real DIR`` is given or ``SMARTNSQ_REAL_NSQ`` is set
-(``smartnsq.realcluster.RealCluster``: etcd, 2 nsqlookupd, 3 nsqd, all started here and
+(``smartnsq.testing.realcluster.RealCluster``: etcd, 2 nsqlookupd, 3 nsqd, all started here and
 stopped at the end), otherwise the dev cluster (3 nsqd, 2 lookupds) in a child process, with
 ``ordered_first_delivery_twice`` set to ``--first-twice`` (``random`` by default: each
 channel's copy goes out while the original is in flight or after its FIN, at random) and the
@@ -213,7 +213,7 @@ def serve_dev(first_twice: str, msg_timeout: float) -> int:
 async def main_async(args: argparse.Namespace) -> int:
     real = args.real or (None if args.dev else os.environ.get("SMARTNSQ_REAL_NSQ"))
     if real:
-        from smartnsq.realcluster import RealCluster
+        from smartnsq.testing.realcluster import RealCluster
 
         cluster: Any = RealCluster(nodes=3, lookupds=2, binaries=real)
         where = f"real youzan cluster ({real}): etcd, 2 nsqlookupd, 3 nsqd"

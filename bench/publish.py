@@ -5,7 +5,7 @@
                             [--rounds R] [--clients smartnsq,pynsq,...] [--via nsqd|lookupd]
                             [--loop asyncio|uvloop]
 
-Clients: ``smartnsq`` (``smartnsq.producer.Producer``, asyncio), ``smartnsq-sync`` (the
+Clients: ``smartnsq`` (``smartnsq.Producer``, asyncio), ``smartnsq-sync`` (the
 blocking ``smartnsq.sync.Producer``, calls cross to a background event loop thread; its
 pipelined row is 8 threads each publishing one at a time, sharing one producer), pynsq
 (``nsq.Writer``, tornado callbacks), gnsq (``gnsq.Producer``, gevent), ansq
@@ -112,7 +112,7 @@ def work_smartnsq(mode: str, addr: str, lookupd: str, topic: str, count: int, bo
     """``traced`` (issue 22's tracing cost, ``--worker`` only): "otel" an SDK tracer provider
     tracing every call; "otelN" the same behind ``span_one_in`` N (see consume.py's
     ``sdk_tracer_provider``)."""
-    from smartnsq.producer import Producer
+    from smartnsq import Producer
 
     async def run() -> Span:
         where: dict[str, Any] = {"lookupd": [lookupd]} if lookupd else {"nsqd": [addr]}
@@ -513,7 +513,7 @@ def worker(argv: list[str]) -> int:
     use_loop(loop, client)
     preimport(client)
     if lookupd:  # the lookup client (and httpx) is imported on first use: not a publish cost
-        importlib.import_module("smartnsq.lookup")
+        importlib.import_module("smartnsq.discovery.lookup")
     baseline = max_rss_kib()
     if client == "smartnsq" or client.startswith("smartnsq-otel"):
         span = work_smartnsq(mode, addr, lookupd, topic, count, body, window,
@@ -538,7 +538,7 @@ GOALS = {"seq": 2.0, "pipe": 3.0, "mpub": 1.2}  # smartnsq's rate over the best 
 
 
 def lookup_landed() -> bool:
-    return importlib.util.find_spec("smartnsq.lookup") is not None
+    return importlib.util.find_spec("smartnsq.discovery.lookup") is not None
 
 
 class DevClusterServer:

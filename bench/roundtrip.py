@@ -3,8 +3,8 @@
     python bench/roundtrip.py [--real DIR] [--quick] [--messages N] [--clients ...]
                               [--rates 0,8000,4000,2000] [--no-strace]
 
-Starts the real classic nsqd 1.3.0 (``smartnsq.realcluster.RealCluster``, from ``--real DIR``
-or ``$SMARTNSQ_REAL_NSQ``) and, for each client, publishes N 100-byte messages one at a time
+Starts the real classic nsqd 1.3.0 (``smartnsq.testing.realcluster.RealCluster``, from ``--real
+DIR`` or ``$SMARTNSQ_REAL_NSQ``) and, for each client, publishes N 100-byte messages one at a time
 (each acknowledged before the next) to a fresh topic, and takes:
 
 * msg/s and the client's CPU per message (as ``bench/publish.py --server real``);

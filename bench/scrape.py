@@ -39,7 +39,7 @@ def per_call(fn: Callable[[], Any], calls: int) -> float:
 async def one(partitions: int, scrapes: int) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    import smartnsq.prometheus
+    import smartnsq.observability.prometheus
     from smartnsq import Consumer, Producer
     from smartnsq.devcluster import DevCluster
 
@@ -63,7 +63,8 @@ async def one(partitions: int, scrapes: int) -> dict[str, Any]:
             await asyncio.wait_for(got.wait(), 60)
             await consumer.lag()
             registry = CollectorRegistry()
-            collector = smartnsq.prometheus.register(producer, consumer, registry=registry)
+            collector = smartnsq.observability.prometheus.register(producer, consumer,
+                                                                   registry=registry)
             text = generate_latest(registry)
             series = sum(1 for line in text.splitlines() if line and not line.startswith(b"#"))
             return {

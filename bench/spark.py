@@ -42,7 +42,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from smartnsq.spark.testing import SparkDevCluster, python_for_workers
+    from smartnsq.testing.spark import SparkDevCluster, python_for_workers
 
     python_for_workers()
     from pyspark.sql import SparkSession
@@ -185,10 +185,10 @@ def _cpu_delta(before: dict[int, tuple[str, float]],
 
 def _arrow_cost(rows: int, size: int) -> dict[str, Any]:
     """Seconds per message of ``message_batch`` (the reader's Arrow conversion) alone."""
-    from smartnsq.protocol.frames import Message, youzan_message_id
+    from smartnsq.protocol.frames import MessageFrame, youzan_message_id
     from smartnsq.spark.schema import message_batch
 
-    batch = [Message(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
+    batch = [MessageFrame(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
                      i * (size + 30), size + 30, True) for i in range(4096)]
     message_batch("t", "n", batch)  # warm-up (imports)
     started = time.process_time()
@@ -211,11 +211,11 @@ def _spark_ceiling(spark: Any, rows: int, size: int, cores: int) -> dict[str, An
             return [InputPartition(i) for i in range(4)]
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
-            from smartnsq.protocol.frames import Message, youzan_message_id
+            from smartnsq.protocol.frames import MessageFrame, youzan_message_id
             from smartnsq.spark.schema import message_batch
 
             batch = message_batch("t", "n", [
-                Message(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
+                MessageFrame(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
                         i * (size + 30), size + 30, True) for i in range(4096)])
             for _ in range(rows // 4 // 4096):
                 yield batch

@@ -62,7 +62,7 @@ every item on the real youzan cluster started here (etcd, 2 nsqlookupd, 3 nsqd) 
 ordered, pub-seq(-plain), pub-conc64 and pub-nowait, youzan's Go client ``yzgo`` beside
 smartnsq on a topic of its own, interleaved, with the nsqd processes' CPU per message and
 issue 24's goals.
-``--otel`` traces every client of the workers (``smartnsq.otel.instrument`` with the
+``--otel`` traces every client of the workers (``smartnsq.observability.otel.instrument`` with the
 OpenTelemetry SDK's ``TracerProvider``: every message sampled, spans recorded and dropped, no
 exporter), which is what the instrumentation costs (the ``otel`` extra).
 
@@ -498,9 +498,9 @@ def worker(argv: list[str]) -> int:
     if "otel" in flags:  # every client traced, every message sampled; spans recorded, dropped
         from opentelemetry.sdk.trace import TracerProvider
 
-        import smartnsq.otel
+        import smartnsq.observability.otel
 
-        smartnsq.otel.instrument(TracerProvider())
+        smartnsq.observability.otel.instrument(TracerProvider())
     after_import = rss_kib()
     if item.startswith("preload-"):
         asyncio.run(preload(lookupd, topic, item.removeprefix("preload-"), count))
@@ -833,8 +833,9 @@ def main() -> int:
                              "(ordered, pub-seq*), by callgrind: two runs each, N and 3N "
                              "(a few minutes)")
     parser.add_argument("--otel", action="store_true",
-                        help="trace every client with OpenTelemetry (smartnsq.otel.instrument "
-                             "with the SDK's TracerProvider: every message sampled, no "
+                        help="trace every client with OpenTelemetry "
+                             "(smartnsq.observability.otel.instrument with the SDK's "
+                             "TracerProvider: every message sampled, no "
                              "exporter): the instrumentation's cost (the otel extra)")
     parser.add_argument("--prefix", default="", metavar="COMMAND",
                         help="run the timed workers under COMMAND, e.g. 'valgrind "

@@ -14,9 +14,10 @@ See docs/compat.md and docs/migration-pynsq.md.
 
 from typing import Any
 
+from smartnsq.model.dialect import ClassicPolicy, ClassicSubscription
+
 from .detect import Kind
 from .migration import MigrationChooser, MigrationPolicy
-from .policy import ClassicPolicy, ClassicSubscription
 
 __all__ = [
     "ClassicPolicy",

@@ -37,11 +37,11 @@ from typing import Literal
 import mmh3
 
 from smartnsq.config import doc
-from smartnsq.dialect import key_for_hash
 from smartnsq.errors import InvalidArgument
-from smartnsq.pool import TopicRoutes
+from smartnsq.model.dialect import key_for_hash
+from smartnsq.model.routes import TopicRoutes
+from smartnsq.model.sharding import ShardingKey
 from smartnsq.protocol.numbers import check_number
-from smartnsq.sharding import ShardingKey
 
 __all__ = ["MigrationChooser", "MigrationPolicy", "Side", "split_routes"]
 

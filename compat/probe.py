@@ -14,9 +14,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from smartnsq.admin import AdminError, AsyncAdmin
-from smartnsq.errors import ConnectionError_, ProtocolError, Timeout
-from smartnsq.lookup import normalize_lookupd
+from smartnsq.admin import AsyncAdmin
+from smartnsq.discovery.lookup import normalize_lookupd
+from smartnsq.errors import AdminError, ConnectionFailed, ProtocolError, Timeout
 
 from .detect import Kind, kind_of_version
 
@@ -47,7 +47,7 @@ async def probe_lookupd(address: str, *, admin: AsyncAdmin | None = None,
         except (AdminError, ProtocolError):
             return None
         return Kind.YOUZAN if info.ha_support is not None else kind_of_version(info.version)
-    except (ConnectionError_, Timeout) as exc:
+    except (ConnectionFailed, Timeout) as exc:
         log.info("lookupd %s did not answer the kind probe: %s", address, exc)
         return None
     finally:

@@ -49,18 +49,18 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
-from smartnsq import loop_thread, sync
-from smartnsq.backoff import BackoffPolicy
+from smartnsq import sync
 from smartnsq.config import ConnectionConfig
-from smartnsq.consumer import Consumer
-from smartnsq.errors import ConnectionError_, InvalidArgument
-from smartnsq.lookup import normalize_lookupd
-from smartnsq.message import AlreadyResponded
+from smartnsq.consumer.core import Consumer
+from smartnsq.discovery.lookup import normalize_lookupd
+from smartnsq.errors import AlreadyResponded, ConnectionFailed, InvalidArgument
 from smartnsq.message import Message as CoreMessage
-from smartnsq.pool import parse_address
-from smartnsq.producer import BatchResult, PublishResult
+from smartnsq.model.backoff import BackoffPolicy
+from smartnsq.model.routes import parse_address
+from smartnsq.producer.results import BatchResult, PublishResult
 from smartnsq.protocol.numbers import check_int, is_real
 from smartnsq.protocol.validate import check_channel, check_topic
+from smartnsq.transport import loop_thread
 
 __all__ = ["Error", "Message", "Reader", "SendError", "Writer", "run", "stop"]
 
@@ -427,7 +427,7 @@ class Writer:
     ``Writer(nsqd_tcp_addresses, reconnect_interval=15.0, name=None, **kwargs)`` as in pynsq
     (``kwargs``: pynsq's connection arguments). Extension: ``lookupd_http_addresses=[...]``
     instead of nsqd addresses discovers the nodes (and youzan partitions); ``producer_options``
-    go to :class:`smartnsq.producer.Producer` (``timeout``, ``classic``, ``migration``...).
+    go to :class:`smartnsq.Producer` (``timeout``, ``classic``, ``migration``...).
 
     Each publish returns a ``concurrent.futures.Future`` of smartnsq's ``PublishResult`` /
     ``BatchResult``; the callback (on the ``run()`` thread) gets ``b"OK"`` or an :class:`Error`.
@@ -525,13 +525,13 @@ class Writer:
         is closed, the loop thread stopped) fail it now rather than leave it waiting."""
         if self._closed or not self._thread.running:
             self._fail(future, command, topic, callback,
-                       ConnectionError_(f"the Writer is closed; {command} not sent"))
+                       ConnectionFailed(f"the Writer is closed; {command} not sent"))
             return
         self._pending[future] = (command, topic, callback)
         if not self._net.post(self._send, future, command, topic, callback, payload, delay):
             self._pending.pop(future, None)
             self._fail(future, command, topic, callback,
-                       ConnectionError_(f"the network loop is gone; {command} not sent"))
+                       ConnectionFailed(f"the network loop is gone; {command} not sent"))
 
     def _fail(self, future: concurrent.futures.Future[Any], command: str, topic: str,
               callback: Callback | None, exc: BaseException) -> None:
@@ -596,7 +596,7 @@ class Writer:
             for future, (command, topic, callback) in list(self._pending.items()):
                 self._pending.pop(future, None)
                 self._fail(future, command, topic, callback,
-                           ConnectionError_(f"the Writer was closed before {command} was "
+                           ConnectionFailed(f"the Writer was closed before {command} was "
                                             "sent"))
             self._finalizer()  # the run() loop: closed with its last user
 
@@ -716,7 +716,7 @@ Handler = Callable[[Message], Any]
 
 
 class Reader:
-    """pynsq's ``Reader`` on :class:`smartnsq.consumer.Consumer` (arguments as in pynsq).
+    """pynsq's ``Reader`` on :class:`smartnsq.Consumer` (arguments as in pynsq).
 
     ``Reader(topic, channel, message_handler=None, name=None, nsqd_tcp_addresses=None,
     lookupd_http_addresses=None, max_tries=5, max_in_flight=1, lookupd_poll_interval=60,

@@ -27,10 +27,9 @@ import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.devcluster import DevCluster
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 
 
 @contextlib.asynccontextmanager

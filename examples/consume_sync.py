@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 from smartnsq import sync
 from smartnsq.devcluster import DevCluster
-from smartnsq.loop_thread import LoopThread
 from smartnsq.message import Message
+from smartnsq.transport.loop_thread import LoopThread
 
 
 @contextlib.contextmanager

@@ -22,7 +22,9 @@ import urllib.request
 from typing import Any
 
 from smartnsq.devcluster import DevCluster
-from smartnsq.protocol import MAGIC_V2, ErrorFrame, FrameReader, Message, Response, commands
+from smartnsq.protocol import commands
+from smartnsq.protocol.commands import MAGIC_V2
+from smartnsq.protocol.frames import ErrorFrame, FrameReader, MessageFrame, Response
 
 V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 TIMEOUT = 5.0
@@ -92,7 +94,7 @@ async def publish_and_consume(cluster: DevCluster) -> None:
     assert await consumer.call(commands.sub("orders", "billing", 1)) == Response(b"OK")
     consumer.writer.write(commands.rdy(1))
     message = await consumer.next_frame()
-    assert isinstance(message, Message) and message.body == b"order #1"
+    assert isinstance(message, MessageFrame) and message.body == b"order #1"
     consumer.writer.write(commands.fin(message.id))
     consumer.close()
 

@@ -19,11 +19,10 @@ import argparse
 import asyncio
 from collections import Counter
 
+from smartnsq import Consumer, Producer
 from smartnsq.compat import MigrationPolicy
 from smartnsq.compat.probe import group_lookupds
-from smartnsq.consumer import Consumer
 from smartnsq.devcluster import DevCluster
-from smartnsq.producer import Producer
 
 COUNT = 200
 

@@ -22,11 +22,10 @@ import logging
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.devcluster import DevCluster
 from smartnsq.message import Message
-from smartnsq.producer import Producer
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
 
 TOPIC, CHANNEL, MESSAGES = "orders", "billing", 200
 SHORT = {"messaging.destination.partition.id": "partition", "messaging.client.id": "client",

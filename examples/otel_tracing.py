@@ -31,10 +31,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.devcluster import DevCluster
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 
 TOPIC, CHANNEL, ORDERS = "payments", "ledger", 3
 

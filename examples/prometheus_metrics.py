@@ -3,8 +3,8 @@
     python examples/prometheus_metrics.py                 # a short demo on a dev cluster
     python examples/prometheus_metrics.py --serve 60      # keep /metrics up for a minute
 
-``smartnsq.prometheus.register(producer, consumer)`` adds a collector that reads the clients'
-``stats()`` when Prometheus scrapes (nothing per message); ``poll_lag`` keeps the channel's
+``smartnsq.observability.prometheus.register(producer, consumer)`` adds a collector that reads the
+clients' ``stats()`` when Prometheus scrapes (nothing per message); ``poll_lag`` keeps the channel's
 backlog (nsqd ``/stats``) fresh for it. The server listens on loopback only. The demo
 publishes to a 2-partition topic, consumes it, scrapes its own ``/metrics`` once, prints a
 few series and exits. Needs the ``prometheus`` extra.
@@ -18,11 +18,10 @@ import urllib.request
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-import smartnsq.prometheus
-from smartnsq.consumer import Consumer
+import smartnsq.observability.prometheus
+from smartnsq import Consumer, Producer
 from smartnsq.devcluster import DevCluster
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 
 TOPIC, CHANNEL, MESSAGES = "orders", "billing", 200
 SHOWN = ("smartnsq_producer_published_messages_total", "smartnsq_consumer_finished_messages_total",
@@ -51,11 +50,11 @@ async def main(args: argparse.Namespace) -> None:
         registry = CollectorRegistry()  # (the default registry works the same way)
         async with Producer(lookupd=lookupd) as producer, \
                 Consumer(TOPIC, CHANNEL, lookupd=lookupd, handler=handle) as consumer:
-            smartnsq.prometheus.register(producer, consumer, registry=registry)
+            smartnsq.observability.prometheus.register(producer, consumer, registry=registry)
             server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
             port = server.server_port
             print(f"serving http://127.0.0.1:{port}/metrics")
-            lag = smartnsq.prometheus.poll_lag(consumer, interval=1.0)
+            lag = smartnsq.observability.prometheus.poll_lag(consumer, interval=1.0)
             try:
                 for i in range(MESSAGES):
                     await producer.publish(TOPIC, b"order %d" % i, sharding_key=i)

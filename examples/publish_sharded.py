@@ -18,8 +18,8 @@ import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
+from smartnsq import Producer
 from smartnsq.devcluster import DevCluster
-from smartnsq.producer import Producer
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from smartnsq import sync
 from smartnsq.devcluster import DevCluster
-from smartnsq.loop_thread import LoopThread
+from smartnsq.transport.loop_thread import LoopThread
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Traced publishing: trace ids, receipts and the ``smartnsq.trace`` log.
+"""Traced publishing: trace ids, receipts and the ``smartnsq.observability.trace`` log.
 
     python examples/publish_traced.py                           # on an embedded dev cluster
     python examples/publish_traced.py --lookupd 127.0.0.1:4161 --topic payments
@@ -7,8 +7,8 @@ A publish given a ``trace_id`` (an order id, a request id: any uint64) goes as P
 with ``##trace_id`` in its JSON header when it carries headers (PUB_EXT). The server logs it
 on its side and answers with a receipt: the message's internal id, its byte offset in the
 partition's queue and its size on disk. The producer writes one line per traced publish on
-the ``smartnsq.trace`` logger; ``set_trace`` switches that per producer or per topic while
-running.
+the ``smartnsq.observability.trace`` logger; ``set_trace`` switches that per producer or per topic
+while running.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from smartnsq import Producer
 from smartnsq.devcluster import DevCluster
-from smartnsq.producer import Producer
 
 
 @contextlib.asynccontextmanager

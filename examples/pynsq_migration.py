@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from smartnsq.devcluster import DevCluster
-from smartnsq.loop_thread import LoopThread
+from smartnsq.transport.loop_thread import LoopThread
 
 TOPIC = "nsq_reader"
 CHANNEL = "async"

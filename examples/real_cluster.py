@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from smartnsq import Consumer, Producer
 from smartnsq.admin import AsyncAdmin
-from smartnsq.realcluster import ENV, RealCluster
+from smartnsq.testing.realcluster import ENV, RealCluster
 
 KEYS, PER_KEY = 8, 25
 

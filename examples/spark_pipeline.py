@@ -22,7 +22,7 @@ import os
 import random
 
 from smartnsq import sync
-from smartnsq.spark.testing import SparkDevCluster, python_for_workers
+from smartnsq.testing.spark import SparkDevCluster, python_for_workers
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 python_for_workers()  # Spark's Python workers must run this interpreter (it has smartnsq)

@@ -1,7 +1,9 @@
 """smartnsq: a partition-aware smart client for youzan's redesigned NSQ (and classic NSQ).
 
-The names below load on first use, so ``import smartnsq`` stays cheap for code that only needs
-a submodule (the dev cluster, the codec).
+The client's public names live here, and here only (``docs/api.md`` lists every public name
+and its one import path; the exceptions are in :mod:`smartnsq.errors`). They load on first
+use, so ``import smartnsq`` stays cheap for code that needs one submodule (the dev cluster,
+the codec).
 """
 
 from __future__ import annotations
@@ -11,74 +13,65 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from . import logs as _logs
+from .observability import logs as _logs
 
 _logs.install()
 
 _EXPORTS = {
+    "Producer": "smartnsq.producer.producer",
+    "ProducerConfig": "smartnsq.producer.config",
+    "PublishResult": "smartnsq.producer.results",
+    "BatchResult": "smartnsq.producer.results",
+    "Consumer": "smartnsq.consumer.core",
+    "ConsumerConfig": "smartnsq.consumer.config",
+    "Message": "smartnsq.message",
+    "StartPosition": "smartnsq.protocol.commands",
+    "ConnectionConfig": "smartnsq.config",
+    "BackoffPolicy": "smartnsq.model.backoff",
+    "RequeuePolicy": "smartnsq.model.backoff",
+    "LookupManager": "smartnsq.discovery.lookup",
+    "LookupConfig": "smartnsq.discovery.lookup",
+    "TopicView": "smartnsq.protocol.lookup",
     "Admin": "smartnsq.admin",
     "AsyncAdmin": "smartnsq.admin",
-    "AdminError": "smartnsq.admin",
-    "LoopThread": "smartnsq.loop_thread",
-    "Producer": "smartnsq.producer",
-    "ProducerConfig": "smartnsq.producer",
-    "PublishResult": "smartnsq.producer",
-    "BatchResult": "smartnsq.producer",
-    "Consumer": "smartnsq.consumer",
-    "Message": "smartnsq.message",
-    "AlreadyResponded": "smartnsq.message",
-    "StartPosition": "smartnsq.protocol.commands",
-    "LookupManager": "smartnsq.lookup",
-    "LookupConfig": "smartnsq.lookup",
-    "TopicView": "smartnsq.lookup",
-    "ConnectionConfig": "smartnsq.config",
-    "BackoffPolicy": "smartnsq.backoff",
-    "RequeuePolicy": "smartnsq.backoff",
-    "NSQError": "smartnsq.errors",
-    "InvalidArgument": "smartnsq.errors",
-    "ServerError": "smartnsq.errors",
-    "Timeout": "smartnsq.errors",
-    "TopicNotFound": "smartnsq.errors",
+    "LoopThread": "smartnsq.transport.loop_thread",
 }
 
 __all__ = [
     "Admin",
-    "AdminError",
-    "AlreadyResponded",
     "AsyncAdmin",
     "BackoffPolicy",
     "BatchResult",
     "ConnectionConfig",
     "Consumer",
-    "InvalidArgument",
+    "ConsumerConfig",
     "LookupConfig",
     "LookupManager",
     "LoopThread",
     "Message",
-    "NSQError",
     "Producer",
     "ProducerConfig",
     "PublishResult",
     "RequeuePolicy",
-    "ServerError",
     "StartPosition",
-    "Timeout",
-    "TopicNotFound",
     "TopicView",
     "__version__",
 ]
 
 if TYPE_CHECKING:
-    from .admin import Admin, AdminError, AsyncAdmin
-    from .backoff import BackoffPolicy, RequeuePolicy
+    from .admin import Admin, AsyncAdmin
     from .config import ConnectionConfig
-    from .consumer import Consumer
-    from .errors import InvalidArgument, NSQError, ServerError, Timeout, TopicNotFound
-    from .lookup import LookupConfig, LookupManager, TopicView
-    from .loop_thread import LoopThread
-    from .message import AlreadyResponded, Message
-    from .producer import BatchResult, Producer, ProducerConfig, PublishResult
+    from .consumer.config import ConsumerConfig
+    from .consumer.core import Consumer
+    from .discovery.lookup import LookupConfig, LookupManager
+    from .message import Message
+    from .model.backoff import BackoffPolicy, RequeuePolicy
+    from .producer.config import ProducerConfig
+    from .producer.producer import Producer
+    from .producer.results import BatchResult, PublishResult
     from .protocol.commands import StartPosition
+    from .protocol.lookup import TopicView
+    from .transport.loop_thread import LoopThread
 
 
 def __getattr__(name: str) -> Any:

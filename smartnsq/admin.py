@@ -9,7 +9,7 @@ nsqlookupd HTTP APIs of youzan's NSQ and of classic NSQ. What the servers answer
 * a bound on every answer's size (``max_answer_bytes``);
 * errors that say what was asked, where, and why: :class:`~smartnsq.protocol.admin.AdminError`
   when a server refused, :class:`~smartnsq.errors.Timeout` past the deadline,
-  :class:`~smartnsq.errors.ConnectionError_` (with the network error as its cause) when a
+  :class:`~smartnsq.errors.ConnectionFailed` (with the network error as its cause) when a
   server could not be reached.
 
 :meth:`AsyncAdmin.create_topic` is the workflow a real youzan cluster needs
@@ -30,9 +30,13 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
-from . import loop_thread as _loops
+from .discovery.lookup import http_url, normalize_lookupd
 from .errors import (
-    ConnectionError_,
+    AdminError,
+    AnswerTooLarge,
+    ConnectionFailed,
+    HttpError,
+    HttpTimeout,
     InvalidArgument,
     LookupFailed,
     NSQError,
@@ -40,25 +44,16 @@ from .errors import (
     Timeout,
     TopicNotFound,
 )
-from .http import HttpClient, HttpTimeout
-from .lookup import http_url, normalize_lookupd
-from .loop_thread import LoopThread
+from .observability.stats import ChannelLag, PartitionLag
 from .protocol import admin as p
 from .protocol import validate
-from .protocol.admin import (
-    AdminError,
-    CreationProgress,
-    LookupdList,
-    Node,
-    NodeInfo,
-    NodeStats,
-    TopicView,
-)
+from .protocol.admin import CreationProgress, LookupdList, Node, NodeInfo, NodeStats, TopicView
 from .protocol.commands import StartPosition
-from .protocol.http import AnswerTooLarge, HttpError
 from .protocol.lookup import merge_views
 from .protocol.numbers import check_int, check_number
-from .stats import ChannelLag, PartitionLag
+from .transport import loop_thread as _loops
+from .transport.http import HttpClient
+from .transport.loop_thread import LoopThread
 
 __all__ = [
     "Admin",
@@ -106,7 +101,7 @@ class AsyncAdmin:
     ``lookupd``: the cluster's nsqlookupd HTTP addresses (needed by every cluster-wide call;
     node calls take the nsqd's HTTP address). ``timeout`` bounds each request (a workflow such
     as ``create_topic`` has its own). Nothing is dialled at construction. Use ``async with``
-    or call ``aclose()``; ``client`` lends a :class:`smartnsq.http.HttpClient` (not closed
+    or call ``aclose()``; ``client`` lends a :class:`smartnsq.transport.http.HttpClient` (not closed
     here).
     """
 
@@ -163,9 +158,9 @@ class AsyncAdmin:
                                 f"{self.max_answer_bytes} bytes") from None
         except HttpError as exc:
             raise ProtocolError(f"{what}: {address}: {exc}") from None
-        except ConnectionError_ as exc:
+        except ConnectionFailed as exc:
             reason = getattr(exc, "reason", "") or str(exc)
-            raise ConnectionError_(f"{what}: cannot reach {address} ({reason})") from exc
+            raise ConnectionFailed(f"{what}: cannot reach {address} ({reason})") from exc
         return answer.status, answer.body
 
     async def _write(self, address: str, path: str, params: dict[str, str], *, what: str,
@@ -186,7 +181,7 @@ class AsyncAdmin:
         for address in self._need_lookupd(what):
             try:
                 return await ask(address)
-            except (AdminError, ConnectionError_, Timeout, ProtocolError) as exc:
+            except (AdminError, ConnectionFailed, Timeout, ProtocolError) as exc:
                 log.info("%s: lookupd %s: %s", what, address, exc)
                 last = exc
         assert last is not None
@@ -490,7 +485,7 @@ class AsyncAdmin:
                         raise
                     last_error = str(exc)
                     leader = await self._youzan_leader("topic create") or leader
-                except (ConnectionError_, Timeout) as exc:
+                except (ConnectionFailed, Timeout) as exc:
                     if last_sent is None and len(self.lookupd) == 1:
                         raise
                     last_error = str(exc)  # the leader lookupd may be changing: ask again
@@ -521,7 +516,7 @@ class AsyncAdmin:
                             if not exc.retriable:
                                 raise
                             last_error = str(exc)
-                        except (ConnectionError_, Timeout) as exc:
+                        except (ConnectionFailed, Timeout) as exc:
                             last_error = str(exc)
                 write = await self._view(topic, "w", left)
             if not state.done:
@@ -543,7 +538,7 @@ class AsyncAdmin:
         """The merged view, ``None`` while the lookupds do not show the topic (yet)."""
         try:
             return await self.lookup(topic, access, timeout=left())
-        except (LookupFailed, ConnectionError_, Timeout, ProtocolError) as exc:
+        except (LookupFailed, ConnectionFailed, Timeout, ProtocolError) as exc:
             log.debug("lookup of %s (%s) during creation: %s", topic, access, exc)
             return None
 
@@ -566,7 +561,7 @@ class AsyncAdmin:
 
 class Admin:
     """:class:`AsyncAdmin` as blocking calls, safe from any thread (same arguments, results
-    and errors). Runs on a :class:`~smartnsq.loop_thread.LoopThread` (default: the
+    and errors). Runs on a :class:`~smartnsq.transport.loop_thread.LoopThread` (default: the
     process-wide one); nothing is dialled at construction. Close it (or use ``with``)."""
 
     def __init__(self, lookupd: Sequence[str] | str | None = None, *,

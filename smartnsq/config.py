@@ -99,7 +99,7 @@ RETRY_CONCEPTS: dict[str, tuple[str, str]] = {
 }
 """The retry and back-off settings by concept: a title and why the names and defaults are
 what they are. Every field that sets one says so (``doc(..., concept=...)``) and the
-configuration reference lists them side by side (``smartnsq.reference.retries_table``)."""
+configuration reference lists them side by side (``docs_reference.retries_table``)."""
 
 
 def check_fields(obj: Any) -> None:

@@ -1,32 +1,51 @@
-"""Every error smartnsq raises, and what each server error code means.
+"""Every exception smartnsq raises, and what each server error code means.
 
-Hierarchy::
+Hierarchy (every class is importable from here, and from here only)::
 
     NSQError
-    ├── InvalidArgument (also ValueError)  bad input caught before any byte is sent
-    ├── ProtocolError                       bytes that do not follow the wire protocol
-    ├── ConnectionError_                    the socket failed or closed under a call
-    │   ├── ConnectionClosed
-    │   └── ClientClosed (also RuntimeError)  a call on a client already closed
-    ├── Timeout                             a call ran past its deadline
-    ├── SecurityError                       a safety rule refused to go on (never retried)
-    │   ├── TLSVerificationFailed           the server's certificate was refused
-    │   ├── ClientCertificateRefused        the server refused ours (TLS alert)
-    │   ├── TLSNotOffered (also ConnectionError_)  TLS required, the server offers none
-    │   └── PlaintextAuthRefused            AUTH would send the secret unencrypted
-    ├── LookupFailed                        no lookupd could answer
-    │   ├── LookupTimeout (also a Timeout)  no answer within the caller's deadline
-    │   └── TopicNotFound                   lookupd says the topic does not exist
-    └── ServerError                         the server answered with an error frame
-        ├── RefreshLookupError              the cluster moved: refresh lookup, then retry
-        ├── RetriableServerError            transient: retry as is
-        └── NonRetriableServerError         the request itself is wrong: give up
+    ├── InvalidArgument (also ValueError)    bad input caught before any byte is sent
+    ├── ProtocolError                         bytes that do not follow the wire protocol
+    │   └── HttpError                         an HTTP answer this client cannot read
+    │       ├── NotHttp                       not HTTP at all (``found`` says what it was)
+    │       └── AnswerTooLarge                a body over the bound
+    ├── ConnectionFailed                      the socket failed or closed under a call
+    │   ├── ConnectionClosed                  closed while calls were pending
+    │   ├── ClientClosed (also RuntimeError)  a call on a blocking facade after close()
+    │   ├── ProducerClosed                    a publish attempt after close() began
+    │   ├── NodeBackoff                       an nsqd whose connect failed, not redialled yet
+    │   └── HttpConnectError, HttpTLSError, HttpClosed   an HTTP peer unreachable or gone
+    ├── Timeout (also TimeoutError)           a call ran past its deadline
+    │   ├── LoopTimeout                       a blocking wait on the loop thread ran out
+    │   └── HttpTimeout                       no whole HTTP answer in time
+    │       └── HttpConnectTimeout            no HTTP connection in time
+    ├── SecurityError                         a safety rule refused to go on (never retried)
+    │   ├── TLSVerificationFailed             the server's certificate was refused
+    │   ├── ClientCertificateRefused          the server refused ours (TLS alert)
+    │   ├── TLSNotOffered (also ConnectionFailed)  TLS required, the server offers none
+    │   └── PlaintextAuthRefused              AUTH would send the secret unencrypted
+    ├── LookupFailed                          no lookupd could answer
+    │   ├── LookupTimeout (also a Timeout)    no answer within the caller's deadline
+    │   ├── LookupdError                      one lookupd answered with an error
+    │   └── TopicNotFound                     lookupd says the topic does not exist
+    │       └── TopicNotWritable              it exists, but no partition takes writes yet
+    ├── NoLeader                              a partition has no leader in lookup now
+    │   └── NotWritable                       its leader is up but takes no writes
+    ├── AlreadyResponded (also RuntimeError)  a second FIN/REQ/TOUCH of one message
+    ├── AdminError                            nsqd or nsqlookupd refused an HTTP admin call
+    ├── ClusterError                          the Spark connector's cluster calls failed
+    │   ├── DataLoss                          offsets a read needs are gone from the queue
+    │   └── PartitionUnavailable              no usable leader within leaderTimeout
+    ├── RealNsqdError (also RuntimeError)     a real server binary missing or not starting
+    └── ServerError                           the server answered with an error frame
+        ├── RefreshLookupError                the cluster moved: refresh lookup, then retry
+        ├── RetriableServerError              transient: retry as is
+        └── NonRetriableServerError           the request itself is wrong: give up
 
 A server error's *meaning* is fixed by its code (``ERROR_TABLE``); whether it is *fatal*
 (the server closes the connection after sending it) depends on the code and, for a few codes,
-on the command that caused it (protocol.md section 5 and the captures): ``E_FAILED_ON_NOT_LEADER``
-is fatal after SUB or FIN but not after PUB. Callers branch on ``action`` and ``fatal``,
-never on the text.
+on the command that caused it: ``E_FAILED_ON_NOT_LEADER`` is fatal after SUB or FIN but not
+after PUB (``docs/errors.md`` has the table and its sources). Callers branch on ``action`` and
+``fatal``, never on the text.
 
 Every error class carries the same three flags, so callers branch on them, never on the class
 or the text (``docs/errors.md`` has the table):
@@ -35,28 +54,48 @@ or the text (``docs/errors.md`` has the table):
 * ``retriable``: the same call may succeed if made again (elsewhere, later);
 * ``refresh_lookup``: look the topic up again before retrying.
 """
-
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 __all__ = [
     "CERTIFICATE_ALERTS",
     "ERROR_TABLE",
     "Action",
+    "AdminError",
+    "AlreadyResponded",
+    "AnswerTooLarge",
     "ClientCertificateRefused",
     "ClientClosed",
+    "ClusterError",
     "ConnectionClosed",
-    "ConnectionError_",
+    "ConnectionFailed",
+    "DataLoss",
     "ErrorSpec",
+    "HttpClosed",
+    "HttpConnectError",
+    "HttpConnectTimeout",
+    "HttpError",
+    "HttpTLSError",
+    "HttpTimeout",
     "InvalidArgument",
     "LookupFailed",
     "LookupTimeout",
+    "LookupdError",
+    "LoopTimeout",
     "NSQError",
+    "NoLeader",
+    "NodeBackoff",
     "NonRetriableServerError",
+    "NotHttp",
+    "NotWritable",
+    "PartitionUnavailable",
     "PlaintextAuthRefused",
+    "ProducerClosed",
     "ProtocolError",
+    "RealNsqdError",
     "RefreshLookupError",
     "RetriableServerError",
     "SecurityError",
@@ -65,6 +104,7 @@ __all__ = [
     "TLSVerificationFailed",
     "Timeout",
     "TopicNotFound",
+    "TopicNotWritable",
     "certificate_refusal",
     "error_from_payload",
     "parse_error_payload",
@@ -102,29 +142,113 @@ class ProtocolError(NSQError):
     fatal = True
 
 
-class ConnectionError_(NSQError):
+class HttpError(ProtocolError):
+    """The peer's answer is not HTTP/1.1 this client can read, or breaks a bound."""
+
+
+class NotHttp(HttpError):
+    """The peer answered with something that is not HTTP at all; ``found`` says what it looks
+    like (``diagnose.describe_start``: an NSQ frame, an HTML page, some text...), never more
+    than its first line."""
+
+    def __init__(self, found: str) -> None:
+        self.found = found
+        super().__init__(f"not an HTTP/1.x status line: answered with {found}")
+
+
+class AnswerTooLarge(HttpError):
+    """The answer's body is over ``limit`` bytes: ``declared`` when its ``Content-Length``
+    said so (nothing of it read), ``None`` when the bytes themselves went past it."""
+
+    def __init__(self, limit: int, declared: int | None = None) -> None:
+        self.limit = limit
+        self.declared = declared
+        if declared is not None:
+            text = f"answer of {declared} bytes is over the limit of {limit} bytes"
+        else:
+            text = f"answer of more than {limit} bytes"
+        super().__init__(text)
+
+
+class ConnectionFailed(NSQError):
     """The connection failed; the request may or may not have reached the server."""
 
     fatal = True
     retriable = True
 
 
-class ConnectionClosed(ConnectionError_):
+class ConnectionClosed(ConnectionFailed):
     """The connection closed while calls were pending."""
 
 
-class ClientClosed(ConnectionError_, RuntimeError):
+class ClientClosed(ConnectionFailed, RuntimeError):
     """A call on a client (a ``smartnsq.sync`` facade) after its ``close()``: nothing was
     sent. Also a ``RuntimeError``, which is what these calls raised before."""
 
     retriable = False
 
 
+class ProducerClosed(ConnectionFailed):
+    """close() began before this attempt was written: it fails, nothing was sent."""
+
+
+class NodeBackoff(ConnectionFailed):
+    """A node's connect failed recently; it will not be dialled again for ``retry_in`` s."""
+
+    def __init__(self, address: tuple[str, int], retry_in: float,
+                 cause: BaseException | None) -> None:
+        self.address = address
+        self.retry_in = retry_in
+        self.cause = cause  # the connect failure the node is backing off from
+        super().__init__(f"{address[0]}:{address[1]} is backing off for {retry_in:.2f}s after "
+                         f"failing to connect: {cause}")
+
+
+class _PeerError(Exception):
+    """``peer`` (``host:port``) and ``reason`` kept apart, so callers can name the peer their
+    own way."""
+
+    def __init__(self, peer: str, reason: str) -> None:
+        self.peer = peer
+        self.reason = reason
+        super().__init__(f"{peer}: {reason}")
+
+
+class HttpConnectError(_PeerError, ConnectionFailed):
+    """The TCP connection could not be made (refused, unreachable, name not resolved)."""
+
+
+class HttpTLSError(_PeerError, ConnectionFailed):
+    """The TLS handshake failed, or the peer's certificate was refused."""
+
+
+class HttpClosed(_PeerError, ConnectionFailed):
+    """The peer closed or reset the connection before its answer was whole."""
+
+
 class Timeout(NSQError, TimeoutError):
     """A call did not complete before its deadline. The connection stays open: a late
-    answer is discarded (``smartnsq.connection``)."""
+    answer is discarded (``smartnsq.transport.connection``)."""
 
     retriable = True
+
+
+class LoopTimeout(Timeout):
+    """A blocking wait ran out before the call on the loop finished (the call was cancelled).
+
+    Distinct from the call's own errors: a call that keeps its deadline raises its own
+    ``smartnsq.errors.Timeout`` first, so this means the loop thread was blocked or the call
+    overran its deadline.
+    """
+
+
+class HttpTimeout(_PeerError, Timeout):
+    """No whole answer within the request's deadline (or no connection within the connect
+    deadline)."""
+
+
+class HttpConnectTimeout(HttpTimeout):
+    """No connection (TCP, then TLS) within the connect deadline."""
 
 
 class SecurityError(NSQError):
@@ -183,11 +307,11 @@ def certificate_refusal(address: str, exc: BaseException | None) -> ClientCertif
     return None
 
 
-class TLSNotOffered(SecurityError, ConnectionError_):
+class TLSNotOffered(SecurityError, ConnectionFailed):
     """TLS was asked for and required (``tls_required``), and the server answered IDENTIFY
     without it (``tls_v1: false``): a server without TLS, or someone stripping it on the way.
     Refused at once, as a refused certificate is: retrying meets the same answer. (Also a
-    ``ConnectionError_``, which it was before; its flags are a ``SecurityError``'s.)"""
+    ``ConnectionFailed``, which it was before; its flags are a ``SecurityError``'s.)"""
 
     fatal = True
     retriable = False
@@ -221,6 +345,20 @@ class LookupTimeout(LookupFailed, Timeout):
     retriable = True
 
 
+class LookupdError(LookupFailed):
+    """One lookupd answered with an error (or garbage); ``status`` is the effective status.
+
+    ``retriable`` is false for answers that would come back the same (a 4xx about the
+    request itself), true for server-side failures worth asking again or elsewhere.
+    """
+
+    def __init__(self, status: int, message: str, *, retriable: bool | None = None) -> None:
+        self.status = status
+        self.message = message
+        self.retriable = status >= 500 or status == 0 if retriable is None else retriable
+        super().__init__(f"lookupd answered {status}: {message}")
+
+
 class TopicNotFound(LookupFailed):
     """The lookupds agree the topic does not exist (it must be created first on youzan NSQ)."""
 
@@ -229,6 +367,123 @@ class TopicNotFound(LookupFailed):
     def __init__(self, topic: str) -> None:
         self.topic = topic
         super().__init__(f"topic {topic!r} not found in lookup")
+
+
+class TopicNotWritable(TopicNotFound):
+    """The topic exists but has no channel yet, so lookupd shows no writable partition.
+
+    A youzan lookupd hides, from ``access=w`` lookups, every partition without a channel:
+    create a channel (or start a consumer) before publishing.
+    """
+
+    def __init__(self, topic: str, message: str = "") -> None:
+        self.topic = topic
+        self.message = message
+        LookupFailed.__init__(self, f"topic {topic!r} has no channel yet, so no partition is "
+                                    f"writable: create a channel or subscribe first ({message})")
+
+
+class NoLeader(NSQError):
+    """The wanted partition (or any node, unpinned) has no leader in the current routes, and
+    lookup names none at all: an election under way, or every replica down. Wait for one (the
+    call retries by itself within its deadline)."""
+
+    retriable = True
+    refresh_lookup = True
+
+
+class NotWritable(NoLeader):
+    """The wanted partition has a leader, up and named to readers, that takes no writes now
+    (youzan lookupd hides it from writers): too few in-sync replicas, a leader change, or
+    writes disabled by an operator. Retried like ``NoLeader``; if it lasts, the partition's
+    replicas (or ``nsqadmin``'s write switch) need looking at, not the client."""
+
+
+class AlreadyResponded(NSQError, RuntimeError):
+    """``fin()``/``req()``/``touch()`` on a message that was already finished or requeued."""
+
+
+class AdminError(NSQError):
+    """An nsqd or nsqlookupd refused an administrative request.
+
+    ``status`` is the effective HTTP status (the wrapped form's ``status_code`` when the
+    answer was wrapped), ``message`` the server's text and ``code`` its first token (youzan
+    prefixes coordinator errors with ``ErrType:N ErrCode:N :``; that prefix is skipped).
+    ``not_leader`` says the request went to a node that does not lead (a lookupd that is not
+    the leader, or an nsqd that does not lead the partition): ask the leader instead.
+    ``retriable`` is true when the same request may succeed later (the cluster is moving, or
+    the server failed), false when it would be refused again.
+    """
+
+    def __init__(self, status: int, message: str, *, what: str = "", address: str = "") -> None:
+        self.status = status
+        self.message = message
+        self.what = what
+        self.address = address
+        self.code = _admin_code(message)
+        spec = ERROR_TABLE.get(self.code)  # the cluster moving: the TCP codes' own rule
+        self.retriable = status >= 500 or self.not_leader or (
+            spec is not None and spec.action is Action.REFRESH_AND_RETRY)
+        where = f"{what} on {address}" if what and address else what or address or "request"
+        super().__init__(f"{where} refused: HTTP {status} {message}".rstrip())
+
+    @property
+    def not_leader(self) -> bool:
+        return self.code == "E_FAILED_ON_NOT_LEADER" or "Not nsqlookup leader" in self.message
+
+
+_ADMIN_CODE = re.compile(r"[A-Z][A-Z0-9_]+")
+
+
+def _admin_code(message: str) -> str:
+    text = message.strip()
+    if text.startswith("ErrType:") and " : " in text:
+        text = text.split(" : ", 1)[1].strip()
+    token = text.split(" ", 1)[0]
+    # an error token (E_FAILED_ON_NOT_LEADER, INVALID_ARG_TOPIC); prose stays whole
+    return token if _ADMIN_CODE.fullmatch(token) else text
+
+
+class ClusterError(NSQError):
+    """The cluster refused or failed an HTTP call the connector needed.
+
+    ``transient`` marks what a leader change or a node's restart explains (connection
+    refused or reset, an HTTP timeout, ``E_FAILED_ON_NOT_LEADER``, a node that no longer leads
+    the partition): the connector retries those until ``leaderTimeout``.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class DataLoss(ClusterError):
+    """Offsets a read needs are no longer in the partition's queue (retention, a reset)."""
+
+    def __init__(self, topic: str, partition: int, start: int, first: int) -> None:
+        super().__init__(
+            f"{topic}/{partition}: offsets {start}..{first} are no longer in the queue "
+            "(retention or a reset removed them); fix: set failOnDataLoss=false to skip "
+            "them (logged as a warning), or start from a retained offset")
+
+
+class PartitionUnavailable(ClusterError):
+    """A partition had no usable leader for longer than ``leaderTimeout``."""
+
+    def __init__(self, topic: str, partition: int | None, condition: str,
+                 waited: float) -> None:
+        where = topic if partition is None else f"{topic}/{partition}"
+        super().__init__(
+            f"{where} had no usable leader for {waited:.0f}s ({condition}); "
+            "fix: bring its nsqd back or let the cluster elect a leader, or raise the "
+            "leaderTimeout option")
+        self.topic = topic
+        self.partition = partition
+        self.condition = condition
+
+
+class RealNsqdError(NSQError, RuntimeError):
+    """A real server could not be found or started (the message holds its log's tail)."""
 
 
 class Action(enum.Enum):
@@ -269,6 +524,7 @@ def _row(code: str, action: Action, fatal_on: frozenset[str] | None, meaning: st
 
 
 _R, _T, _G = Action.REFRESH_AND_RETRY, Action.RETRY, Action.GIVE_UP
+
 
 ERROR_TABLE: dict[str, ErrorSpec] = {
     s.code: s
@@ -321,6 +577,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
         _row("E_BAD_TAG", _G, _ALWAYS, "invalid dispatch tag (old servers)"),
     )
 }
+
 
 _UNKNOWN = ErrorSpec("", Action.GIVE_UP, _ALWAYS, "unknown error code")
 

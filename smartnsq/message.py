@@ -1,6 +1,6 @@
 """The message a consumer hands to its handler, and the answers it can give (FIN, REQ, TOUCH).
 
-``Message`` extends the codec's decoded frame (``smartnsq.protocol.frames.Message``) with the
+``Message`` extends the codec's decoded frame (``smartnsq.protocol.frames.MessageFrame``) with the
 link back to the subscription it came from, so the connection decodes straight into the object
 the handler sees: one object per message, no copy, no wrapper.
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import NoReturn, Protocol
 
-from .errors import NSQError, ServerError
+from .errors import AlreadyResponded, ServerError
 from .protocol import frames
 from .protocol.numbers import check_number
 
@@ -35,7 +35,6 @@ __all__ = [
     "FINISHED",
     "PENDING",
     "REQUEUED",
-    "AlreadyResponded",
     "CopyFins",
     "Message",
     "Responder",
@@ -131,10 +130,6 @@ class CopyFins:
         return held
 
 
-class AlreadyResponded(NSQError, RuntimeError):
-    """``fin()``/``req()``/``touch()`` on a message that was already finished or requeued."""
-
-
 class Responder(Protocol):
     """What a message needs from the subscription that delivered it (the consumer's side)."""
 
@@ -152,7 +147,7 @@ class Responder(Protocol):
     def touch(self, message: Message) -> None: ...
 
 
-class Message(frames.Message):
+class Message(frames.MessageFrame):
     """One delivered message.
 
     Data (from the frame): ``body``, ``attempts`` (1 on first delivery), ``timestamp``

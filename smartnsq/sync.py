@@ -1,7 +1,7 @@
 """Blocking, thread-safe facades over the asyncio clients (for WSGI apps, Spark executors, scripts).
 
 Each facade owns an async client living on a background event loop
-(:class:`smartnsq.loop_thread.LoopThread`, one per process by default, shared by every
+(:class:`smartnsq.transport.loop_thread.LoopThread`, one per process by default, shared by every
 facade) and forwards each call to it, blocking until the async call finishes. The logic
 exists once, in the async client; a facade only crosses threads. Many threads may call one
 facade at once: their publishes meet on the loop, where the connection coalesces them into
@@ -44,21 +44,22 @@ from collections.abc import (
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from . import loop_thread as _loops
-from .consumer import Consumer as AsyncConsumer
 from .consumer.config import close_timeout
-from .errors import ClientClosed, InvalidArgument, Timeout
-from .loop_thread import LoopThread, LoopTimeout, Slot
+from .consumer.core import Consumer as AsyncConsumer
+from .errors import ClientClosed, InvalidArgument, LoopTimeout, Timeout
 from .message import Message
-from .pool import TopicRoutes
-from .producer import BatchResult, ProducerConfig, PublishResult
-from .producer import Producer as AsyncProducer
+from .model.routes import TopicRoutes
+from .model.sharding import ShardingKey
+from .producer.config import ProducerConfig
+from .producer.producer import Producer as AsyncProducer
+from .producer.results import BatchResult, PublishResult
 from .producer.validation import batch_items
 from .protocol.numbers import check_int, is_real
-from .sharding import ShardingKey
+from .transport import loop_thread as _loops
+from .transport.loop_thread import LoopThread, Slot
 
 if TYPE_CHECKING:
-    from .stats import ConsumerStats, ProducerStats
+    from .observability.stats import ConsumerStats, ProducerStats
 
 __all__ = ["Consumer", "Producer"]
 
@@ -113,8 +114,8 @@ class _Facade:
 
     def __init__(self, loop_thread: LoopThread | None) -> None:
         if loop_thread is not None and not isinstance(loop_thread, LoopThread):
-            raise InvalidArgument("loop_thread", "must be a smartnsq.loop_thread.LoopThread "
-                                  "(or None for the shared one)", loop_thread)
+            raise InvalidArgument("loop_thread", "must be a smartnsq.LoopThread (or None for the "
+                                  "shared one)", loop_thread)
         self._shared = loop_thread is None
         self._loop_thread = _loops.shared() if loop_thread is None else loop_thread.start()
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -156,7 +157,7 @@ class _Facade:
             raise _overran(what or type(self).__name__, timeout) from exc
 
     def _closed_error(self) -> ClientClosed:
-        """What a call on a closed facade raises (a ``ConnectionError_``, as the async
+        """What a call on a closed facade raises (a ``ConnectionFailed``, as the async
         client's calls raise after close, and a ``RuntimeError``, as they raised before)."""
         return ClientClosed(f"this {type(self).__name__} is closed")
 
@@ -185,12 +186,12 @@ class _Facade:
 
 
 class Producer(_Facade):
-    """``smartnsq.producer.Producer`` as blocking calls; safe to share between threads.
+    """``smartnsq.Producer`` as blocking calls; safe to share between threads.
 
     Takes the async Producer's arguments, plus ``loop_thread`` (a started
-    ``smartnsq.loop_thread.LoopThread``; default: the process-wide one). Nothing is dialled at
-    construction: the first call connects, within its deadline. Use it as a context manager
-    or call ``close()``::
+    ``smartnsq.transport.loop_thread.LoopThread``; default: the process-wide one). Nothing is
+    dialled at construction: the first call connects, within its deadline. Use it as a context
+    manager or call ``close()``::
 
         with smartnsq.sync.Producer(lookupd=["127.0.0.1:4161"]) as producer:
             producer.publish("orders", b"...", sharding_key=order_id)
@@ -287,7 +288,7 @@ _handler_thread = threading.local()
 
 
 class Consumer(_Facade):
-    """``smartnsq.consumer.Consumer`` for code without an event loop: the handler runs in a
+    """``smartnsq.Consumer`` for code without an event loop: the handler runs in a
     thread pool, so it may block (database calls, HTTP requests...).
 
     Same arguments as the async Consumer (``handler`` is a plain function taking a

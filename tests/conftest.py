@@ -1,17 +1,24 @@
 """Suite-wide checks.
 
-This file also makes ``tests/`` importable (pytest puts a rootless conftest's directory on
-``sys.path``), which is how test modules reach the shared helpers in ``tests/support.py``.
+This file also makes ``tests/`` (and ``docs/``, for its reference tooling) importable (pytest puts a
+rootless conftest's directory on ``sys.path``), which is how test modules reach the shared helpers
+in ``tests/support.py``.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from smartnsq import loop_thread
+# the docs' tooling (docs/reference.py renders the configuration and error references) is
+# tested with the code it reads; it is not part of the installed package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
+
+from smartnsq.transport import loop_thread
 
 FAIL_ON_SHARED_LOOP_LEAK = True
 """Flip to True once every suite releases what it takes: a leak then fails the test that

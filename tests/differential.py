@@ -30,18 +30,18 @@ from typing import Any, TypeVar, Union
 from urllib.parse import urlencode
 
 from smartnsq.admin import AsyncAdmin
-from smartnsq.http import HttpClient
-from smartnsq.protocol import (
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import (
     CLASSIC_LAYOUT,
     ErrorFrame,
     FrameReader,
     Heartbeat,
-    Message,
+    MessageFrame,
     MessageLayout,
     Response,
-    commands,
 )
 from smartnsq.protocol.responses import parse_publish_response
+from smartnsq.transport.http import HttpClient
 
 T = TypeVar("T")
 
@@ -266,17 +266,17 @@ class TcpRun:
         self.readers: dict[str, FrameReader] = {}
         self.queued: dict[str, list[Any]] = {}
         self.closed: set[str] = set()
-        self.messages: dict[str, list[Message]] = {}
+        self.messages: dict[str, list[MessageFrame]] = {}
         self.offset_base: int | None = None
         self.id_base: dict[int, int] = {}
 
-    def msg(self, conn: str = "a", index: int = -1) -> Message:
+    def msg(self, conn: str = "a", index: int = -1) -> MessageFrame:
         """A message received on ``conn`` (a stand-in with a zero id if none arrived: the
         transcript then shows the difference instead of the exchange failing)."""
         try:
             return self.messages[conn][index]
         except (KeyError, IndexError):
-            return Message(0, 0, bytes(16) if self.side.youzan else b"0" * 16, b"")
+            return MessageFrame(0, 0, bytes(16) if self.side.youzan else b"0" * 16, b"")
 
     async def _open(self, conn: str) -> None:
         index = self.side.node(self.exchange.to.get(conn, "any"))
@@ -342,7 +342,7 @@ class TcpRun:
                         self.conns[step.conn][1].write(data)
                 for _ in range(step.frames):
                     frame = await self._frame(step.conn, READ_TIMEOUT)
-                    if isinstance(frame, Message):
+                    if isinstance(frame, MessageFrame):
                         self.messages.setdefault(step.conn, []).append(frame)
                     got.append(self.norm(frame))
                     if frame in ("EOF", "timeout"):
@@ -390,7 +390,7 @@ class TcpRun:
                                      "offset": self._rel_offset(receipt.queue_offset),
                                      "raw_size": receipt.raw_size}]
             return ["R", data.decode("utf-8", "replace")]
-        if isinstance(frame, Message):
+        if isinstance(frame, MessageFrame):
             out: dict[str, Any] = {"attempts": frame.attempts, "body": frame.body.decode(
                 "utf-8", "replace")}
             if frame.youzan:
@@ -561,7 +561,7 @@ async def start_sides(mode: str, *, real_servers: bool = True) -> tuple[Side, Si
     """A dev and a real cluster of the mode's shape, started and given the shared topics
     (``real_servers=False``: two dev clusters, which checks the harness itself)."""
     from smartnsq.devcluster import DevCluster
-    from smartnsq.realcluster import RealCluster
+    from smartnsq.testing.realcluster import RealCluster
 
     if mode == "youzan":
         dev_cluster: Any = DevCluster(nodes=3, lookupds=2)

@@ -287,7 +287,7 @@ class BackgroundCluster:
     def __init__(self, nodes: int, topics: dict[str, int], wait: float = 10.0,
                  **options: Any) -> None:
         from smartnsq.devcluster import DevCluster
-        from smartnsq.loop_thread import LoopThread
+        from smartnsq.transport.loop_thread import LoopThread
 
         self.wait = wait
         self.thread = LoopThread("devcluster").start()

@@ -6,13 +6,13 @@ docs/architecture.md's "Sizes" section, read by :func:`test_no_module_outgrows_i
 
 The graph is read from the source with ``ast`` (every ``import``, at module level or inside a
 function, under ``TYPE_CHECKING`` or not). A module imports only from its own floor or the
-floors below; nothing on floors 1-4 imports compat; compat imports floors 1-4 only; and no
+floors below; nothing on floors 1-5 imports compat; compat imports floors 1-5 only; and no
 module reaches into another module's private names (``from x import _y``, ``x._y`` on an
-imported module, or a private module such as ``smartnsq._loop_thread``).
+imported module, or a private module such as ``smartnsq.transport._private``).
 
-Floors are given by module-name prefix (the longest one wins), so a new module inside a
-placed package (``smartnsq.producer.routing``) is placed by its package; a module no prefix
-covers fails the test until it is given a floor here and in docs/architecture.md.
+Floors are given by folder: each folder (or module) directly under ``smartnsq/`` has one
+floor, and every module inside it is on that floor, with no exception. A new folder fails
+:func:`test_floors_are_given_by_folder` until it is placed here and in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -29,73 +29,43 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"smartnsq": ROOT / "smartnsq", "smartnsq.compat": ROOT / "compat"}
 
-SIDE = 0  # compat: beside the floors, sees floors 1-4
+SIDE = 0  # compat: beside the floors, sees the floors up to the clients' (5)
 
 FLOORS: dict[str, int] = {
-    # 1: pure values and decisions, no I/O (protocol is sans-I/O; the models take time as input)
+    # 1: values and pure decisions, no I/O (the codec is sans-I/O; the models take the time in)
     "smartnsq.protocol": 1,
+    "smartnsq.model": 1,
     "smartnsq.errors": 1,
     "smartnsq.config": 1,
-    "smartnsq.dialect": 1,
-    "smartnsq.sharding": 1,
-    "smartnsq.sharding_schemes": 1,  # the scheme names alone: the CLI's parser reads them
     "smartnsq.message": 1,
-    "smartnsq.trace": 1,
-    "smartnsq.logs": 1,
-    "smartnsq.backoff": 1,
-    "smartnsq.rdy": 1,
-    "smartnsq.stats": 1,
-    "smartnsq.counters": 1,
-    "smartnsq.routes.table": 1,  # route values; the routes policy and lookupd health (pure)
-    "smartnsq.routes.policy": 1,
-    "smartnsq.routes.health": 1,
-    "smartnsq.partitions": 1,  # the partition choice and the SUB/RDY/FIN rules, shared
-    "smartnsq.text": 1,  # plain-text tables for the programs (cli, the dev cluster's status)
-    # 2: the asyncio shell: one connection; the loop thread the blocking facades run on
-    "smartnsq.connection": 2,
-    "smartnsq.event_loop": 2,
-    "smartnsq.loop_thread": 2,
-    "smartnsq._loop_thread": 2,
-    "smartnsq.http": 2,
-    # 3: many connections and HTTP: partitions to connections, discovery, administration
-    "smartnsq.pool": 3,
-    "smartnsq.lookup_source": 3,  # a LookupManager's views as routes (beside lookup)
-    "smartnsq.routes": 3,  # who leads what and when to ask again (book, chase, lookup source)
-    "smartnsq.lookup": 3,
-    "smartnsq.admin": 3,
-    # 4: the clients and their blocking facades
-    "smartnsq.producer": 4,
-    "smartnsq.consumer": 4,
-    "smartnsq.sync": 4,
-    "smartnsq.otel": 4,  # spans around the clients' calls (opt-in; imports opentelemetry)
-    "smartnsq.otel_metrics": 4,  # messaging metrics from the clients' counters (opt-in)
-    # 5: programs and servers built on the clients
-    "smartnsq.cli": 5,
-    "smartnsq.demo": 5,
-    "smartnsq.spark": 5,
-    "smartnsq.devcluster": 5,
-    "smartnsq.realcluster": 5,  # the real servers as processes, DevCluster's twin
-    "smartnsq.prometheus": 5,  # a collector reading the clients' snapshots at scrape time
-    "smartnsq.reference": 5,  # the docs' reference tables, generated from floors 1-4
-    "smartnsq.__main__": 5,
-    # beside: classic fallback, mixed clusters, pynsq's API (public names of floors 1-4 only)
+    # 2: what the clients count and how it is reported (no sockets, no client classes)
+    "smartnsq.observability": 2,
+    # 3: the asyncio shell: one connection, one HTTP client, the loop thread
+    "smartnsq.transport": 3,
+    # 4: many connections and HTTP: who leads what, the node pool, administration
+    "smartnsq.discovery": 4,
+    "smartnsq.admin": 4,
+    # 5: the clients and their blocking facades
+    "smartnsq.producer": 5,
+    "smartnsq.consumer": 5,
+    "smartnsq.sync": 5,
+    # 6: programs and servers built on the clients, and the test infrastructure
+    "smartnsq.cli": 6,
+    "smartnsq.spark": 6,
+    "smartnsq.devcluster": 6,
+    "smartnsq.testing": 6,
+    "smartnsq.__main__": 6,
+    # beside: classic fallback, mixed clusters, pynsq's API (public names up to floor 5 only)
     "smartnsq.compat": SIDE,
 }
+"""The floors, one entry per folder (or module) directly under ``smartnsq/``: a module's floor
+is its folder's, with no exception (``test_floors_are_given_by_folder``)."""
 
 ROOT_PACKAGE = "smartnsq"
 """``smartnsq/__init__.py`` re-exports the public names lazily (importlib, so the graph does not
 see those), and everyone may read ``smartnsq.__version__`` from it: it sits outside the floors."""
 
-# Imports that break a rule today in files the architecture work (issue 14) could not change:
-# each is (importer, imported, why). The lead empties this list after merging the consumer,
-# producer, spark and devcluster branches; an entry that no longer occurs fails the test, so
-# the list only shrinks.
-ALLOWED: set[tuple[str, str]] = {
-    # issue 14: dialect's Protocols name pool.TopicRoutes in their signatures (a type-only
-    # import, floor 1 -> 3); fix: describe the routes the choosers need as a Protocol (or a
-    # value type) on floor 1, which pool.TopicRoutes satisfies
-    ("smartnsq.dialect", "smartnsq.pool"),
-}
+CLIENT_FLOOR = 5
 
 
 @dataclass(frozen=True)
@@ -205,11 +175,12 @@ def _problem(edge: Import) -> str | None:
     if private_module and floor_of(importer) is not None and imported != importer:
         return "imports a private module"
     if theirs == SIDE and mine != SIDE:
-        if mine <= 4:
-            return "the core imports compat (floors 1-4 ask it through smartnsq.dialect)"
+        if mine <= CLIENT_FLOOR:
+            return ("the core imports compat (the clients ask it through "
+                    "smartnsq.model.dialect)")
         return None
     if mine == SIDE:
-        return "compat imports a program (floor 5)" if theirs == 5 else None
+        return "compat imports a program (floor 6)" if theirs > CLIENT_FLOOR else None
     if theirs > mine:
         return f"runs up from floor {mine} to floor {theirs}"
     return None
@@ -221,20 +192,18 @@ def test_every_module_has_a_floor() -> None:
 
 
 def test_no_import_runs_up_a_floor_or_into_privates() -> None:
-    problems = []
-    seen_allowed = set()
-    for edge in GRAPH:
-        why = _problem(edge)
-        if why is None:
-            continue
-        key = (edge.importer, edge.imported)
-        if key in ALLOWED:
-            seen_allowed.add(key)
-            continue
-        problems.append(f"{edge}: {why}")
+    problems = [f"{edge}: {why}" for edge in GRAPH if (why := _problem(edge)) is not None]
     assert not problems, "\n".join(sorted(set(problems)))
-    stale = ALLOWED - seen_allowed
-    assert not stale, f"allowed but no longer occurring (remove from ALLOWED): {sorted(stale)}"
+
+
+def test_floors_are_given_by_folder() -> None:
+    """Each entry of FLOORS is one folder (or module) directly under ``smartnsq/``, and each of
+    those has an entry: the folder list is the floor list."""
+    top = {".".join(m.split(".")[:2]) for m in MODULES if m != ROOT_PACKAGE}
+    deeper = sorted(p for p in FLOORS if p.count(".") > 1)
+    assert not deeper, f"floors given below a folder (move the module instead): {deeper}"
+    assert top == set(FLOORS), (f"unplaced: {sorted(top - set(FLOORS))}; "
+                                f"gone: {sorted(set(FLOORS) - top)}")
 
 
 def test_the_floor_table_matches_the_architecture_doc() -> None:
@@ -244,19 +213,24 @@ def test_the_floor_table_matches_the_architecture_doc() -> None:
 
 
 @pytest.mark.parametrize(("module", "floor"), [
-    ("smartnsq.producer.retry", 4), ("smartnsq.consumer.flow", 4),
-    ("smartnsq.protocol.admin", 1), ("smartnsq.cli.stats", 5), ("smartnsq.compat.pynsq", SIDE)])
-def test_new_modules_are_placed_by_prefix(module: str, floor: int) -> None:
+    ("smartnsq.producer.retry", 5), ("smartnsq.consumer.flow", 5), ("smartnsq.model.rdy", 1),
+    ("smartnsq.protocol.admin", 1), ("smartnsq.cli.stats", 6), ("smartnsq.compat.pynsq", SIDE),
+    ("smartnsq.devcluster.nsqd.tcp", 6)])
+def test_new_modules_are_placed_by_their_folder(module: str, floor: int) -> None:
     assert floor_of(module) == floor
 
 
 def test_the_checker_sees_what_it_must() -> None:
     """The rules on made-up edges, so a checker that sees nothing cannot pass."""
-    assert _problem(Import("smartnsq.protocol.frames", "smartnsq.connection")) is not None
-    assert _problem(Import("smartnsq.pool", "smartnsq.compat")) is not None
+    assert _problem(Import("smartnsq.protocol.frames", "smartnsq.transport.connection")) \
+        is not None
+    assert _problem(Import("smartnsq.model.dialect", "smartnsq.discovery.nodes")) is not None
+    assert _problem(Import("smartnsq.observability.stats", "smartnsq.transport.http")) \
+        is not None
+    assert _problem(Import("smartnsq.discovery.nodes", "smartnsq.compat")) is not None
     assert _problem(Import("smartnsq.compat.pynsq", "smartnsq.cli")) is not None
     assert _problem(Import("smartnsq.compat.pynsq", "smartnsq.consumer", "_Link")) is not None
-    assert _problem(Import("smartnsq.cli.stats", "smartnsq._loop_thread")) is not None
+    assert _problem(Import("smartnsq.cli.stats", "smartnsq.transport._private")) is not None
     assert _problem(Import("smartnsq.sync", "smartnsq.consumer")) is None
     assert _problem(Import("smartnsq.cli.stats", "smartnsq.cli.util")) is None
     assert any(e.importer == "smartnsq.admin" and e.imported == "smartnsq.protocol.admin"
@@ -438,8 +412,8 @@ def test_the_size_table_is_read() -> None:
     """The parser on a made-up section, so an unreadable table cannot pass as an empty one."""
     text = ("# x\n\n## Sizes\n\n| module | at most | why |\n|---|---|---|\n"
             "| every other module | 600 | the default |\n"
-            "| `smartnsq.lookup` | 1,100 | one state machine |\n\n## Next\n"
-            "| `smartnsq.pool` | 900 | not in the section |\n")
+            "| `smartnsq.discovery.lookup` | 1,100 | one state machine |\n\n## Next\n"
+            "| `smartnsq.discovery.nodes` | 900 | not in the section |\n")
     assert size_table(text) == {DEFAULT_ROW: (600, "the default"),
-                                "smartnsq.lookup": (1100, "one state machine")}
+                                "smartnsq.discovery.lookup": (1100, "one state machine")}
     assert len(SIZES) > 5

@@ -131,8 +131,8 @@ def test_metadata(wheel: zipfile.ZipFile) -> None:
     assert msg["Version"] == smartnsq.__version__
     (entry,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     entry_points = wheel.read(entry).decode()
-    assert "smartnsq.devcluster.pytest_plugin" in entry_points
-    module = "smartnsq/devcluster/pytest_plugin.py"
+    assert "smartnsq.testing.pytest_plugin" in entry_points
+    module = "smartnsq/testing/pytest_plugin.py"
     assert module in _names(wheel)
 
 
@@ -142,7 +142,8 @@ def test_metadata(wheel: zipfile.ZipFile) -> None:
 # meter provider). Issue 16: importing them cost a plain
 # process 14.7 MiB and 138 modules.
 _NOT_FOR_A_PLAIN_CLIENT = ("httpx", "tenacity", "snappy", "cramjam", "tornado", "click", "h11",
-                           "smartnsq.lookup", "smartnsq.admin", "smartnsq.http",
+                           "smartnsq.discovery.lookup", "smartnsq.admin",
+                           "smartnsq.transport.http",
                            "smartnsq.protocol.http", "opentelemetry")
 _PLAIN_CLIENT = """
 import sys
@@ -161,7 +162,7 @@ def test_a_plain_client_imports_no_http_and_no_optional_dependency() -> None:
 
 
 def test_the_lookup_client_imports_no_httpx_or_tenacity() -> None:
-    code = ("import sys\nimport smartnsq.lookup, smartnsq.admin\n"
+    code = ("import sys\nimport smartnsq.discovery.lookup, smartnsq.admin\n"
             "print(' '.join(m for m in ('httpx', 'tenacity', 'snappy') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)

@@ -25,7 +25,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from .. import __version__, event_loop
+from .. import __version__
+from ..transport import event_loop
 from . import completion, demo, devcluster, lookup, pub, stats, tail, top
 from .util import CLIError, Deadline, one_line
 

@@ -65,8 +65,8 @@ def _words(parser: argparse.ArgumentParser) -> _Words:
 
 
 def _tree(parser: argparse.ArgumentParser) -> _Words:
-    from ..devcluster.__main__ import build_fault_parser
-    from ..devcluster.__main__ import build_parser as devcluster_parser
+    from .devcluster import build_fault_parser
+    from .devcluster import build_parser as devcluster_parser
 
     top = _words(parser)
     cluster = _words(devcluster_parser("smartnsq dev-cluster"))

@@ -243,7 +243,7 @@ class _Embedded(_Lab):
     can_move_leaders = True
 
     def __init__(self, *args: Any) -> None:
-        from ..devcluster import DevCluster
+        from ..devcluster.cluster import DevCluster
 
         super().__init__(*args)
         self.cluster = DevCluster(nodes=3, lookupds=2)
@@ -281,7 +281,7 @@ class _Remote(_Lab):
 
 class _Demo:
     def __init__(self, options: DemoOptions, lab: _Lab, out: TextIO, err: TextIO) -> None:
-        from ..sharding import murmur3_partition
+        from ..model.sharding import murmur3_partition
 
         self.o = options
         self.lab = lab
@@ -542,8 +542,8 @@ class _Demo:
     # -- the whole run -------------------------------------------------------------------------
 
     async def run(self) -> DemoReport:
-        from ..consumer import Consumer
-        from ..producer import Producer
+        from ..consumer.core import Consumer
+        from ..producer.producer import Producer
 
         r = self.report
         r.cluster = self.lab.description

@@ -1,8 +1,8 @@
 """``smartnsq lookup TOPIC``: partitions, leaders, replicas and meta of a topic.
 
 Leaders and meta come from nsqlookupd (every lookupd of the cluster, merged, through
-``smartnsq.lookup.LookupManager``). Lookupd only knows leaders; the replicas are read from the
-nodes themselves (nsqd ``/stats`` lists the partitions a node holds and whether it leads them),
+``smartnsq.discovery.lookup.LookupManager``). Lookupd only knows leaders; the replicas are read from
+the nodes themselves (nsqd ``/stats`` lists the partitions a node holds and whether it leads them),
 best effort: a node that does not answer leaves its replicas out, and the command says so.
 """
 

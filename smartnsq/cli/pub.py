@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from ..sharding_schemes import DEFAULT_SCHEME, SCHEMES
+from ..model.sharding_schemes import DEFAULT_SCHEME, SCHEMES
 from .util import (
     CLIError,
     Progress,
@@ -148,7 +148,7 @@ def _key_of(body: bytes, path: list[str], where: str) -> str | int:
 
 
 def _flag_error(exc: InvalidArgument, partition: int | None) -> str:
-    """A refusal of :func:`smartnsq.partitions.partition_for` in the words of the flags."""
+    """A refusal of :func:`smartnsq.model.partitions.partition_for` in the words of the flags."""
     if exc.field == "partition" and partition is not None:
         return f"--partition {partition}: {exc.rule}"
     if exc.field == "partition":  # an ordered topic, nothing pinned
@@ -158,9 +158,9 @@ def _flag_error(exc: InvalidArgument, partition: int | None) -> str:
 
 async def run_pub(args: argparse.Namespace) -> int:
     from ..errors import InvalidArgument, LookupFailed, NSQError, Timeout, TopicNotFound
-    from ..partitions import partition_for
-    from ..producer import Producer
-    from ..sharding import make_router
+    from ..model.partitions import partition_for
+    from ..model.sharding import make_router
+    from ..producer.producer import Producer
 
     topic = check_topic(args.topic)
     lookupd, nsqd = cluster_addresses(args)

@@ -145,7 +145,7 @@ def _meta_line(message: Any) -> str:
 
 
 async def run_tail(args: argparse.Namespace) -> int:
-    from ..consumer import Consumer
+    from ..consumer.core import Consumer
     from ..errors import LookupFailed, TopicNotFound
 
     topic = check_topic(args.topic)

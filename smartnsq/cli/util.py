@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from ..text import format_table
+from .tables import format_table
 
 __all__ = [
     "CLIError",
@@ -92,11 +92,11 @@ def split_addresses(values: Iterable[str] | str | None, what: str) -> list[str]:
 
     Addresses are checked here so that a typo is reported before anything is dialled. Every
     kind of address (lookupd, nsqd TCP or HTTP) is ``HOST:PORT`` read the way the library
-    reads lookupd addresses (``smartnsq.lookup.normalize_lookupd``), so the CLI accepts
+    reads lookupd addresses (``smartnsq.discovery.lookup.normalize_lookupd``), so the CLI accepts
     exactly what the API does.
     """
+    from ..discovery.lookup import normalize_lookupd
     from ..errors import InvalidArgument
-    from ..lookup import normalize_lookupd
 
     if values is None:
         return []
@@ -222,7 +222,7 @@ def lookup_manager(args: Any, lookupd: list[str]) -> Any:
     Not started here: the command's first ``view(..., timeout=deadline.left())`` starts it,
     so the start's discovery (``/listlookup``) counts against the same deadline.
     """
-    from ..lookup import LookupManager
+    from ..discovery.lookup import LookupManager
 
     timeout = max(0.1, float(args.timeout))
     return LookupManager(lookupd, timeout=timeout, connect_timeout=min(2.0, timeout),

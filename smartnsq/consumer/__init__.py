@@ -1,18 +1,8 @@
-"""The asyncio Consumer (``smartnsq.consumer.Consumer``) and its configuration.
+"""The asyncio Consumer, one module per concern (``smartnsq.Consumer`` is the public name).
 
-One module per concern: ``config`` (:class:`ConsumerConfig`), ``targets`` (where to read and
-which SUB: pure decisions), ``subscription`` (keeping targets subscribed), ``discovery``
-(the lookup view), ``link`` (delivery and the answer state machine), ``flow`` (RDY, over the
-pure ``smartnsq.rdy``), ``dispatch`` (queue and workers), ``setoffset`` (HTTP start
-positions) and ``core`` (the Consumer itself).
+``config`` (:class:`~smartnsq.ConsumerConfig`), ``targets`` (where to read and
+which SUB: pure decisions), ``subscription`` (keeping targets subscribed), ``discovery`` (the
+lookup view turned into targets), ``link`` (delivery and the answer state machine), ``flow``
+(RDY, over the pure :mod:`smartnsq.model.rdy`), ``dispatch`` (queue and workers),
+``setoffset`` (HTTP start positions), ``observe`` (stats and lag) and ``core`` (the Consumer).
 """
-
-from __future__ import annotations
-
-from ..message import Message
-from ..protocol.commands import StartPosition
-from .config import ConsumerConfig, GiveUpHook, Handler, OrderErrorHook
-from .core import Consumer
-
-__all__ = ["Consumer", "ConsumerConfig", "GiveUpHook", "Handler", "Message", "OrderErrorHook",
-           "StartPosition"]

@@ -4,7 +4,7 @@ One description per field (:func:`smartnsq.config.doc` with a :class:`~smartnsq.
 the same record validates the value at construction and writes the row of the generated
 configuration reference, so the two cannot disagree. ``Consumer(topic, channel, ...,
 max_in_flight=10)`` builds one of these from its keywords (:func:`build_config`); options that
-name a :class:`~smartnsq.config.ConnectionConfig` field go to ``connection``.
+name a :class:`~smartnsq.ConnectionConfig` field go to ``connection``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from ..backoff import BackoffPolicy, RequeuePolicy
 from ..config import (
     ConnectionConfig,
     Rule,
@@ -28,9 +27,10 @@ from ..config import (
     integer,
     seconds,
 )
-from ..dialect import ClassicDialect
 from ..errors import InvalidArgument
 from ..message import Message
+from ..model.backoff import BackoffPolicy, RequeuePolicy
+from ..model.dialect import ClassicDialect
 from ..protocol import validate as v
 from ..protocol.commands import StartPosition
 
@@ -147,9 +147,10 @@ class ConsumerConfig:
         "Consume trace lines on smartnsq.trace: None for messages with a trace id, True for "
         "all, False for none.", check=flag(optional=True)))
     span_one_in: int = field(default=1, metadata=doc(
-        "OpenTelemetry (tracer_provider given, or smartnsq.otel.instrument()): a process "
-        "span for the first message, then for one in N, chosen before the SDK is asked (its "
-        "sampler decides among those); a message whose ext headers carry a W3C traceparent "
+        "OpenTelemetry (tracer_provider given, or smartnsq.observability.otel.instrument()): "
+        "a process span for the first message, then for one in N, chosen before the SDK is "
+        "asked (its sampler decides among those); a message whose ext headers carry a W3C "
+        "traceparent "
         "follows its sampled flag instead. 1: every message.", check=integer(1)))
     drain_timeout: float = field(default=30.0, metadata=doc(
         "close()'s default timeout: the whole close (the drain for running handlers, CLS, "

@@ -6,7 +6,8 @@ youzan nsqd serves a partition's consumers only on its leader) plus the plain no
 classic topic; with ``nsqd=[...]`` each given node, for each of ``partitions`` (or its default
 partition). Messages go from the links (``link.py``) through one queue to a fixed set of
 workers (``dispatch.py``); RDY is spread by the flow control (``flow.py`` over
-``smartnsq.rdy``). Everything these parts share is one :class:`~.link.Runtime`, handed to each.
+``smartnsq.model.rdy``). Everything these parts share is one :class:`~.link.Runtime`, handed to
+each.
 
 Closing is one deadline (``close(timeout)``, default ``drain_timeout``): RDY 0, what was
 received but not started requeued, running handlers given until shortly before the deadline,
@@ -23,14 +24,14 @@ from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from .. import otel, otel_metrics
 from ..config import ConnectionConfig, one_source
-from ..connection import Connection
 from ..errors import InvalidArgument
 from ..message import Message
-from ..pool import Address, address_list, parse_address
+from ..model.routes import Address, address_list, parse_address
+from ..observability import otel, otel_metrics
 from ..protocol import validate as v
 from ..protocol.numbers import check_int
+from ..transport.connection import Connection
 from .config import ConsumerConfig, Handler, build_config, close_timeout
 from .discovery import Discovery
 from .dispatch import Dispatch, inline_runner, is_async, iterate, worker
@@ -40,7 +41,7 @@ from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
 from .targets import static_targets
 
 if TYPE_CHECKING:
-    from ..stats import ChannelLag, ConsumerStats
+    from ..observability.stats import ChannelLag, ConsumerStats
 
 __all__ = ["Consumer"]
 
@@ -66,7 +67,7 @@ class Consumer:
 
     Discovery: exactly one of ``lookupd=`` (``"host:http_port"`` of nsqlookupds), ``nsqd=``
     (``"host:tcp_port"`` of nodes read directly, each for each of ``partitions`` or its default
-    partition) or ``lookup=`` (a started or unstarted ``smartnsq.lookup.LookupManager`` to
+    partition) or ``lookup=`` (a started or unstarted ``smartnsq.discovery.lookup.LookupManager`` to
     share).
 
     Handling: ``handler(message)`` (plain function or coroutine function): return -> FIN,
@@ -76,8 +77,8 @@ class Consumer:
     connections), and/or its fields as keywords (``max_in_flight=10``, ``ordered=True``...),
     and ConnectionConfig fields as keywords (``msg_timeout=30``...); keywords override
     ``config``. Every option is in the configuration reference. ``tracer_provider``:
-    OpenTelemetry spans per handled message (``smartnsq.otel``); ``meter_provider``:
-    OpenTelemetry's messaging metrics (``smartnsq.otel_metrics``).
+    OpenTelemetry spans per handled message (``smartnsq.observability.otel``); ``meter_provider``:
+    OpenTelemetry's messaging metrics (``smartnsq.observability.otel_metrics``).
     """
 
     def __init__(self, topic: str, channel: str, lookupd: Sequence[str] | str | None = None,
@@ -375,15 +376,15 @@ class Consumer:
         return self._rt.flow is not None and self._rt.flow.is_starved()
 
     def set_trace(self, enabled: bool | None) -> None:
-        """Consume-side trace lines on ``smartnsq.trace`` (INFO): ``None`` (default) for
-        messages with a trace id, ``True`` for every message, ``False`` for none."""
+        """Consume-side trace lines on ``smartnsq.observability.trace`` (INFO): ``None`` (default)
+        for messages with a trace id, ``True`` for every message, ``False`` for none."""
         if enabled not in (True, False, None):
             raise InvalidArgument("trace", "must be True, False or None", enabled)
         self._rt.trace = enabled
 
     def stats(self) -> ConsumerStats:
-        """A typed snapshot (:class:`smartnsq.stats.ConsumerStats`): totals, gauges, the
-        handler's time and one entry per partition, plus the last :meth:`lag` reading.
+        """A typed snapshot (:class:`smartnsq.observability.stats.ConsumerStats`): totals, gauges,
+        the handler's time and one entry per partition, plus the last :meth:`lag` reading.
         ``stats()["finished"]`` and the other keys of the old dict still work."""
         from .observe import snapshot  # (the snapshot types load when one is taken)
 

@@ -2,11 +2,11 @@
 
 The first view is loaded in the background, retrying (never spinning) until the topic exists;
 then every change the lookup manager reports (a leader moved, a partition added or removed)
-re-applies the targets. When to ask lookup again is :class:`smartnsq.routes.ViewChase`'s: a
+re-applies the targets. When to ask lookup again is :class:`smartnsq.discovery.chase.ViewChase`'s: a
 partition without a leader (a failover: tens of seconds on a real cluster) is looked up again
 on a doubling delay rather than at the next regular poll, and a lost connection or a refused
 SUB (:meth:`Discovery.refresh`) starts a chase whose timing (``CHASE_*``) is
-:mod:`smartnsq.routes.policy`'s, the same rule as the producers' wait for a route change.
+:mod:`smartnsq.model.failover`'s, the same rule as the producers' wait for a route change.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..discovery.chase import ViewChase
 from ..errors import InvalidArgument, LookupFailed, TopicNotFound
-from ..routes.chase import ViewChase
-from ..routes.policy import CHASE_FAST, CHASE_FAST_PERIOD, CHASE_FOR, CHASE_PERIOD, ROUND_TIMEOUT
+from ..model.failover import CHASE_FAST, CHASE_FAST_PERIOD, CHASE_FOR, CHASE_PERIOD, ROUND_TIMEOUT
 from .targets import Target, missing_leaders, view_targets
 
 __all__ = ["CHASE_FAST", "CHASE_FAST_PERIOD", "CHASE_FOR", "CHASE_PERIOD", "ROUND_TIMEOUT",
@@ -57,7 +57,7 @@ class Discovery:
         """Begin in the background and return at once: a slow or silent lookupd delays the
         first view, never the caller (``Consumer.start()`` is documented to return at once)."""
         if self.lookup is None:
-            from ..lookup import LookupManager
+            from ..discovery.lookup import LookupManager
             self.lookup = LookupManager(self._lookupd, **self._options)
         self._chase = ViewChase(self.topic, "r", self.lookup, self._delay)
         self._task = asyncio.get_running_loop().create_task(
@@ -165,7 +165,7 @@ class Discovery:
 
     def refresh(self) -> None:
         """Ask lookup for a fresh view soon, and again until the view changes (the chase of
-        :class:`smartnsq.routes.ViewChase`)."""
+        :class:`smartnsq.discovery.chase.ViewChase`)."""
         if not self._closing and self._chase is not None:
             self._chase.lost()
 

@@ -23,9 +23,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..counters import HANDLER_SAMPLE, ConsumeMeter, PartitionCounts
-from ..logs import summary
 from ..message import FINISHED, PENDING, REQUEUED, Message
+from ..observability.counters import HANDLER_SAMPLE, ConsumeMeter, PartitionCounts
+from ..observability.logs import summary
 from .config import ConsumerConfig, Handler
 
 if TYPE_CHECKING:

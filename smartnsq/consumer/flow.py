@@ -1,4 +1,4 @@
-"""The asyncio shell over :class:`smartnsq.rdy.RdyController`: events in, RDY commands out.
+"""The asyncio shell over :class:`smartnsq.model.rdy.RdyController`: events in, RDY commands out.
 
 The controller is the pure model (time passed in, commands returned); this passes it each
 event with the loop clock, sends the RDY commands it returns on the links, and ticks it every
@@ -11,10 +11,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..backoff import BackoffPolicy
-from ..connection import Connection, loop_clock
-from ..partitions import rdy_ceiling
-from ..rdy import NOTHING, RdyController
+from ..model.backoff import BackoffPolicy
+from ..model.partitions import rdy_ceiling
+from ..model.rdy import NOTHING, RdyController
+from ..transport.connection import Connection, loop_clock
 
 __all__ = ["Flow"]
 

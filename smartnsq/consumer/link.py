@@ -23,8 +23,6 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-from .. import trace as tracing
-from ..connection import Connection
 from ..errors import ConnectionClosed
 from ..message import (
     FINISHED,
@@ -35,9 +33,11 @@ from ..message import (
     claimed,
     names_message_id,
 )
-from ..partitions import fin_at_once
+from ..model.partitions import fin_at_once
+from ..model.rdy import NOTHING
+from ..observability import trace as tracing
 from ..protocol import commands
-from ..rdy import NOTHING
+from ..transport.connection import Connection
 from .dispatch import Runtime
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """``Consumer.stats()`` and ``Consumer.lag()``: the typed snapshot built from the runtime's
-counters (``smartnsq.stats``), the live subscriptions and the flow control, and the channel's
-backlog read from the nodes (through ``smartnsq.admin``).
+counters (``smartnsq.observability.stats``), the live subscriptions and the flow control, and the
+channel's backlog read from the nodes (through ``smartnsq.admin``).
 
 Nothing here runs per message: the links count (``link.py``), this reads.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..stats import (
+from ..observability.stats import (
     TIMED_OUT_CODES,
     ChannelLag,
     ConsumerPartitionStats,
@@ -26,8 +26,8 @@ __all__ = ["lag_nodes", "read_lag", "snapshot"]
 
 def snapshot(rt: Runtime, subs: Subscriptions | None, lookup: Any, legacy: dict[str, Any],
              max_in_flight: int, lag: ChannelLag | None) -> ConsumerStats:
-    """The consumer's :class:`~smartnsq.stats.ConsumerStats` now (``legacy``: the old dict,
-    kept for ``stats["..."]``)."""
+    """The consumer's :class:`~smartnsq.observability.stats.ConsumerStats` now (``legacy``: the old
+    dict, kept for ``stats["..."]``)."""
     meter = rt.meter
     flow = rt.flow
     ctl = flow.ctl if flow is not None else None

@@ -21,9 +21,10 @@ async def set_offset(http: str, topic: str, channel: str, partition: int,
 
     A refusal becomes ``E_SETOFFSET`` (not retriable: the consumer stops and says why, as a
     refused ``SUB_ADVANCED`` would); an unreachable or silent node is retried like any
-    failed subscription (``ConnectionError_``/``Timeout``, naming the node).
+    failed subscription (``ConnectionFailed``/``Timeout``, naming the node).
     """
-    from ..admin import AdminError, AsyncAdmin  # the HTTP client only when a position is set
+    from ..admin import AsyncAdmin
+    from ..errors import AdminError  # the HTTP client only when a position is set
 
     async with AsyncAdmin(timeout=timeout) as admin:
         try:

@@ -21,14 +21,14 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from ..backoff import exponential_delay
-from ..connection import Connection
-from ..dialect import DEFAULT_POLICY
 from ..errors import Action, InvalidArgument, NSQError, ProtocolError, ServerError
 from ..message import Message
-from ..pool import Address
+from ..model.backoff import exponential_delay
+from ..model.dialect import DEFAULT_POLICY
+from ..model.routes import Address
 from ..protocol import commands
 from ..protocol.frames import MessageLayout
+from ..transport.connection import Connection
 from .config import ConsumerConfig
 from .link import Link, Runtime
 from .setoffset import set_offset

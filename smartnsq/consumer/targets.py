@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..partitions import SubCommand, subscription
-from ..pool import Address
+from ..model.partitions import SubCommand, subscription
+from ..model.routes import Address
 from ..protocol.commands import StartPosition
 
 __all__ = ["Starts", "SubCommand", "Target", "missing_leaders", "static_targets", "sub_command",
@@ -69,7 +69,8 @@ class Starts:
 def sub_command(topic: str, channel: str, target: Target, *, youzan: bool, ordered: bool,
                start: StartPosition | None, start_pending: bool, name: str = "") -> SubCommand:
     """Which SUB ``target`` gets (``start_pending``: it has not had the start position yet);
-    the rule itself is :func:`smartnsq.partitions.subscription`, shared with Spark's reader."""
+    the rule itself is :func:`smartnsq.model.partitions.subscription`, shared with Spark's
+    reader."""
     pending = start if start_pending else None
     if youzan and ordered and pending is not None:
         log.warning("%s: ordered topics refuse SUB_ADVANCED; start=%s ignored, "

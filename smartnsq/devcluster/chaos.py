@@ -293,7 +293,7 @@ async def run_chaos(config: ChaosConfig, cluster: Any = None) -> ChaosReport:
     """Run one total-queue check (see the module doc) and return its report.
 
     ``cluster``: a started cluster to run on instead of a fresh ``DevCluster`` of the
-    config's shape, e.g. a :class:`~smartnsq.realcluster.RealCluster` (whose faults are real
+    config's shape, e.g. a :class:`~smartnsq.testing.realcluster.RealCluster` (whose faults are real
     SIGKILL/SIGTERM/lookupd kills; give it ``faults=REAL_FAULTS``). It is not stopped here.
     """
     schedule = make_schedule(config)

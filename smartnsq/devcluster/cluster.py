@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from ..admin import AdminError, AsyncAdmin
-from ..errors import Timeout
+from ..admin import AsyncAdmin
+from ..errors import AdminError, Timeout
 from .faults import FaultClock
 from .lookupd import Lookupd
-from .nsqd import NsqdNode
+from .nsqd.node import NsqdNode
 from .profile import OFF, FaultProfile
 from .proxy import TCPProxy
 from .state import ClusterState, NodeInfo, TopicInfo
@@ -75,7 +75,7 @@ class DevCluster:
     (youzan cluster with ``classic_nodes`` classic nsqd registered beside the youzan ones;
     ``classic_nodes > 0`` with ``mode="youzan"`` means the same). ``tls`` and ``auth`` are
     handed to every nsqd (``tls``: an ``ssl.SSLContext`` enabling IDENTIFY ``tls_v1``;
-    ``auth``: the secrets table of ``smartnsq.devcluster.nsqd_auth``), and so are
+    ``auth``: the secrets table of ``smartnsq.devcluster.nsqd.auth``), and so are
     ``nsqd_options`` (``NsqdOptions`` fields such as ``msg_timeout=5000``). ``proxied=True`` puts a
     :class:`TCPProxy` in front of each nsqd's TCP and HTTP port and makes the lookupds
     advertise the proxies, enabling ``cut_connections``/``stall``/``slow``.
@@ -505,7 +505,7 @@ class DevCluster:
     # -- presentation ---------------------------------------------------------------------------
 
     def describe(self) -> str:
-        """A human summary of the addresses (what ``python -m smartnsq.devcluster`` prints)."""
+        """A human summary of the addresses (what ``smartnsq dev-cluster`` prints)."""
         lines = [f"smartnsq dev cluster ({self.mode})"]
         for lookupd in self.lookupds:
             role = " (leader)" if lookupd.is_leader else ""

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from .nsqd_options import first_twice_mode
+from .nsqd.options import first_twice_mode
 
 __all__ = ["OFF", "PROFILES", "REALISTIC", "FaultProfile", "Span", "profile_named"]
 

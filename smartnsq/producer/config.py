@@ -23,11 +23,11 @@ from ..config import (
     integer,
     seconds,
 )
-from ..dialect import ChooserFactory, ClassicDialect, RouteChooser
 from ..errors import InvalidArgument
+from ..model.dialect import ChooserFactory, ClassicDialect, RouteChooser
+from ..model.sharding import ShardingScheme, make_router
+from ..model.sharding_schemes import DEFAULT_SCHEME, SCHEMES
 from ..protocol import validate as v
-from ..sharding import ShardingScheme, make_router
-from ..sharding_schemes import DEFAULT_SCHEME, SCHEMES
 
 __all__ = ["ProducerConfig", "with_options"]
 
@@ -96,8 +96,9 @@ class ProducerConfig:
         "traced, one line each), None only those given a trace id, False none; "
         "set_trace() changes it at run time, per topic too.", rule=flag(optional=True)))
     span_one_in: int = field(default=1, metadata=spec(
-        "OpenTelemetry (tracer_provider given, or smartnsq.otel.instrument()): a publish "
-        "span for the first call, then for one call in N, chosen before the SDK is asked "
+        "OpenTelemetry (tracer_provider given, or smartnsq.observability.otel.instrument()): "
+        "a publish span for the first call, then for one call in N, chosen before the SDK is "
+        "asked "
         "(its sampler decides among those); a call made while a recording span is current "
         "is always traced. 1: every call.", rule=integer(1)))
     connection: ConnectionConfig = field(default_factory=ConnectionConfig, metadata=spec(

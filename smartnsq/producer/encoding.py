@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..dialect import ClassicDialect
 from ..errors import InvalidArgument
-from ..pool import Address
+from ..model.dialect import ClassicDialect
+from ..model.routes import Address
 from ..protocol import commands
 from ..protocol.validate import TRACE_ID_HEADER
 

@@ -16,7 +16,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..connection import Connection
+    from ..transport.connection import Connection
     from .request import NowaitRequest
 
 __all__ = ["LINGER_TIMEOUTS", "MAX_BATCH", "Batch"]

@@ -22,16 +22,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .. import otel, otel_metrics
 from ..config import close_timeout
-from ..connection import Connection
-from ..counters import PublishMeter
-from ..dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
-from ..errors import ClientClosed, ConnectionError_, InvalidArgument, Timeout
-from ..logs import summary
-from ..pool import Address, PartitionPool, RouteSource, TopicRoutes
+from ..discovery.nodes import NodePool
+from ..errors import (
+    ClientClosed,
+    ConnectionFailed,
+    InvalidArgument,
+    NoLeader,
+    NotWritable,
+    ProducerClosed,
+    Timeout,
+)
+from ..model.dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
+from ..model.routes import Address, RouteSource, TopicRoutes
+from ..model.sharding import Router, ShardingKey, make_router
+from ..observability import otel, otel_metrics
+from ..observability.counters import PublishMeter
+from ..observability.logs import summary
 from ..protocol import commands
-from ..sharding import Router, ShardingKey, make_router
+from ..transport.connection import Connection
 from .config import ProducerConfig, with_options
 from .encoding import MPUB, encode_batch, encode_one
 from .linger import LINGER_TIMEOUTS, Batch
@@ -43,9 +52,6 @@ from .retry import (
     SEND,
     Decision,
     Next,
-    NoLeader,
-    NotWritable,
-    ProducerClosed,
     answer_deadline,
     decide,
     least_time,
@@ -55,7 +61,7 @@ from .routing import check_features, choose_side, choose_target, route_source
 from .validation import Checks, timeout_seconds
 
 if TYPE_CHECKING:
-    from ..stats import ProducerStats
+    from ..observability.stats import ProducerStats
 
 __all__ = ["Producer"]
 
@@ -68,10 +74,11 @@ class Producer:
     ``async with Producer(lookupd=["127.0.0.1:4161"]) as producer:`` discovers nodes through
     nsqlookupd; ``nsqd=["127.0.0.1:4150"]`` writes to fixed nodes instead (classic nodes, or
     standalone youzan nodes, without partitions); ``source=`` takes any
-    :class:`~smartnsq.pool.RouteSource`. Keyword ``options`` override ``config`` fields
+    :class:`~smartnsq.discovery.nodes.RouteSource`. Keyword ``options`` override ``config`` fields
     (``Producer(lookupd=..., timeout=5, sharding="java")``); ``lookup_options`` go to the
-    lookup manager. ``tracer_provider``: OpenTelemetry spans per publish (``smartnsq.otel``);
-    ``meter_provider``: OpenTelemetry's messaging metrics (``smartnsq.otel_metrics``).
+    lookup manager. ``tracer_provider``: OpenTelemetry spans per publish
+    (``smartnsq.observability.otel``); ``meter_provider``: OpenTelemetry's messaging metrics
+    (``smartnsq.observability.otel_metrics``).
     """
 
     def __init__(self, lookupd: Sequence[str] | str | None = None,
@@ -84,7 +91,7 @@ class Producer:
             raise InvalidArgument("config", "must be a ProducerConfig", config)
         self._config = config = with_options(config or ProducerConfig(), options)
         self._source = source = route_source(lookupd, nsqd, source, lookup, lookup_options)
-        self._pool = PartitionPool(source, config.connection, idle_timeout=config.idle_timeout,
+        self._pool = NodePool(source, config.connection, idle_timeout=config.idle_timeout,
                                    reconnect_delay=config.reconnect_delay,
                                    reconnect_delay_max=config.reconnect_delay_max)
         self._router: Router = make_router(config.sharding)
@@ -155,7 +162,7 @@ class Producer:
     async def close(self, timeout: float | None = None) -> None:
         """Stop publishing, let what is on the wire be answered, close connections.
 
-        New publishes, and retries of pending ones, fail at once with ``ConnectionError_``;
+        New publishes, and retries of pending ones, fail at once with ``ConnectionFailed``;
         publishes already written get up to ``timeout`` seconds (default
         ``config.drain_timeout``) for their answers, since the server may have accepted them
         and failing them invites a duplicate. What is still unanswered then fails.
@@ -198,7 +205,7 @@ class Producer:
         return self._config
 
     @property
-    def pool(self) -> PartitionPool:
+    def pool(self) -> NodePool:
         return self._pool
 
     @property
@@ -206,10 +213,13 @@ class Producer:
         return self._closed
 
     def stats(self) -> ProducerStats:
-        """A typed snapshot (:class:`smartnsq.stats.ProducerStats`): messages published, calls
-        failed and attempts retried by reason, the publish latency, per topic and partition
-        with the leader written to now; connections, leader changes and lookup rounds."""
-        from ..stats import LookupStats, ProducerStats  # (loaded when a snapshot is taken)
+        """A typed snapshot (:class:`smartnsq.observability.stats.ProducerStats`): messages
+        published, calls failed and attempts retried by reason, the publish latency, per topic and
+        partition with the leader written to now; connections, leader changes and lookup rounds."""
+        from ..observability.stats import (  # (loaded when a snapshot is taken)
+            LookupStats,
+            ProducerStats,
+        )
 
         pool = self._pool
         leaders = {(routes.topic, p): f"{host}:{port}" for routes in pool.known_routes()
@@ -236,7 +246,7 @@ class Producer:
     async def _ensure_started(self, request: Request | None = None) -> None:
         """Start if needed; with a ``request``, within its deadline (``Timeout`` past it)."""
         if self._closed:
-            raise ConnectionError_("the producer is closed")
+            raise ConnectionFailed("the producer is closed")
         if self._started:
             return
         if request is None:
@@ -249,15 +259,15 @@ class Producer:
             raise Timeout(f"{request.topic!r}: the producer's start (lookupd discovery) did "
                           f"not finish within the call's {request.timeout:g}s") from None
         if self._closed:
-            raise ConnectionError_("the producer is closed")
+            raise ConnectionFailed("the producer is closed")
 
     # -- tracing switches --------------------------------------------------------------------
 
     def set_trace(self, enabled: bool | None, topic: str | None = None) -> None:
         """Switch the client-side trace log, for every topic or for one, at any time.
 
-        ``True``: every publish is sent traced and logged on ``smartnsq.trace``; ``None``:
-        only publishes given a ``trace_id`` are logged; ``False``: none are. A topic's own
+        ``True``: every publish is sent traced and logged on ``smartnsq.observability.trace``;
+        ``None``: only publishes given a ``trace_id`` are logged; ``False``: none are. A topic's own
         setting wins over the producer's; ``set_trace(None, topic)`` makes the topic follow
         the producer's setting again.
         """
@@ -344,7 +354,7 @@ class Producer:
         awaiting anything: the answer's future (``slot`` itself when given: the connection
         settles it), or None when the target has no open connection taking writes now (the
         retry loop waits for one). Raises what routing or encoding refuses, and
-        ``ConnectionError_`` when the connection closed since the pool handed it out."""
+        ``ConnectionFailed`` when the connection closed since the pool handed it out."""
         # (the plain case calls routing directly: no wrapper per message)
         if self._migration is not None or request.ext is not None \
                 or request.trace_id is not None or request.delay_ms is not None:
@@ -387,7 +397,7 @@ class Producer:
         try:
             answer = conn.submit(data, command, until - request.start, alone=True, slot=slot,
                                  deadline=until)
-        except ConnectionError_:
+        except ConnectionFailed:
             self._unroute(request)
             raise
         request.attempt = 1
@@ -447,7 +457,7 @@ class Producer:
             return self._later(loop, request, result)
         try:
             sent = self._submit_first(request, routes, request)
-        except ConnectionError_:  # closed since the pool handed it out: the slow path
+        except ConnectionFailed:  # closed since the pool handed it out: the slow path
             sent = None
         except Exception as exc:  # what publish() would raise once it has the routes
             result.set_exception(exc)
@@ -652,7 +662,7 @@ class Producer:
 
     async def _wait(self, request: Request, decision: Decision) -> None:
         """Carry out a retry decision: the route book learns what failed and says how long to
-        wait (:meth:`smartnsq.routes.RouteBook.after_failure`), then the wait."""
+        wait (:meth:`smartnsq.discovery.route_book.RouteBook.after_failure`), then the wait."""
         error = request.error
         if decision.keep_partition and request.partition is None \
                 and request.target is not None and self._migration is None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from ..pool import Address
-from ..sharding import ShardingKey
+from ..model.routes import Address
+from ..model.sharding import ShardingKey
 from .retry import ROUTE
 
 if TYPE_CHECKING:

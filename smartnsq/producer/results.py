@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .. import trace as tracing
+from ..observability import trace as tracing
 from ..protocol.frames import partition_of
 from ..protocol.responses import PublishReceipt, publish_response_fields
 

@@ -49,17 +49,19 @@ import enum
 import random
 import ssl
 
-from ..backoff import exponential_delay
 from ..errors import (
     Action,
-    ConnectionError_,
+    ConnectionFailed,
     LookupFailed,
+    NodeBackoff,
+    NoLeader,
     NSQError,
+    ProducerClosed,
     ServerError,
     Timeout,
     TopicNotFound,
 )
-from ..pool import NodeBackoff
+from ..model.backoff import exponential_delay
 
 NOT_WRITABLE = "E_FAILED_ON_NOT_WRITABLE"
 
@@ -70,9 +72,6 @@ __all__ = [
     "SEND",
     "Decision",
     "Next",
-    "NoLeader",
-    "NotWritable",
-    "ProducerClosed",
     "Stage",
     "answer_deadline",
     "decide",
@@ -99,26 +98,6 @@ class Next(enum.Enum):
     RETRY_AFTER = "retry after a back-off"
     REFRESH_AND_RETRY = "refresh lookup, then retry after a back-off"
     GIVE_UP = "give up"
-
-
-class NoLeader(NSQError):
-    """The wanted partition (or any node, unpinned) has no leader in the current routes, and
-    lookup names none at all: an election under way, or every replica down. Wait for one (the
-    call retries by itself within its deadline)."""
-
-    retriable = True
-    refresh_lookup = True
-
-
-class NotWritable(NoLeader):
-    """The wanted partition has a leader, up and named to readers, that takes no writes now
-    (youzan lookupd hides it from writers): too few in-sync replicas, a leader change, or
-    writes disabled by an operator. Retried like ``NoLeader``; if it lasts, the partition's
-    replicas (or ``nsqadmin``'s write switch) need looking at, not the client."""
-
-
-class ProducerClosed(ConnectionError_):
-    """close() began before this attempt was written: it fails, nothing was sent."""
 
 
 class Decision:
@@ -255,10 +234,10 @@ def _by_failure(error: BaseException, stage: Stage, attempt: int, base: float, c
             return _give_up(error)
         if isinstance(error, NodeBackoff):
             return Decision(Next.RETRY_AFTER, max(backoff(attempt), error.retry_in))
-        if isinstance(error, ConnectionError_ | Timeout | OSError):
+        if isinstance(error, ConnectionFailed | Timeout | OSError):
             return Decision(Next.RETRY_AFTER, backoff(attempt))
         return _give_up(error)
-    if isinstance(error, ConnectionError_):
+    if isinstance(error, ConnectionFailed):
         if attempt == 1:  # the first loss retries at once on a fresh connection
             return Decision(Next.RETRY_NOW)
         return Decision(Next.RETRY_AFTER, backoff(attempt - 1))

@@ -18,11 +18,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config import one_source
-from ..dialect import ClassicDialect, RouteChooser
+from ..discovery.route_source import LookupRouteSource
 from ..errors import InvalidArgument
-from ..partitions import partition_for
-from ..pool import Address, LookupRouteSource, RouteSource, StaticRouteSource, TopicRoutes
-from ..sharding import Router, ShardingKey
+from ..model.dialect import ClassicDialect, RouteChooser
+from ..model.partitions import partition_for
+from ..model.routes import Address, RouteSource, StaticRouteSource, TopicRoutes
+from ..model.sharding import Router, ShardingKey
 
 __all__ = ["check_features", "choose_side", "choose_target", "route_source"]
 

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidArgument
+from ..model.sharding import ShardingKey, check_key
 from ..protocol import validate as v
 from ..protocol.numbers import check_number
-from ..sharding import ShardingKey, check_key
 from .encoding import batch_exts, encode_headers
 
 __all__ = ["MAX_DELAY_MS", "Checks", "batch_items", "delay_ms", "timeout_seconds"]

@@ -24,20 +24,17 @@ writable listing, and whether the create must be sent again.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import InvalidArgument, NSQError, ProtocolError
+from ..errors import AdminError, InvalidArgument, LookupdError, ProtocolError, TopicNotWritable
 from . import validate
 from .commands import StartPosition
 from .lookup import (
     ACCEPT_V1,
-    LookupdError,
     LookupdList,
     Node,
-    TopicNotWritable,
     TopicView,
     lookup_params,
     parse_listlookup,
@@ -52,7 +49,6 @@ __all__ = [
     "ACCEPT_V1",
     "MAX_PARTITION_NUM",
     "MAX_REPLICATOR",
-    "AdminError",
     "ChannelStats",
     "CreationProgress",
     "LookupdError",
@@ -84,46 +80,6 @@ MAX_PARTITION_NUM = 255
 MAX_REPLICATOR = 5
 """The largest ``replicator`` a youzan lookupd accepts."""
 
-NOT_LEADER = "E_FAILED_ON_NOT_LEADER"
-NOT_WRITABLE = "E_FAILED_ON_NOT_WRITABLE"
-_CODE = re.compile(r"[A-Z][A-Z0-9_]+")
-_RETRIABLE_CODES = frozenset({NOT_LEADER, NOT_WRITABLE, "E_TOPIC_NOT_EXIST"})
-
-
-class AdminError(NSQError):
-    """An nsqd or nsqlookupd refused an administrative request.
-
-    ``status`` is the effective HTTP status (the wrapped form's ``status_code`` when the
-    answer was wrapped), ``message`` the server's text and ``code`` its first token (youzan
-    prefixes coordinator errors with ``ErrType:N ErrCode:N :``; that prefix is skipped).
-    ``not_leader`` says the request went to a node that does not lead (a lookupd that is not
-    the leader, or an nsqd that does not lead the partition): ask the leader instead.
-    ``retriable`` is true when the same request may succeed later (the cluster is moving, or
-    the server failed), false when it would be refused again.
-    """
-
-    def __init__(self, status: int, message: str, *, what: str = "", address: str = "") -> None:
-        self.status = status
-        self.message = message
-        self.what = what
-        self.address = address
-        self.code = _code_of(message)
-        self.retriable = status >= 500 or self.not_leader or self.code in _RETRIABLE_CODES
-        where = f"{what} on {address}" if what and address else what or address or "request"
-        super().__init__(f"{where} refused: HTTP {status} {message}".rstrip())
-
-    @property
-    def not_leader(self) -> bool:
-        return self.code == NOT_LEADER or "Not nsqlookup leader" in self.message
-
-
-def _code_of(message: str) -> str:
-    text = message.strip()
-    if text.startswith("ErrType:") and " : " in text:
-        text = text.split(" : ", 1)[1].strip()
-    token = text.split(" ", 1)[0]
-    # an error token (E_FAILED_ON_NOT_LEADER, INVALID_ARG_TOPIC); prose stays whole
-    return token if _CODE.fullmatch(token) else text
 
 
 # -- write endpoints ----------------------------------------------------------------------------

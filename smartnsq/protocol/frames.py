@@ -46,7 +46,7 @@ def partition_of(internal_id: int) -> int:
     return (internal_id >> _PARTITION_SHIFT) & _PARTITION_MASK
 
 
-class Message:
+class MessageFrame:
     """One delivered message, as decoded from a message frame.
 
     ``id`` is the raw 16-byte message id, to be echoed unchanged in FIN/REQ/TOUCH. On youzan
@@ -176,7 +176,7 @@ class Heartbeat:
 
 HEARTBEAT: Final = Heartbeat()
 
-Frame = Union[Message, Response, ErrorFrame, Heartbeat]  # noqa: UP007 - runtime alias on 3.10
+Frame = Union[MessageFrame, Response, ErrorFrame, Heartbeat]  # noqa: UP007 - runtime alias on 3.10
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class FrameReader:
 
     def __init__(self, layout: MessageLayout = YOUZAN_LAYOUT, *,
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 message_class: type[Message] = Message) -> None:
+                 message_class: type[MessageFrame] = MessageFrame) -> None:
         self._layout = layout
         self._max = max_frame_size
         self._message_class = message_class

@@ -6,8 +6,8 @@ routes of nsqd and nsqlookupd: short GETs and POSTs answered with JSON. A genera
 client (httpx with HTTP/2, proxies, cookies and a CA bundle) costs a plain Producer or
 Consumer 12-17 MiB of memory for that (``docs/performance.md``); h11 is the sans-I/O HTTP/1.1
 state machine alone (the dev cluster's server runs on it too), so the one HTTP engine of the
-project writes the requests and reads the answers here, and :mod:`smartnsq.http` carries the
-bytes over asyncio.
+project writes the requests and reads the answers here, and :mod:`smartnsq.transport.http` carries
+the bytes over asyncio.
 
 Every answer is bounded while it is read, never after: the status line and headers together
 (``max_head``), the body (``max_body``, checked against a declared ``Content-Length`` before
@@ -34,14 +34,11 @@ from urllib.parse import urlencode
 
 import h11
 
-from ..errors import InvalidArgument, ProtocolError
+from ..errors import AnswerTooLarge, HttpError, InvalidArgument, NotHttp
 from .diagnose import describe_start, first_line, looks_like_http
 from .validate import ascii_int
 
 __all__ = [
-    "AnswerTooLarge",
-    "HttpError",
-    "NotHttp",
     "Response",
     "ResponseParser",
     "Url",
@@ -54,34 +51,6 @@ MAX_HEAD: Final = 64 * 1024
 MAX_HEADERS: Final = 100
 _MAX_CHUNK_LINE: Final = 1024
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
-
-
-class HttpError(ProtocolError):
-    """The peer's answer is not HTTP/1.1 this client can read, or breaks a bound."""
-
-
-class NotHttp(HttpError):
-    """The peer answered with something that is not HTTP at all; ``found`` says what it looks
-    like (``diagnose.describe_start``: an NSQ frame, an HTML page, some text...), never more
-    than its first line."""
-
-    def __init__(self, found: str) -> None:
-        self.found = found
-        super().__init__(f"not an HTTP/1.x status line: answered with {found}")
-
-
-class AnswerTooLarge(HttpError):
-    """The answer's body is over ``limit`` bytes: ``declared`` when its ``Content-Length``
-    said so (nothing of it read), ``None`` when the bytes themselves went past it."""
-
-    def __init__(self, limit: int, declared: int | None = None) -> None:
-        self.limit = limit
-        self.declared = declared
-        if declared is not None:
-            text = f"answer of {declared} bytes is over the limit of {limit} bytes"
-        else:
-            text = f"answer of more than {limit} bytes"
-        super().__init__(text)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ..errors import LookupFailed, ProtocolError, TopicNotFound
+from ..errors import LookupdError, ProtocolError, TopicNotFound, TopicNotWritable
 from .diagnose import first_line, is_html, lookupd_hint
 from .numbers import is_int
 from .validate import MAX_PARTITION, ascii_int
@@ -42,12 +42,10 @@ __all__ = [
     "ACCEPT_V1",
     "Access",
     "LookupLimits",
-    "LookupdError",
     "LookupdList",
     "Node",
     "Partition",
     "TopicMeta",
-    "TopicNotWritable",
     "TopicView",
     "lookup_params",
     "merge_views",
@@ -97,34 +95,6 @@ class LookupLimits:
     the one partition limit: a message id carries its partition in 10 bits)."""
     max_nodes: int = 4096
     """Most producers listed."""
-
-
-class LookupdError(LookupFailed):
-    """One lookupd answered with an error (or garbage); ``status`` is the effective status.
-
-    ``retriable`` is false for answers that would come back the same (a 4xx about the
-    request itself), true for server-side failures worth asking again or elsewhere.
-    """
-
-    def __init__(self, status: int, message: str, *, retriable: bool | None = None) -> None:
-        self.status = status
-        self.message = message
-        self.retriable = status >= 500 or status == 0 if retriable is None else retriable
-        super().__init__(f"lookupd answered {status}: {message}")
-
-
-class TopicNotWritable(TopicNotFound):
-    """The topic exists but has no channel yet, so lookupd shows no writable partition.
-
-    A youzan lookupd hides, from ``access=w`` lookups, every partition without a channel:
-    create a channel (or start a consumer) before publishing.
-    """
-
-    def __init__(self, topic: str, message: str = "") -> None:
-        self.topic = topic
-        self.message = message
-        LookupFailed.__init__(self, f"topic {topic!r} has no channel yet, so no partition is "
-                                    f"writable: create a channel or subscribe first ({message})")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Acknowledging streaming source (``mode=ack``): classic clusters, or youzan when asked.
 
 Classic nsqd has no queue offsets, so nothing can be replayed by position. This source keeps
-one ``smartnsq.consumer.Consumer`` on the driver (in Spark's long-lived Python process that
+one ``smartnsq.Consumer`` on the driver (in Spark's long-lived Python process that
 plans the query's micro-batches) with ``auto_finish=False``, and numbers the messages it
 receives: the offset is ``{"seq": n}``, the count of messages received so far.
 
@@ -50,11 +50,11 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from .. import loop_thread as _loop_thread
-from ..consumer import Consumer
+from ..consumer.core import Consumer
+from ..errors import ClusterError
 from ..message import Message
 from ..protocol import frames
-from .cluster import ClusterError
+from ..transport import loop_thread as _loop_thread
 from .options import AckSourceOptions
 from .schema import message_batch
 
@@ -300,10 +300,10 @@ class NSQAckStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NSQAckPartition)
-        by_node: dict[str, list[frames.Message]] = {}
+        by_node: dict[str, list[frames.MessageFrame]] = {}
         for s in partition.messages:
-            message = frames.Message(s.timestamp, s.attempts, s.id, s.body, s.ext_version, s.ext,
-                              s.queue_offset, s.raw_size, s.youzan)
+            message = frames.MessageFrame(s.timestamp, s.attempts, s.id, s.body, s.ext_version,
+                                          s.ext, s.queue_offset, s.raw_size, s.youzan)
             by_node.setdefault(s.node, []).append(message)
         for node, messages in by_node.items():
             yield message_batch(partition.topic, node, messages, "key")

@@ -32,39 +32,40 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from ..admin import Admin, AdminError
+from ..admin import Admin
 from ..config import ConnectionConfig
-from ..connection import Connection
 from ..errors import (
+    AdminError,
+    ClusterError,
     ConnectionClosed,
-    ConnectionError_,
+    ConnectionFailed,
+    DataLoss,
     InvalidArgument,
     LookupFailed,
     NSQError,
+    PartitionUnavailable,
     ProtocolError,
     ServerError,
     Timeout,
     TopicNotFound,
 )
-from ..loop_thread import LoopThread
 from ..message import CopyFins
-from ..partitions import fin_at_once, rdy_ceiling, subscription
+from ..model.failover import LEADER_WAIT_FIRST, leader_wait
+from ..model.partitions import fin_at_once, rdy_ceiling, subscription
+from ..model.routes import parse_address
 from ..protocol import commands
 from ..protocol.admin import TopicStats
 from ..protocol.commands import StartPosition
-from ..protocol.frames import Message, MessageLayout
+from ..protocol.frames import MessageFrame, MessageLayout
 from ..protocol.lookup import Node, TopicView
-from ..routes.policy import LEADER_WAIT_FIRST, leader_wait
-from ..routes.table import parse_address
+from ..transport.connection import Connection
+from ..transport.loop_thread import LoopThread
 from .options import ClusterOptions
 
 __all__ = [
     "ClusterClient",
-    "ClusterError",
-    "DataLoss",
     "LeaderInfo",
     "LeaderWait",
-    "PartitionUnavailable",
     "RangeReader",
     "TopicLayout",
     "is_transient",
@@ -137,44 +138,6 @@ class TopicLayout:
                    tuple(range(count)))
 
 
-class ClusterError(NSQError):
-    """The cluster refused or failed an HTTP call the connector needed.
-
-    ``transient`` marks what a leader change or a node's restart explains (connection
-    refused or reset, an HTTP timeout, ``E_FAILED_ON_NOT_LEADER``, a node that no longer leads
-    the partition): the connector retries those until ``leaderTimeout``.
-    """
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
-
-
-class DataLoss(ClusterError):
-    """Offsets a read needs are no longer in the partition's queue (retention, a reset)."""
-
-    def __init__(self, topic: str, partition: int, start: int, first: int) -> None:
-        super().__init__(
-            f"{topic}/{partition}: offsets {start}..{first} are no longer in the queue "
-            "(retention or a reset removed them); fix: set failOnDataLoss=false to skip "
-            "them (logged as a warning), or start from a retained offset")
-
-
-class PartitionUnavailable(ClusterError):
-    """A partition had no usable leader for longer than ``leaderTimeout``."""
-
-    def __init__(self, topic: str, partition: int | None, condition: str,
-                 waited: float) -> None:
-        where = topic if partition is None else f"{topic}/{partition}"
-        super().__init__(
-            f"{where} had no usable leader for {waited:.0f}s ({condition}); "
-            "fix: bring its nsqd back or let the cluster elect a leader, or raise the "
-            "leaderTimeout option")
-        self.topic = topic
-        self.partition = partition
-        self.condition = condition
-
-
 _TRANSIENT_CODES = ("E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST")
 
 
@@ -188,7 +151,7 @@ def is_transient(exc: BaseException) -> bool:
         return exc.code in _TRANSIENT_CODES
     if isinstance(exc, TopicNotFound):
         return False
-    return isinstance(exc, (ConnectionError_, Timeout, LookupFailed, OSError))
+    return isinstance(exc, (ConnectionFailed, Timeout, LookupFailed, OSError))
 
 
 def condition_of(exc: BaseException) -> str:
@@ -204,7 +167,7 @@ class LeaderWait:
     when the caller should try again, or raises :class:`PartitionUnavailable` (or ``exc``
     itself, when it is not transient) once the time is up. ``progressed()`` restarts the
     clock: a read that moved forward between two failures is not stuck. The timing is
-    :func:`smartnsq.routes.policy.leader_wait`'s; this is its blocking shell.
+    :func:`smartnsq.model.failover.leader_wait`'s; this is its blocking shell.
     """
 
     def __init__(self, topic: str, partition: int | None, timeout: float) -> None:
@@ -265,7 +228,7 @@ class ClusterClient:
             return call()
         except AdminError as exc:
             raise ClusterError(f"{what}: {exc}", transient=exc.retriable) from exc
-        except (ConnectionError_, Timeout) as exc:
+        except (ConnectionFailed, Timeout) as exc:
             raise ClusterError(f"{what}: {exc}", transient=True) from exc
         except ProtocolError as exc:
             raise ClusterError(f"{what}: {exc}") from exc
@@ -283,7 +246,7 @@ class ClusterClient:
             view = self._admin.lookup(topic, "r")
         except TopicNotFound:
             raise
-        except (AdminError, ConnectionError_, Timeout, ProtocolError) as exc:
+        except (AdminError, ConnectionFailed, Timeout, ProtocolError) as exc:
             raise LookupFailed(f"no nsqlookupd answered the lookup of {topic!r}: "
                                f"{condition_of(exc)}") from exc
         return TopicLayout.of(view)
@@ -437,14 +400,14 @@ class RangeReader:
         self._config = config or ConnectionConfig()
         self._conn: Connection | None = None
         self._send_fin: Callable[[bytes], None] = _not_open  # (open() sets it)
-        self._ready: deque[Message] = deque()
+        self._ready: deque[MessageFrame] = deque()
         self._buffered = 0  # what _ready costs: its bodies and _MESSAGE_COST each
         self._max_buffered = max_buffered
         self._held: dict[bytes, None] = {}  # ids of buffered messages not FINed yet, in order
         # copies of messages already read, FINed (see _on_message), whose FINs may be
         # answered E_FIN_FAILED
         self._copy_fins = CopyFins()
-        self._read: Message | None = None  # the message read (kept) last: CopyFins.hold
+        self._read: MessageFrame | None = None  # the message read (kept) last: CopyFins.hold
         self._wake: asyncio.Event | None = None
         self._last = -1
         self._exact_start = exact_start
@@ -474,7 +437,7 @@ class RangeReader:
         conn.send(commands.rdy(rdy))
         conn.closed.add_done_callback(lambda _: self._wake.set() if self._wake else None)
 
-    def _on_message(self, message: Message) -> None:
+    def _on_message(self, message: MessageFrame) -> None:
         if self._copy_fins.held is not None:
             self._judge(message)
         if self._keep(message):
@@ -510,7 +473,7 @@ class RangeReader:
             return  # the FIN of the message read last: the next delivery tells (_judge)
         self._report(error)
 
-    def _judge(self, message: Message) -> None:
+    def _judge(self, message: MessageFrame) -> None:
         """A delivery after a held refusal: a copy of the message read last (same attempts)
         forgives it, anything else reports it (CopyFins.hold)."""
         read = self._read
@@ -532,7 +495,7 @@ class RangeReader:
         if conn is not None and not conn.is_closed:
             self._send_fin(commands.fin(message_id))
 
-    def _keep(self, message: Message) -> bool:
+    def _keep(self, message: MessageFrame) -> bool:
         """Take in one delivery: True when it joined the buffer."""
         if self.done:
             return False
@@ -593,7 +556,7 @@ class RangeReader:
         assert self._wake is not None
         self._wake.set()
 
-    async def next_batch(self, timeout: float, *, whole: bool = False) -> list[Message]:
+    async def next_batch(self, timeout: float, *, whole: bool = False) -> list[MessageFrame]:
         """Messages read since the last call; waits up to ``timeout`` s for at least one.
 
         Returns ``[]`` once the range is complete; raises ``Timeout`` when nothing arrives in
@@ -640,7 +603,7 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
                leader: LeaderInfo, start: int, end: int, *, ordered: bool, ext: bool,
                rdy: int, read_timeout: float, channel: str | None, channel_prefix: str,
                limit: int | None = None, on_end: Callable[[int], None] | None = None,
-               fail_on_data_loss: bool = True) -> Iterator[Message]:
+               fail_on_data_loss: bool = True) -> Iterator[MessageFrame]:
     """Yield the messages of ``[start, end)`` in queue order (blocking; see the module doc).
 
     ``channel`` names a fixed channel to read with (kept); ``None`` uses a temporary one,

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ConnectionConfig, Rule, flag, integer, one_source, seconds
+from ..discovery.lookup import normalize_lookupd
 from ..errors import InvalidArgument
-from ..lookup import normalize_lookupd
-from ..pool import parse_address
+from ..model.routes import parse_address
+from ..model.sharding_schemes import DEFAULT_SCHEME, SCHEMES
 from ..protocol import validate as v
 from ..protocol.numbers import is_int
-from ..sharding_schemes import DEFAULT_SCHEME, SCHEMES
 
 __all__ = [
     "OFFSET_EARLIEST",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from ..protocol.frames import Message
+from ..protocol.frames import MessageFrame
 
 __all__ = ["READ_SCHEMA", "READ_SCHEMA_DDL", "message_row", "read_schema"]
 
@@ -72,7 +72,7 @@ def timestamp_of(nanoseconds: int) -> _dt.datetime:
     return _EPOCH + _dt.timedelta(microseconds=nanoseconds // 1000)
 
 
-def message_row(topic: str, node: str, message: Message,
+def message_row(topic: str, node: str, message: MessageFrame,
                 key_header: str = "key") -> tuple[Any, ...]:
     """One row of ``READ_SCHEMA`` (columns in ``READ_COLUMNS`` order).
 
@@ -112,7 +112,7 @@ def arrow_schema() -> Any:
     return _arrow_schema
 
 
-def message_batch(topic: str, node: str, messages: list[Message],
+def message_batch(topic: str, node: str, messages: list[MessageFrame],
                   key_header: str = "key") -> Any:
     """Messages of one partition as one Arrow ``RecordBatch`` of ``READ_SCHEMA``.
 

@@ -51,11 +51,11 @@ except ImportError:  # pragma: no cover - pyspark 4.0
 
 from .. import sync
 from ..errors import InvalidArgument
-from ..partitions import partition_for
-from ..pool import TopicRoutes
-from ..producer import BatchResult
+from ..model.partitions import partition_for
+from ..model.routes import TopicRoutes
+from ..model.sharding import make_router
+from ..producer.results import BatchResult
 from ..protocol import commands
-from ..sharding import make_router
 from .options import SinkOptions
 
 __all__ = [

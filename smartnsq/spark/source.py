@@ -33,17 +33,14 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from .. import loop_thread as _loop_thread
-from ..errors import InvalidArgument, NSQError
+from ..errors import ClusterError, DataLoss, InvalidArgument, NSQError, PartitionUnavailable
 from ..protocol.commands import StartPosition
-from ..protocol.frames import Message
+from ..protocol.frames import MessageFrame
+from ..transport import loop_thread as _loop_thread
 from .cluster import (
     ClusterClient,
-    ClusterError,
-    DataLoss,
     LeaderInfo,
     LeaderWait,
-    PartitionUnavailable,
     RangeReader,
     TopicLayout,
     condition_of,
@@ -526,7 +523,7 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
             log.warning("could not delete the temporary channel %s of %s/%d: %s", name,
                         part.topic, part.partition, exc)
 
-    pending: list[Message] = []
+    pending: list[MessageFrame] = []
     try:
         while waiting and len(reading) < options.ordered_read_channels:
             start_next()
@@ -555,7 +552,7 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
             finish(*reading.popleft())
 
 
-def _after(message: Message) -> int:
+def _after(message: MessageFrame) -> int:
     assert message.queue_offset is not None and message.raw_size is not None
     return message.queue_offset + message.raw_size
 

@@ -15,10 +15,9 @@ from typing import Any
 
 from support import Watch, bounded
 
+from smartnsq import Consumer, Producer
 from smartnsq.admin import AsyncAdmin
-from smartnsq.consumer import Consumer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 from smartnsq.protocol.admin import ChannelStats
 
 WAIT = 30.0
@@ -39,7 +38,7 @@ def first_copies(messages: list[Message]) -> dict[bytes, Message]:
 
 def is_real(cluster: Any) -> bool:
     """Whether ``cluster`` is the real servers (``RealCluster``) rather than the dev cluster."""
-    from smartnsq.realcluster import RealCluster
+    from smartnsq.testing.realcluster import RealCluster
 
     return isinstance(cluster, RealCluster)
 

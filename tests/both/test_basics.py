@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from support import Watch, bounded, fresh_name
 
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 
 WAIT = 30.0
 

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from smartnsq.devcluster.chaos import REAL_FAULTS, ChaosConfig, make_schedule, run_chaos
-from smartnsq.realcluster import ENV, RealCluster
+from smartnsq.testing.realcluster import ENV, RealCluster
 
 pytestmark = pytest.mark.real
 

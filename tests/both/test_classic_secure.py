@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 from support import Watch, bounded, fresh_name
 
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.errors import NSQError, PlaintextAuthRefused, SecurityError, ServerError
-from smartnsq.http import HttpClient
 from smartnsq.message import Message
-from smartnsq.producer import Producer
+from smartnsq.transport.http import HttpClient
 
 WAIT = 30.0
 SECRET = "s3cret-for-tests"

@@ -32,7 +32,7 @@ from support import Watch, bounded, fresh_name, keeps_deadline
 from smartnsq import Consumer, Producer
 from smartnsq.admin import AsyncAdmin
 from smartnsq.devcluster.profile import FaultProfile
-from smartnsq.errors import ConnectionError_, NSQError, ServerError, Timeout
+from smartnsq.errors import ConnectionFailed, NSQError, ServerError, Timeout
 from smartnsq.message import Message
 
 FAST_LOOKUP = {"poll_interval": 0.5, "discover_interval": 5.0}
@@ -62,7 +62,7 @@ and a 3.1 s stall on a partition whose leader stays up, on a loaded machine)."""
 WORKERS = 4  # publishers at once (two per partition), so publishes are in flight at the fault
 AFTER = 5  # acknowledged publishes per partition after the fault before the test stops
 
-DOCUMENTED = (Timeout, ServerError, ConnectionError_)
+DOCUMENTED = (Timeout, ServerError, ConnectionFailed)
 
 
 @dataclass

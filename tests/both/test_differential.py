@@ -33,7 +33,8 @@ from differential import (
     stop_sides,
 )
 
-from smartnsq.realcluster import ENV, RealNsqdError, find_binaries
+from smartnsq.errors import RealNsqdError
+from smartnsq.testing.realcluster import ENV, find_binaries
 
 START_TIMEOUT = 240.0   # a youzan real cluster and its five topics: ~10 s when idle
 CASE_TIMEOUT = 60.0

@@ -14,10 +14,9 @@ from typing import Any
 
 from support import Watch, bounded, fresh_name
 
+from smartnsq import Consumer, Producer
 from smartnsq.compat import MigrationPolicy
-from smartnsq.consumer import Consumer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 
 WAIT = 30.0
 KEYS = 16

@@ -25,9 +25,9 @@ from both_support import (
 )
 from support import bounded, fresh_name
 
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.message import Message
-from smartnsq.sharding import murmur3_partition
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
+from smartnsq.model.sharding import murmur3_partition
 
 TWICE = {"ordered_first_delivery_twice": True}
 QUICK_RETRY: dict[str, Any] = {"backoff_policy": BackoffPolicy(enabled=False),

@@ -16,9 +16,8 @@ from typing import Any
 
 from support import Watch, bounded, fresh_name
 
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 
 PARTITIONS = 4
 PER_PARTITION = 50

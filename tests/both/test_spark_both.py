@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 from support import Watch, bounded, fresh_name
 
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
-from smartnsq.sharding import murmur3_partition
+from smartnsq.model.sharding import murmur3_partition
 
 pytestmark = pytest.mark.spark
 
@@ -32,7 +31,7 @@ def spark_session() -> Iterator[Any]:
     """A local SparkSession for this module (tests/spark's settings), stopped after it."""
     if not HAVE_SPARK:
         pytest.skip("pyspark/pyarrow not installed (pip install -e '.[spark]')")
-    from smartnsq.spark.testing import local_session
+    from smartnsq.testing.spark import local_session
 
     session = local_session("smartnsq-tests-both")
     try:

@@ -25,11 +25,11 @@ from both_support import (
 )
 from support import bounded, fresh_name, wait_until
 
+from smartnsq import BatchResult, PublishResult
 from smartnsq.message import Message
-from smartnsq.producer import BatchResult, PublishResult
+from smartnsq.model.sharding import java_partition, make_router, murmur3_partition
 from smartnsq.protocol.commands import StartPosition
 from smartnsq.protocol.frames import partition_of
-from smartnsq.sharding import java_partition, make_router, murmur3_partition
 
 SECOND = 1_000_000_000  # message timestamps are nanoseconds since the epoch
 RAW_OVERHEAD = 30  # a message's bytes in the queue beyond its body: 4 (size) + 26 (header)

@@ -16,7 +16,7 @@ import pytest
 
 from smartnsq.cli import main
 from smartnsq.cli.util import CLIError
-from smartnsq.sharding import murmur3_partition
+from smartnsq.model.sharding import murmur3_partition
 
 
 @pytest.fixture(autouse=True)

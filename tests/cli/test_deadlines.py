@@ -3,7 +3,7 @@
 
 The commands run as real processes (from the worktree root, so this checkout's package is the
 one imported), each timed from the command line's entry point to its return; the peers are
-``smartnsq.devcluster.hostile``'s, on the test's loop. Ctrl-C goes to ``python -m smartnsq``.
+``smartnsq.testing.hostile``'s, on the test's loop. Ctrl-C goes to ``python -m smartnsq``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,7 @@ from typing import Any
 
 import pytest
 
-from smartnsq.devcluster.hostile import (
-    DripLookupd,
-    SilentLookupd,
-    SilentNsqd,
-    StallingNsqd,
-)
+from smartnsq.testing.hostile import DripLookupd, SilentLookupd, SilentNsqd, StallingNsqd
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 1.5
@@ -93,8 +88,8 @@ def env() -> dict[str, str]:
 # machine (2.5-3.3 s at a load of 10), which is not what --timeout bounds or this measures
 TIMED = ("import sys, time\n"
          "from smartnsq.cli import main\n"
-         "import smartnsq.admin, smartnsq.consumer, smartnsq.lookup, smartnsq.producer\n"
-         "import smartnsq.devcluster.__main__\n"
+         "import smartnsq.admin, smartnsq.consumer, smartnsq.discovery.lookup, smartnsq.producer\n"
+         "import smartnsq.cli.devcluster\n"
          "started = time.monotonic()\n"
          "code = main(sys.argv[1:])\n"
          "print(f'@@took {time.monotonic() - started:.3f}', flush=True)\n"

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from smartnsq.cli import build_parser
-from smartnsq.devcluster.__main__ import build_fault_parser
-from smartnsq.devcluster.__main__ import build_parser as devcluster_parser
+from smartnsq.cli.devcluster import build_fault_parser
+from smartnsq.cli.devcluster import build_parser as devcluster_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND = 60.0
@@ -187,10 +187,10 @@ async def test_server_refusals_are_one_sentence_saying_what_to_change(nsq_cluste
 
 def test_the_sharding_flag_offers_the_producers_schemes() -> None:
     """``pub --sharding`` offers the Producer's schemes, read from the one list
-    (``smartnsq.sharding_schemes``, which imports nothing, so building the parser loads no
+    (``smartnsq.model.sharding_schemes``, which imports nothing, so building the parser loads no
     client code); every name there has a router."""
     from smartnsq.cli import build_parser
-    from smartnsq.sharding import SCHEMES, make_router
+    from smartnsq.model.sharding import SCHEMES, make_router
 
     parser = build_parser()
     pub = next(a for a in parser._subparsers._group_actions  # type: ignore[union-attr]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from support import bounded
 
+from smartnsq import Producer
 from smartnsq.cli import main
-from smartnsq.producer import Producer
 
 ROOT = Path(__file__).resolve().parents[2]
 

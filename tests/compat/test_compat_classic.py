@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from smartnsq import Producer
 from smartnsq.compat import ClassicPolicy
-from smartnsq.compat.policy import rendezvous
 from smartnsq.errors import InvalidArgument
-from smartnsq.pool import parse_address
-from smartnsq.producer import Producer
+from smartnsq.model.dialect import rendezvous
+from smartnsq.model.routes import parse_address
 
 
 def stored(cluster: Any, topic: str) -> dict[str, list[Any]]:

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from support import WAIT
 
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 
 
 async def first(consumer: Consumer) -> Message:
@@ -59,9 +58,10 @@ def test_every_public_policy_field_has_a_meaning_in_the_reference() -> None:
     """The configuration reference is generated from the fields' doc() metadata."""
     import dataclasses
 
+    from reference import config_table
+
     from smartnsq.compat.migration import MigrationPolicy
-    from smartnsq.compat.policy import ClassicPolicy
-    from smartnsq.reference import config_table
+    from smartnsq.model.dialect import ClassicPolicy
 
     for cls in (ClassicPolicy, MigrationPolicy):
         public = [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from smartnsq import Producer
 from smartnsq.compat import MigrationChooser, MigrationPolicy
 from smartnsq.compat.migration import split_routes
 from smartnsq.errors import InvalidArgument, TopicNotFound
-from smartnsq.pool import TopicRoutes
-from smartnsq.producer import Producer
+from smartnsq.model.routes import TopicRoutes
 
 
 def classic_bodies(cluster: Any, topic: str) -> list[bytes]:

@@ -15,11 +15,10 @@ from typing import Any
 import pytest
 from support import WAIT
 
+from smartnsq import Consumer, Producer
 from smartnsq.compat import ClassicPolicy
-from smartnsq.consumer import Consumer
 from smartnsq.errors import InvalidArgument
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 from smartnsq.protocol.commands import StartPosition
 
 HOOK_WAIT = 3.0  # the refusal comes right after the first lookup

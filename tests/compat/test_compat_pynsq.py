@@ -18,7 +18,7 @@ import pytest
 from smartnsq.compat import pynsq as nsq
 from smartnsq.devcluster import DevCluster
 from smartnsq.errors import InvalidArgument
-from smartnsq.loop_thread import LoopThread
+from smartnsq.transport.loop_thread import LoopThread
 
 WATCHDOG = 20.0
 

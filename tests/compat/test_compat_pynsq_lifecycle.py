@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from smartnsq import loop_thread
 from smartnsq.compat import pynsq as nsq
-from smartnsq.errors import ConnectionError_, InvalidArgument
-from smartnsq.loop_thread import LoopThread
+from smartnsq.errors import ConnectionFailed, InvalidArgument
+from smartnsq.transport import loop_thread
+from smartnsq.transport.loop_thread import LoopThread
 
 NOWHERE = "127.0.0.1:1"  # nothing listens there: connecting fails, retried in the background
 
@@ -97,7 +97,7 @@ def test_publishes_fail_instead_of_hanging_once_nothing_runs_them() -> None:
     for writer in (stopped, closed):
         for future in (writer.pub("t", b"x"), writer.mpub("t", [b"x", b"y"]),
                        writer.dpub("t", 5, b"x")):
-            assert isinstance(future.exception(5), ConnectionError_)
+            assert isinstance(future.exception(5), ConnectionFailed)
     stopped.close()
 
 
@@ -125,7 +125,7 @@ def test_a_failed_publish_still_calls_back_with_an_error() -> None:
     assert done.is_set()
     conn, data = answers[0]
     assert conn is None and isinstance(data, nsq.Error)
-    assert isinstance(data.error, ConnectionError_)
+    assert isinstance(data.error, ConnectionFailed)
 
 
 def test_stats_and_starvation_are_read_on_the_network_loop() -> None:

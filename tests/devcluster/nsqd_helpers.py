@@ -19,17 +19,11 @@ from typing import Any
 
 import snappy
 
-from smartnsq.devcluster.nsqd import NsqdNode
+from smartnsq.devcluster.nsqd.node import NsqdNode
 from smartnsq.devcluster.state import ClusterState, TopicInfo
-from smartnsq.protocol import (
-    MAGIC_V2,
-    ErrorFrame,
-    FrameReader,
-    Message,
-    MessageLayout,
-    Response,
-    commands,
-)
+from smartnsq.protocol import commands
+from smartnsq.protocol.commands import MAGIC_V2
+from smartnsq.protocol.frames import ErrorFrame, FrameReader, MessageFrame, MessageLayout, Response
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TIMEOUT = 5.0
@@ -129,12 +123,12 @@ class RawClient:
         self.send(data)
         return await self.frame(timeout)
 
-    async def message(self, timeout: float = TIMEOUT) -> Message:
+    async def message(self, timeout: float = TIMEOUT) -> MessageFrame:
         """The next message frame (heartbeats skipped)."""
         while True:
             frame = await self.frame(timeout)
             assert frame is not None, "connection closed while waiting for a message"
-            if isinstance(frame, Message):
+            if isinstance(frame, MessageFrame):
                 return frame
             assert not isinstance(frame, ErrorFrame), frame
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from smartnsq.devcluster.__main__ import _topic_spec
+from smartnsq.cli.devcluster import _topic_spec
 
 BOUND = 60.0
 SMARTNSQ = [sys.executable, "-c", "import sys; from smartnsq.cli import main; "

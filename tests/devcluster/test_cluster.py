@@ -248,7 +248,7 @@ async def test_a_stopped_cluster_restarts_on_the_same_addresses(
 
 async def test_command_line_run_prints_addresses(capsys: pytest.CaptureFixture[str],
                                                  client: httpx.AsyncClient) -> None:
-    from smartnsq.devcluster.__main__ import build_parser, run
+    from smartnsq.cli.devcluster import build_parser, run
 
     args = build_parser().parse_args(["--nodes", "2", "--lookupds", "1", "--topic", "demo:2",
                                       "--channel", "c1"])
@@ -273,7 +273,7 @@ async def test_command_line_run_prints_addresses(capsys: pytest.CaptureFixture[s
 
 
 def test_command_line_rejects_bad_topic_spec(capsys: pytest.CaptureFixture[str]) -> None:
-    from smartnsq.devcluster import main
+    from smartnsq.cli.devcluster import main
 
     assert main(["--topic", "a:b:c:d"]) == 2  # a usage error (docs/cli.md), no traceback
     assert "NAME[:PARTITIONS[:REPLICAS]]" in capsys.readouterr().err

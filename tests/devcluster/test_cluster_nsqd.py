@@ -18,7 +18,9 @@ import httpx
 import pytest
 
 from smartnsq.devcluster import DevCluster
-from smartnsq.protocol import MAGIC_V2, ErrorFrame, FrameReader, Message, Response, commands
+from smartnsq.protocol import commands
+from smartnsq.protocol.commands import MAGIC_V2
+from smartnsq.protocol.frames import ErrorFrame, FrameReader, MessageFrame, Response
 
 V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 TIMEOUT = 5.0
@@ -98,7 +100,7 @@ async def test_move_leader_old_leader_refuses_pub_and_sub(cluster: DevCluster) -
     bodies = []
     for _ in range(2):
         msg = await on_new.frame()
-        assert isinstance(msg, Message)
+        assert isinstance(msg, MessageFrame)
         bodies.append(msg.body)
         on_new.writer.write(commands.fin(msg.id))
     assert bodies == [b"before", b"after"]
@@ -137,7 +139,7 @@ async def test_stopped_node_drops_and_refuses_then_keeps_data(cluster: DevCluste
     assert await consumer.call(commands.sub("t", "c", 0)) == Response(b"OK")
     consumer.writer.write(commands.rdy(1))
     msg = await consumer.frame()
-    assert isinstance(msg, Message) and msg.body == b"kept"
+    assert isinstance(msg, MessageFrame) and msg.body == b"kept"
     consumer.close()
 
 
@@ -183,7 +185,7 @@ async def test_http_publish_through_cluster(cluster: DevCluster) -> None:
 
 def test_command_line_runs_and_prints_addresses() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "smartnsq.devcluster", "--nodes", "1", "--lookupds", "1",
+        [sys.executable, "-m", "smartnsq", "dev-cluster", "--nodes", "1", "--lookupds", "1",
          "--topic", "demo:1:1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -21,7 +21,8 @@ from support import wait_until
 
 from smartnsq.devcluster import DevCluster
 from smartnsq.devcluster.profile import OFF, REALISTIC, FaultProfile, profile_named
-from smartnsq.protocol import MAGIC_V2, commands
+from smartnsq.protocol import commands
+from smartnsq.protocol.commands import MAGIC_V2
 
 V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 WAIT = 15.0

@@ -1,4 +1,4 @@
-"""The hostile peers of ``smartnsq.devcluster.hostile``, as a raw client sees them.
+"""The hostile peers of ``smartnsq.testing.hostile``, as a raw client sees them.
 
 Raw asyncio streams only (no smartnsq client code on the reading side), so each test shows
 exactly what any client is up against. Waits are bounded reads; nothing sleeps.
@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 
-from smartnsq.devcluster.hostile import (
+from smartnsq.testing.hostile import (
     DeflatingNsqd,
     DripLookupd,
     FakeLookupd,

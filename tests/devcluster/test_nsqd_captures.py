@@ -19,7 +19,7 @@ import pytest
 import trustme
 from nsqd_helpers import FIXTURES, TIMEOUT, Nodes, Step, load_tcp_capture
 
-from smartnsq.devcluster.nsqd import NsqdNode
+from smartnsq.devcluster.nsqd.node import NsqdNode
 from smartnsq.devcluster.state import ClusterState, PartitionInfo, TopicInfo
 
 YOUZAN_FILES = ["tcp_01_identify.txt", "tcp_08_err_pub_not_leader.txt",

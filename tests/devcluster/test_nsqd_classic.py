@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 from nsqd_helpers import Nodes, RawClient, error_then_close, running
 
-from smartnsq.protocol import ErrorFrame, Response, commands
-from smartnsq.protocol.frames import HEARTBEAT
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import HEARTBEAT, ErrorFrame, Response
 
 AUTH = {
     "goodsecret": {"identity": "x", "identity_url": "",

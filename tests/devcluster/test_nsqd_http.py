@@ -11,8 +11,9 @@ import httpx
 import pytest
 from nsqd_helpers import FIXTURES, Nodes, running
 
-from smartnsq.devcluster.channels import Channel
-from smartnsq.protocol import Response, commands
+from smartnsq.devcluster.nsqd.channels import Channel
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import Response
 
 V1 = {"Accept": "application/vnd.nsq; version=1.0"}
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import pytest
 from nsqd_helpers import running
 
-from smartnsq.devcluster.channels import Channel
-from smartnsq.devcluster.nsqd import NsqdOptions
+from smartnsq.devcluster.nsqd.channels import Channel
+from smartnsq.devcluster.nsqd.options import NsqdOptions
 from smartnsq.devcluster.state import PartitionInfo
-from smartnsq.protocol import ErrorFrame, Response, commands
-from smartnsq.protocol.frames import Message
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import ErrorFrame, MessageFrame, Response
 
 
 @pytest.mark.parametrize("twice", [True, "before", False])
@@ -70,7 +70,7 @@ async def test_only_the_first_sub_ordered_duplicates() -> None:
         got = await consumer.message()
         consumer.send(commands.fin(got.id))
         following = await consumer.message()
-        assert isinstance(following, Message) and following.body == b"m1"
+        assert isinstance(following, MessageFrame) and following.body == b"m1"
 
 
 async def _ordered_backlog(nodes: object, bodies: tuple[bytes, ...] = (b"m0", b"m1"),

@@ -7,8 +7,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smartnsq.protocol import commands
-from smartnsq.protocol.server import (
+from smartnsq.devcluster.nsqd.reader import (
     CommandReader,
     Data,
     Event,
@@ -17,6 +16,7 @@ from smartnsq.protocol.server import (
     LineTooLong,
     Magic,
 )
+from smartnsq.protocol import commands
 
 
 def events(reader: CommandReader) -> list[Event]:

@@ -14,7 +14,8 @@ import snappy
 import trustme
 from nsqd_helpers import IDENTIFY, RawClient, error_then_close, running
 
-from smartnsq.protocol import Response, commands
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import Response
 
 needs_start_tls = pytest.mark.skipif(sys.version_info < (3, 11),
                                      reason="asyncio.StreamWriter.start_tls is 3.11+")

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 from nsqd_helpers import Nodes, RawClient, error_then_close, running
 
-from smartnsq.devcluster.channels import Channel
-from smartnsq.protocol import ErrorFrame, Response, commands, parse_publish_response
-from smartnsq.protocol.frames import HEARTBEAT
+from smartnsq.devcluster.nsqd.channels import Channel
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import HEARTBEAT, ErrorFrame, Response
+from smartnsq.protocol.responses import parse_publish_response
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 
 import smartnsq.sync
 from smartnsq import Producer
-from smartnsq.devcluster.hostile import SilentNsqd
 from smartnsq.errors import LookupFailed, Timeout
+from smartnsq.testing.hostile import SilentNsqd
 
 
 async def _dead_addresses(n: int) -> list[str]:
@@ -59,7 +59,7 @@ async def test_a_connection_attempt_outliving_its_call_leaves_no_unread_error() 
             with pytest.raises(Timeout):
                 await producer.publish("orders", b"x", timeout=0.05)
             dials = [t for t in asyncio.all_tasks()
-                     if getattr(t.get_coro(), "__qualname__", "") == "PartitionPool._open"]
+                     if getattr(t.get_coro(), "__qualname__", "") == "NodePool._open"]
             assert dials  # still dialling after the call ended
             await asyncio.wait(dials)
             del dials
@@ -73,12 +73,12 @@ async def test_a_connection_attempt_outliving_its_call_leaves_no_unread_error() 
 async def test_a_dial_whose_deadline_has_passed_says_so_without_a_negative_time() -> None:
     """Issue 21's run saw "connecting to … took longer than -0.0002s": a caller whose
     deadline passed while it was on its way gives the pool a negative time left."""
-    from smartnsq.pool import PartitionPool
-    from smartnsq.routes import StaticRouteSource
+    from smartnsq.discovery.nodes import NodePool
+    from smartnsq.model.routes import StaticRouteSource
 
     async with SilentNsqd() as silent:
         host, port = silent.address.rsplit(":", 1)
-        pool = PartitionPool(StaticRouteSource([silent.address]), idle_timeout=None)
+        pool = NodePool(StaticRouteSource([silent.address]), idle_timeout=None)
         try:
             with pytest.raises(Timeout) as caught:
                 await pool.acquire((host, int(port)), timeout=-0.0002)

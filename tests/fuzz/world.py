@@ -33,11 +33,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import smartnsq.sync
-from smartnsq import errors
-from smartnsq.consumer import Consumer
-from smartnsq.devcluster import channels as dev_channels
+from smartnsq import Consumer, Producer, errors
 from smartnsq.devcluster.cluster import DevCluster
-from smartnsq.devcluster.hostile import (
+from smartnsq.devcluster.nsqd import channels as dev_channels
+from smartnsq.testing.hostile import (
     DripLookupd,
     FakeLookupd,
     HugeLookupd,
@@ -48,8 +47,7 @@ from smartnsq.devcluster.hostile import (
     frame,
     lookup_answer,
 )
-from smartnsq.loop_thread import LoopThread
-from smartnsq.producer import Producer
+from smartnsq.transport.loop_thread import LoopThread
 
 log = logging.getLogger("smartnsq.fuzz")
 
@@ -882,8 +880,10 @@ class World:
     async def _stop(self) -> list[str]:
         out: list[str] = []
         me = asyncio.current_task()
+        servers = (f"{os.sep}devcluster{os.sep}", f"{os.sep}testing{os.sep}")  # not clients
         client = [t for t in asyncio.all_tasks() if t is not me
-                  and "devcluster" not in t.get_coro().cr_code.co_filename  # type: ignore[union-attr]
+                  and not any(s in t.get_coro().cr_code.co_filename  # type: ignore[union-attr]
+                              for s in servers)
                   and not t.done()]
         if client:
             # a task cancelled in the same turn the close returned ends on the next one: only

@@ -10,8 +10,15 @@ from typing import Any
 import pytest
 from support import BackgroundCluster, bounded, keeps_deadline, slow_topic_creation
 
-from smartnsq.admin import Admin, AdminError, AsyncAdmin, CreationProgress
-from smartnsq.errors import ConnectionError_, InvalidArgument, ProtocolError, Timeout, TopicNotFound
+from smartnsq.admin import Admin, AsyncAdmin, CreationProgress
+from smartnsq.errors import (
+    AdminError,
+    ConnectionFailed,
+    InvalidArgument,
+    ProtocolError,
+    Timeout,
+    TopicNotFound,
+)
 from smartnsq.protocol.commands import StartPosition
 
 YOUZAN = pytest.mark.nsq_cluster(nodes=3, lookupds=2)
@@ -121,7 +128,7 @@ async def test_create_topic_refusals_name_the_cause(nsq_cluster: Any) -> None:
 
 @YOUZAN
 async def test_channels_offsets_stats_and_delete(nsq_cluster: Any) -> None:
-    from smartnsq.producer import Producer
+    from smartnsq import Producer
 
     cluster = nsq_cluster
     lookupd = cluster.lookupd_http_addresses
@@ -244,7 +251,7 @@ async def test_an_unreachable_node_says_so_with_the_cause() -> None:
     server.close()
     await server.wait_closed()
     async with AsyncAdmin(timeout=2) as admin:
-        with pytest.raises(ConnectionError_, match=f"cannot reach 127.0.0.1:{port}") as info:
+        with pytest.raises(ConnectionFailed, match=f"cannot reach 127.0.0.1:{port}") as info:
             await admin.info(f"127.0.0.1:{port}")
     assert info.value.__cause__ is not None
 

@@ -12,11 +12,9 @@ from typing import Any
 import pytest
 from support import WAIT, BackgroundCluster, Watch, bounded
 
-from smartnsq import sync
-from smartnsq.consumer import Consumer
-from smartnsq.errors import ConnectionError_, InvalidArgument, NSQError, ProtocolError
+from smartnsq import Consumer, Producer, sync
+from smartnsq.errors import ConnectionFailed, InvalidArgument, NSQError, ProtocolError
 from smartnsq.message import Message
-from smartnsq.producer import Producer
 from smartnsq.protocol import frames
 
 
@@ -97,18 +95,18 @@ def test_sync_objects_used_after_close_raise_the_async_clients_error() -> None:
     p.close()
     for call in (lambda: p.publish("t", b"x"), lambda: p.publish_many("t", [b"x"]),
                  lambda: p.routes("t"), lambda: p.set_trace(True)):
-        with pytest.raises(ConnectionError_):
+        with pytest.raises(ConnectionFailed):
             call()
     c = sync.Consumer("t", "c", lookupd=[refused_address()], handler=lambda m: None)
     c.close()
     for call in (lambda: iter(c), lambda: c.stats(), lambda: c.set_max_in_flight(3),
                  lambda: c.set_trace(True), lambda: c.is_starved()):
-        with pytest.raises(ConnectionError_):
+        with pytest.raises(ConnectionFailed):
             call()
 
 
 def test_a_classic_message_id_that_is_not_hex_is_a_protocol_error() -> None:
-    msg = frames.Message(0, 1, b"not-hex-at-all!!", b"body", youzan=False)
+    msg = frames.MessageFrame(0, 1, b"not-hex-at-all!!", b"body", youzan=False)
     with pytest.raises(ProtocolError):
         msg.internal_id  # noqa: B018
 

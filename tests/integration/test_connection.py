@@ -15,24 +15,24 @@ import pytest
 from support import WAIT
 
 from smartnsq.config import ConnectionConfig
-from smartnsq.connection import Connection
 from smartnsq.errors import (
     ConnectionClosed,
-    ConnectionError_,
+    ConnectionFailed,
     NonRetriableServerError,
     RefreshLookupError,
     ServerError,
     Timeout,
 )
-from smartnsq.protocol import (
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import (
     CLASSIC_LAYOUT,
     YOUZAN_LAYOUT,
-    Message,
+    MessageFrame,
     MessageLayout,
-    commands,
-    parse_publish_response,
     youzan_message_id,
 )
+from smartnsq.protocol.responses import parse_publish_response
+from smartnsq.transport.connection import Connection
 
 
 def address(cluster: Any, index: int = 0) -> tuple[str, int]:
@@ -48,14 +48,14 @@ class Inbox:
     """Collects delivered messages; tests wait for a count with a timeout."""
 
     def __init__(self) -> None:
-        self.messages: list[Message] = []
+        self.messages: list[MessageFrame] = []
         self._changed = asyncio.Event()
 
-    def __call__(self, msg: Message) -> None:
+    def __call__(self, msg: MessageFrame) -> None:
         self.messages.append(msg)
         self._changed.set()
 
-    async def wait_for(self, count: int) -> list[Message]:
+    async def wait_for(self, count: int) -> list[MessageFrame]:
         async def until() -> None:
             while len(self.messages) < count:
                 self._changed.clear()
@@ -108,7 +108,7 @@ async def test_connect_refused() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(ConnectionError_):
+    with pytest.raises(ConnectionFailed):
         await Connection.connect("127.0.0.1", port)
 
 

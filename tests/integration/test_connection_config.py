@@ -14,9 +14,9 @@ import pytest
 import trustme
 
 from smartnsq.config import ConnectionConfig, describe
-from smartnsq.connection import Connection
 from smartnsq.errors import InvalidArgument
 from smartnsq.protocol import commands
+from smartnsq.transport.connection import Connection
 
 
 @pytest.mark.parametrize("field,value", [

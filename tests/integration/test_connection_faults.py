@@ -1,6 +1,6 @@
 """Connection under faults: late answers, stalls and hostile nsqds (issue 12 items 3 and 5).
 
-The dev cluster's proxy stalls and resumes a real nsqd; ``smartnsq.devcluster.hostile`` gives
+The dev cluster's proxy stalls and resumes a real nsqd; ``smartnsq.testing.hostile`` gives
 the peers no real server would be (unasked deflate, a deflate bomb, half a frame, silence).
 Each public call runs under ``bounded``: it must end within its timeout + 1 s.
 """
@@ -14,15 +14,10 @@ import pytest
 from support import bounded
 
 from smartnsq.config import ConnectionConfig
-from smartnsq.connection import Connection
-from smartnsq.devcluster.hostile import (
-    DeflatingNsqd,
-    LateNsqd,
-    SilentNsqd,
-    StallingNsqd,
-)
 from smartnsq.errors import ConnectionClosed, ProtocolError, Timeout
 from smartnsq.protocol import commands
+from smartnsq.testing.hostile import DeflatingNsqd, LateNsqd, SilentNsqd, StallingNsqd
+from smartnsq.transport.connection import Connection
 
 WAIT = 10.0
 

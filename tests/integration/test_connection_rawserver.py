@@ -21,10 +21,11 @@ import pytest
 from support import WAIT
 
 from smartnsq.config import ConnectionConfig
-from smartnsq.connection import Connection
 from smartnsq.errors import ConnectionClosed, ProtocolError
-from smartnsq.protocol import commands, encode_response
+from smartnsq.protocol import commands
 from smartnsq.protocol.compression import Compression, DeflateStream, SnappyStream
+from smartnsq.protocol.frames import encode_response
+from smartnsq.transport.connection import Connection
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "classic"
 _HEX = re.compile(r"^(?:##)?\s+[0-9a-f]{4}  ((?:[0-9a-f]{2} )+)")

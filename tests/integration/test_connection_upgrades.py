@@ -16,18 +16,19 @@ import pytest
 import trustme
 from support import WAIT, bounded
 
+from smartnsq import Producer
 from smartnsq.config import ConnectionConfig
-from smartnsq.connection import Connection
 from smartnsq.errors import (
     ConnectionClosed,
-    ConnectionError_,
+    ConnectionFailed,
     InvalidArgument,
     PlaintextAuthRefused,
     ServerError,
     TLSVerificationFailed,
 )
-from smartnsq.producer import Producer
-from smartnsq.protocol import Message, commands
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import MessageFrame
+from smartnsq.transport.connection import Connection
 
 SECRET = "s3cret-for-tests"
 AUTH_TABLE = {SECRET: {"identity": "tester", "identity_url": "https://example.test/tester",
@@ -45,11 +46,11 @@ async def connect(cluster: Any, **config: Any) -> Connection:
     return await Connection.connect(*address(cluster), ConnectionConfig(**config))
 
 
-async def publish_and_consume(cluster: Any, conn: Connection, topic: str) -> Message:
+async def publish_and_consume(cluster: Any, conn: Connection, topic: str) -> MessageFrame:
     """PUB on ``conn``, then SUB/RDY on it and return the delivered message (FINished)."""
-    got: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+    got: asyncio.Future[MessageFrame] = asyncio.get_running_loop().create_future()
 
-    def on_message(msg: Message) -> None:
+    def on_message(msg: MessageFrame) -> None:
         if not got.done():
             got.set_result(msg)
 
@@ -162,7 +163,7 @@ async def test_tls_verifies_by_default(nsq_cluster_factory: Any,
     # fatal at once, never retried as a network error; one line naming the problem
     error = caught.value
     assert error.fatal and not error.retriable and not error.refresh_lookup
-    assert not isinstance(error, ConnectionError_)
+    assert not isinstance(error, ConnectionFailed)
     assert "\n" not in str(error) and "local issuer certificate" in error.reason
 
 
@@ -188,7 +189,7 @@ async def test_tls_verify_can_be_turned_off(nsq_cluster_factory: Any,
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic")
 async def test_tls_not_offered(nsq_cluster: Any, client_tls: ssl.SSLContext) -> None:
-    with pytest.raises(ConnectionError_, match="does not offer TLS"):
+    with pytest.raises(ConnectionFailed, match="does not offer TLS"):
         await connect(nsq_cluster, tls=client_tls)
     # classic tcp_29: tls_v1:false, no upgrade and no extra OK; going on in plaintext
     conn = await connect(nsq_cluster, tls=client_tls, tls_required=False)

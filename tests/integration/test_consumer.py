@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from support import WAIT, Watch, channel_reaches, wait_until
 
-from smartnsq.connection import Connection
-from smartnsq.consumer import Consumer, StartPosition
-from smartnsq.message import AlreadyResponded, Message
+from smartnsq import Consumer, StartPosition
+from smartnsq.errors import AlreadyResponded
+from smartnsq.message import Message
 from smartnsq.protocol import commands
+from smartnsq.transport.connection import Connection
 
 
 async def publish(cluster: Any, topic: str, bodies: list[bytes], partition: int = 0,
@@ -102,7 +103,7 @@ async def test_consume_finishes_every_message(nsq_cluster: Any) -> None:
 
 def fast_retry() -> dict[str, Any]:
     """Requeue at once and without backoff windows: tests wait on events, not on policies."""
-    from smartnsq.backoff import BackoffPolicy, RequeuePolicy
+    from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
     return {"requeue_policy": RequeuePolicy(initial=0.0),
             "backoff_policy": BackoffPolicy(enabled=False)}
 

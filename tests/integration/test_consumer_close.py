@@ -17,13 +17,11 @@ from typing import Any
 import pytest
 from support import WAIT, Watch, bounded, keeps_deadline, wait_until
 
-from smartnsq import sync
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.consumer import Consumer
-from smartnsq.devcluster.hostile import SilentNsqd, StallingNsqd
+from smartnsq import Consumer, Producer, sync
 from smartnsq.errors import InvalidArgument
 from smartnsq.message import Message
-from smartnsq.producer import Producer
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
+from smartnsq.testing.hostile import SilentNsqd, StallingNsqd
 
 PARTITIONS = 4
 FAST: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),

@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 from support import WAIT, Watch, watch_channels
 
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.connection import Connection
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
 from smartnsq.protocol import commands
+from smartnsq.transport.connection import Connection
 
 FAST: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),
         "backoff_policy": BackoffPolicy(enabled=False), "reconnect_delay": 0.05,
@@ -160,7 +159,7 @@ async def test_start_position_on_every_partition_when_a_node_leads_several(
         for p in range(4):
             for i in range(5):
                 await producer.publish("rewind", b"p%d-%d" % (p, i), partition=p)
-    from smartnsq.consumer import StartPosition
+    from smartnsq import StartPosition
     seen: list[Message] = []
     done = asyncio.Event()
 

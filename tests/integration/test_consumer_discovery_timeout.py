@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 from support import bounded
 
-from smartnsq import sync
-from smartnsq.consumer import Consumer
-from smartnsq.devcluster.hostile import SilentLookupd
+from smartnsq import Consumer, sync
 from smartnsq.errors import InvalidArgument, LookupFailed, TopicNotFound
+from smartnsq.testing.hostile import SilentLookupd
 
 
 def refused_address() -> str:

@@ -15,10 +15,9 @@ import httpx
 import pytest
 from support import WAIT, Watch, channel_reaches, watch_channels
 
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.consumer import Consumer, StartPosition
+from smartnsq import Consumer, Producer, StartPosition
 from smartnsq.message import Message
-from smartnsq.producer import Producer
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
 
 FAST: dict[str, Any] = {"requeue_policy": RequeuePolicy(initial=0.0),
                         "backoff_policy": BackoffPolicy(enabled=False),

@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 from support import Watch, bounded, wait_until, watch_channels
 
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
 
 WAIT = 15.0
 REAL = {"ordered_first_delivery_twice": True}

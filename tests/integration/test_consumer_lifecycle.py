@@ -17,8 +17,7 @@ import pytest
 import trustme
 from support import bounded, wait_until
 
-from smartnsq import errors
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, errors
 from smartnsq.errors import InvalidArgument, ServerError
 from smartnsq.message import Message
 

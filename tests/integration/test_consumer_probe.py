@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from support import Watch, bounded
 
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
 
 WAIT = 10.0
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from support import Watch, watch_channels
 
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.connection import Connection
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer
 from smartnsq.message import Message
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
+from smartnsq.model.sharding import murmur3_partition
 from smartnsq.protocol import commands
-from smartnsq.sharding import murmur3_partition
+from smartnsq.transport.connection import Connection
 
 MESSAGES = int(os.environ.get("SMARTNSQ_STRESS_MESSAGES", "4000"))
 WAIT = max(30.0, MESSAGES / 500)

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from support import Watch, bounded, channel_reaches, poke_on_log, wait_until
 
-from smartnsq import Consumer
+from smartnsq import Consumer, Producer
 from smartnsq.devcluster import DevCluster
 from smartnsq.devcluster.profile import FaultProfile
-from smartnsq.lookup import LookupManager
-from smartnsq.producer import Producer
+from smartnsq.discovery.lookup import LookupManager
 
 TIMEOUT = 8.0
 

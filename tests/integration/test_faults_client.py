@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from support import bounded
 
-from smartnsq import Consumer, Producer, Timeout
+from smartnsq import Consumer, Producer
 from smartnsq.devcluster import DevCluster
 from smartnsq.devcluster.profile import FaultProfile
+from smartnsq.errors import Timeout
 
 FAST_LOOKUP = {"poll_interval": 0.5, "discover_interval": 5.0}
 

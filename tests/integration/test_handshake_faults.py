@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 from support import WAIT, Watch, bounded, wait_until
 
-from smartnsq.connection import Connection
-from smartnsq.consumer import Consumer
-from smartnsq.devcluster.hostile import _IDENTIFY_ANSWER, _Nsqd, _Peer, frame
+from smartnsq import Consumer, Producer
 from smartnsq.errors import NSQError, ProtocolError, ServerError
-from smartnsq.producer import Producer
+from smartnsq.testing.hostile import _IDENTIFY_ANSWER, _Nsqd, _Peer, frame
+from smartnsq.transport.connection import Connection
 
 
 class IdentifyThenFatalNsqd(_Nsqd):

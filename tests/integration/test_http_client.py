@@ -1,5 +1,5 @@
 """The library's HTTP client (smartnsq.http) over real sockets: the dev cluster's lookupd and
-nsqd, and the hostile peers of ``smartnsq.devcluster.hostile``.
+nsqd, and the hostile peers of ``smartnsq.testing.hostile``.
 
 Every request that may stall is wrapped in ``bounded``: it must end within its timeout + 1 s.
 """
@@ -18,10 +18,17 @@ import pytest
 import trustme
 from support import bounded, wait_until
 
-from smartnsq.devcluster.hostile import DripLookupd, FakeLookupd, HugeLookupd, SilentLookupd
-from smartnsq.errors import ConnectionError_, ProtocolError, Timeout
-from smartnsq.http import HttpClient, HttpConnectError, HttpTimeout, HttpTLSError
-from smartnsq.protocol.http import AnswerTooLarge
+from smartnsq.errors import (
+    AnswerTooLarge,
+    ConnectionFailed,
+    HttpConnectError,
+    HttpTimeout,
+    HttpTLSError,
+    ProtocolError,
+    Timeout,
+)
+from smartnsq.testing.hostile import DripLookupd, FakeLookupd, HugeLookupd, SilentLookupd
+from smartnsq.transport.http import HttpClient
 
 MIB = 1024 * 1024
 
@@ -115,7 +122,7 @@ async def test_a_refused_connection_names_the_peer_and_its_cause() -> None:
     async with HttpClient() as client:
         with pytest.raises(HttpConnectError, match=f"127.0.0.1:{port}: cannot connect") as info:
             await get(client, f"127.0.0.1:{port}")
-    assert isinstance(info.value, ConnectionError_) and info.value.__cause__ is not None
+    assert isinstance(info.value, ConnectionFailed) and info.value.__cause__ is not None
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from smartnsq import Producer
+from smartnsq.discovery.lookup import LookupManager, TopicChange, TopicNotWritable
+from smartnsq.discovery.route_source import LookupRouteSource
 from smartnsq.errors import LookupFailed, TopicNotFound
-from smartnsq.http import HttpClient
-from smartnsq.lookup import LookupManager, TopicChange, TopicNotWritable
-from smartnsq.pool import LookupRouteSource, parse_address
-from smartnsq.producer import Producer
+from smartnsq.model.routes import parse_address
+from smartnsq.transport.http import HttpClient
 
 # lookups are cheap locally; keep the background polling out of the way unless a test wants it
 QUIET = {"poll_interval": 300.0, "discover_interval": 300.0}

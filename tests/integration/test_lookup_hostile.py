@@ -1,4 +1,4 @@
-"""LookupManager against hostile lookupds (``smartnsq.devcluster.hostile``), beside healthy ones.
+"""LookupManager against hostile lookupds (``smartnsq.testing.hostile``), beside healthy ones.
 
 Every public call is wrapped in ``bounded``: it must end within its timeout + 1 s whatever the
 hostile peer does. Before the fix each of these hung or waited for the slowest lookupd.
@@ -16,7 +16,9 @@ import pytest
 import trustme
 from support import bounded
 
-from smartnsq.devcluster.hostile import (
+from smartnsq.discovery.lookup import LookupManager
+from smartnsq.errors import InvalidArgument, LookupFailed, LookupTimeout, Timeout
+from smartnsq.testing.hostile import (
     DripLookupd,
     FakeLookupd,
     HugeLookupd,
@@ -24,8 +26,6 @@ from smartnsq.devcluster.hostile import (
     SilentLookupd,
     lookup_answer,
 )
-from smartnsq.errors import InvalidArgument, LookupFailed, LookupTimeout, Timeout
-from smartnsq.lookup import LookupManager
 
 QUIET = {"poll_interval": 300.0, "discover_interval": 300.0}
 
@@ -183,7 +183,7 @@ async def test_view_keeps_its_own_deadline_when_no_lookupd_answers() -> None:
 
 
 def test_http_url_keeps_the_scheme() -> None:
-    from smartnsq.lookup import http_url, normalize_lookupd
+    from smartnsq.discovery.lookup import http_url, normalize_lookupd
 
     assert http_url(normalize_lookupd("https://h:4443/"), "/lookup") == "https://h:4443/lookup"
     assert http_url(normalize_lookupd("http://h:4161"), "/lookup") == "http://h:4161/lookup"

@@ -21,11 +21,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from opentelemetry.trace import SpanKind
 
-import smartnsq.otel
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.consumer import Consumer
+import smartnsq.observability.otel
+from smartnsq import Consumer, Producer
 from smartnsq.message import Message
-from smartnsq.producer import Producer
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
 
 FAST: dict[str, Any] = {"reconnect_delay": 0.05, "reconnect_delay_max": 0.5}
 
@@ -155,12 +154,12 @@ async def test_instrument_traces_clients_created_afterwards(nsq_cluster: Any,
                                                             spans: Any) -> None:
     provider, exporter = spans
     await nsq_cluster.create_topic("oglobal", channels=["ch"])
-    smartnsq.otel.instrument(provider)
+    smartnsq.observability.otel.instrument(provider)
     try:
         async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
             await producer.publish("oglobal", b"x")
     finally:
-        smartnsq.otel.uninstrument()
+        smartnsq.observability.otel.uninstrument()
     async with Producer(lookupd=nsq_cluster.lookupd_http_addresses) as producer:
         await producer.publish("oglobal", b"y")
         assert "publish" not in vars(producer)  # an untraced client is not wrapped

@@ -17,14 +17,12 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-import smartnsq.otel
-from smartnsq import sync
-from smartnsq.backoff import BackoffPolicy, RequeuePolicy
-from smartnsq.consumer import Consumer
+import smartnsq.observability.otel
+from smartnsq import Consumer, Producer, sync
 from smartnsq.errors import NSQError
 from smartnsq.message import Message
-from smartnsq.otel_metrics import DURATION_BOUNDS
-from smartnsq.producer import Producer
+from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
+from smartnsq.observability.otel_metrics import DURATION_BOUNDS
 
 SENT = "messaging.client.sent.messages"
 CONSUMED = "messaging.client.consumed.messages"
@@ -171,12 +169,12 @@ async def test_instrument_meters_clients_created_afterwards(nsq_cluster: Any,
                                                             metrics: Any) -> None:
     provider, reader = metrics
     await nsq_cluster.create_topic("oglob", channels=["ch"])
-    smartnsq.otel.instrument(meter_provider=provider, tracing=False)
+    smartnsq.observability.otel.instrument(meter_provider=provider, tracing=False)
     try:
-        assert not smartnsq.otel.enabled()  # tracing stays off
+        assert not smartnsq.observability.otel.enabled()  # tracing stays off
         metered = Producer(lookupd=nsq_cluster.lookupd_http_addresses)
     finally:
-        smartnsq.otel.uninstrument()
+        smartnsq.observability.otel.uninstrument()
     plain = Producer(lookupd=nsq_cluster.lookupd_http_addresses)
     async with metered, plain:
         await metered.publish("oglob", b"x")

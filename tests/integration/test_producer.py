@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from support import WAIT, Watch, poke_on_log
 
+from smartnsq import BatchResult, Producer, PublishResult
 from smartnsq.errors import Timeout
-from smartnsq.producer import BatchResult, Producer, PublishResult
-from smartnsq.sharding import java_partition, murmur3_partition
+from smartnsq.model.sharding import java_partition, murmur3_partition
 
 
 def producer(cluster: Any, **options: Any) -> Producer:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from smartnsq import Producer
 from smartnsq.errors import InvalidArgument
-from smartnsq.producer import Producer
 from smartnsq.producer.validation import Checks
 
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from support import Watch, bounded, poke_on_log
 
+from smartnsq import Producer
 from smartnsq.errors import InvalidArgument, NSQError, Timeout
-from smartnsq.producer import Producer
-from smartnsq.sharding import murmur3_partition
+from smartnsq.model.sharding import murmur3_partition
 
 WAIT = 10.0
 

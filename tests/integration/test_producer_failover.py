@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from support import WAIT, Watch, poke_on_log
 
+from smartnsq import Producer
 from smartnsq.errors import Timeout
-from smartnsq.producer import Producer
-from smartnsq.sharding import murmur3_partition
+from smartnsq.model.sharding import murmur3_partition
 
 TIMEOUT = 5.0  # each publish's own deadline
 PARTITIONS = 4

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from support import WAIT, wait_until
 
+from smartnsq import Producer, PublishResult
 from smartnsq.errors import InvalidArgument, NSQError
-from smartnsq.producer import Producer, PublishResult
+from smartnsq.model.sharding import murmur3_partition
 from smartnsq.producer import producer as producer_module
-from smartnsq.sharding import murmur3_partition
 
 LINGER = 0.02
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from support import WAIT
 
+from smartnsq import Producer, PublishResult
 from smartnsq.errors import InvalidArgument, NSQError
-from smartnsq.producer import Producer, PublishResult
-from smartnsq.sharding import murmur3_partition
+from smartnsq.model.sharding import murmur3_partition
 
 TIMEOUT = 5.0  # each publish's own deadline in the fault tests
 

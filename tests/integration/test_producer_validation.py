@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from smartnsq import Producer, ProducerConfig
+from smartnsq.discovery.lookup import TopicNotWritable
 from smartnsq.errors import InvalidArgument, TopicNotFound
-from smartnsq.lookup import TopicNotWritable
-from smartnsq.producer import Producer, ProducerConfig
 
 pytestmark = pytest.mark.nsq_cluster(nodes=2, lookupds=1)
 

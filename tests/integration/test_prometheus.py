@@ -18,10 +18,9 @@ from support import Watch, bounded, settled_lag
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-import smartnsq.prometheus  # noqa: E402
-from smartnsq.consumer import Consumer  # noqa: E402
+import smartnsq.observability.prometheus  # noqa: E402
+from smartnsq import Consumer, Producer  # noqa: E402
 from smartnsq.message import Message  # noqa: E402
-from smartnsq.producer import Producer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +49,8 @@ async def test_a_scrape_exports_the_snapshots(nsq_any_cluster: Any) -> None:
         async with Producer(lookupd=cluster.lookupd_http_addresses, timeout=10) as producer, \
                 Consumer("pm", "ch", lookupd=cluster.lookupd_http_addresses,
                          handler=handler, reconnect_delay=0.05) as consumer:
-            collector = smartnsq.prometheus.register(producer, consumer, registry=registry)
+            collector = smartnsq.observability.prometheus.register(producer, consumer,
+                                                                   registry=registry)
             for i in range(6):
                 async with bounded(10):
                     await producer.publish("pm", b"%d" % i, partition=i % 2)

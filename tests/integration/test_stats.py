@@ -12,12 +12,10 @@ from typing import Any
 import pytest
 from support import WAIT, Watch, bounded, settled_lag
 
-from smartnsq import sync
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer, Producer, sync
 from smartnsq.errors import NSQError
 from smartnsq.message import Message
-from smartnsq.producer import Producer
-from smartnsq.stats import PUBLISH_SAMPLE, ConsumerStats, ProducerStats
+from smartnsq.observability.stats import PUBLISH_SAMPLE, ConsumerStats, ProducerStats
 
 FAST: dict[str, Any] = {"reconnect_delay": 0.05, "reconnect_delay_max": 0.5}
 PER_PARTITION = PUBLISH_SAMPLE  # past the calls whose latency is always observed

@@ -13,9 +13,10 @@ import pytest
 from support import WAIT, channel_reaches
 
 from smartnsq import sync
-from smartnsq.connection import Connection
-from smartnsq.message import AlreadyResponded, Message
+from smartnsq.errors import AlreadyResponded
+from smartnsq.message import Message
 from smartnsq.protocol import commands
+from smartnsq.transport.connection import Connection
 
 
 async def publish(cluster: Any, topic: str, bodies: list[bytes]) -> str:
@@ -74,7 +75,7 @@ async def test_blocking_handlers_run_in_threads_until_stop(nsq_cluster: Any) -> 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_failing_blocking_handler_requeues(nsq_cluster: Any) -> None:
-    from smartnsq.backoff import BackoffPolicy, RequeuePolicy
+    from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
     await nsq_cluster.create_topic("syncfail", channels=["ch"])
     address = await publish(nsq_cluster, "syncfail", [b"x"])
     attempts: list[int] = []

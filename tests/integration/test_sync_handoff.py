@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 from support import WAIT, BackgroundCluster
 
-from smartnsq import sync
+from smartnsq import PublishResult, sync
 from smartnsq.errors import InvalidArgument
-from smartnsq.loop_thread import LoopThread
-from smartnsq.producer import PublishResult
+from smartnsq.transport.loop_thread import LoopThread
 
 
 @pytest.fixture

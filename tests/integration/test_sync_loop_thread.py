@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from support import WAIT
 
-from smartnsq import loop_thread
-from smartnsq.loop_thread import LoopThread
+from smartnsq.transport import loop_thread
+from smartnsq.transport.loop_thread import LoopThread
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from support import WAIT, BackgroundCluster
 
-from smartnsq import loop_thread, sync
+from smartnsq import BatchResult, PublishResult, sync
 from smartnsq.errors import InvalidArgument, Timeout, TopicNotFound
-from smartnsq.loop_thread import LoopThread
-from smartnsq.producer import BatchResult, PublishResult
-from smartnsq.sharding import murmur3_partition
+from smartnsq.model.sharding import murmur3_partition
+from smartnsq.transport import loop_thread
+from smartnsq.transport.loop_thread import LoopThread
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from support import bounded
 
-from smartnsq.devcluster.hostile import _Peer
+from smartnsq import Producer
 from smartnsq.errors import NSQError
-from smartnsq.producer import Producer
+from smartnsq.testing.hostile import _Peer
 
 PAGE = (b"<!DOCTYPE html>\r\n<html>\r\n<head><title>Welcome</title></head>\r\n<body>\r\n"
         + b"<p>secret-ish page content</p>\r\n" * 200 + b"</body>\r\n</html>\r\n")

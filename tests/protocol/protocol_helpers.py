@@ -14,15 +14,15 @@ from typing import Any
 
 from capture import Capture, ExpectedFrame
 
-from smartnsq.protocol import (
+from smartnsq.protocol import commands
+from smartnsq.protocol.commands import MAGIC_V2
+from smartnsq.protocol.frames import (
     HEARTBEAT,
-    MAGIC_V2,
     ErrorFrame,
     Frame,
-    Message,
+    MessageFrame,
     MessageLayout,
     Response,
-    commands,
 )
 
 U32 = struct.Struct(">I")
@@ -129,7 +129,7 @@ def assert_frame(frame: Frame, expected: ExpectedFrame, layout: MessageLayout) -
     if expected.kind == "ERROR":
         assert isinstance(frame, ErrorFrame) and frame.payload == expected.payload
         return
-    assert isinstance(frame, Message)
+    assert isinstance(frame, MessageFrame)
     f = expected.fields
     assert f is not None
     assert frame.timestamp == f["timestamp_ns"]

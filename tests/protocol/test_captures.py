@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from capture import FIXTURES, load, tcp_capture_names
 
-from smartnsq.protocol import CLASSIC_LAYOUT, FrameReader, Message, MessageLayout, commands
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import CLASSIC_LAYOUT, FrameReader, MessageFrame, MessageLayout
 
 CAPTURES = tcp_capture_names()
 SHARED = Path("/work/shared/fixtures")
@@ -58,7 +59,7 @@ def test_every_exchange_is_accounted_for(name: str) -> None:
                                    else MessageLayout()).feed(event.data)
             assert type(frame).__name__ in {"RESPONSE": ("Response", "Heartbeat"),
                                             "ERROR": ("ErrorFrame",),
-                                            "MESSAGE": ("Message",)}[exp.kind]
+                                            "MESSAGE": ("MessageFrame",)}[exp.kind]
         elif event.data != commands.MAGIC_V2:
             word = event.data.split(b"\n")[0].split(b" ")[0]
             assert word in COMMAND_NAMES or event.data[:9] in NOT_OURS or word in NOT_OURS, event
@@ -83,14 +84,14 @@ def check_echoes(name: str) -> int:
     commands were checked."""
     cap = load(name)
     reader = FrameReader(_layout(name))
-    seen: dict[bytes, Message] = {}
+    seen: dict[bytes, MessageFrame] = {}
     checked = 0
     for event in cap.events:
         if not event.nsq:
             continue
         if event.direction == "recv":
             for frame in reader.feed(event.data):
-                if isinstance(frame, Message):
+                if isinstance(frame, MessageFrame):
                     seen[frame.id] = frame
             continue
         data = event.data
@@ -131,7 +132,7 @@ def test_requeued_message_keeps_id_and_timestamp() -> None:
                          ("youzan/tcp_06_sub_rdy_fin_req_touch.txt", MessageLayout())):
         reader = FrameReader(layout)
         msgs = [f for e in load(name).frames() for f in reader.feed(e.data)
-                if isinstance(f, Message)]
+                if isinstance(f, MessageFrame)]
         again = [m for m in msgs if m.attempts == 2]
         assert again
         for m in again:

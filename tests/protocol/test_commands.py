@@ -17,9 +17,12 @@ import pytest
 from capture import Event, all_events, load
 from protocol_helpers import U32, U64, Truncated, reencode
 
+from smartnsq import StartPosition
 from smartnsq.errors import InvalidArgument
-from smartnsq.protocol import MAGIC_V2, IdentifyOptions, StartPosition, commands
+from smartnsq.protocol import commands
 from smartnsq.protocol import validate as v
+from smartnsq.protocol.commands import MAGIC_V2
+from smartnsq.protocol.identify import IdentifyOptions
 
 # JSON bodies (IDENTIFY, PUB_EXT) are compared as JSON: the recorder put spaces after ':' and
 # ',' where we send compact JSON; the framing around them is still compared byte for byte.

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from smartnsq.errors import ProtocolError
+from smartnsq.errors import HttpError, LookupdError, NotHttp, ProtocolError
 from smartnsq.protocol.compression import split_first_frame
 from smartnsq.protocol.diagnose import LINE, describe_start, first_line, lookupd_hint
 from smartnsq.protocol.frames import FrameReader
-from smartnsq.protocol.http import HttpError, NotHttp, ResponseParser
-from smartnsq.protocol.lookup import LookupdError, parse_lookup
+from smartnsq.protocol.http import ResponseParser
+from smartnsq.protocol.lookup import parse_lookup
 
 PAGE = (b"<!DOCTYPE html>\r\n<html>\r\n<head><title>Welcome to nginx!</title></head>\r\n"
         + b"<body>" + b"x" * 5000 + b"</body>\r\n</html>\r\n")

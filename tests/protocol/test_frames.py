@@ -15,15 +15,17 @@ from capture import Capture, load, tcp_capture_names
 from protocol_helpers import check_capture, layout_for
 
 from smartnsq.errors import ProtocolError
-from smartnsq.protocol import (
+from smartnsq.protocol.frames import (
     CLASSIC_LAYOUT,
+    DEFAULT_MAX_FRAME_SIZE,
     HEARTBEAT,
+    HEARTBEAT_FRAME,
     YOUZAN_LAYOUT,
     ErrorFrame,
     Frame,
     FrameReader,
     Heartbeat,
-    Message,
+    MessageFrame,
     MessageLayout,
     Response,
     encode_error,
@@ -32,7 +34,6 @@ from smartnsq.protocol import (
     partition_of,
     youzan_message_id,
 )
-from smartnsq.protocol.frames import DEFAULT_MAX_FRAME_SIZE, HEARTBEAT_FRAME
 
 CAPTURES = tcp_capture_names()
 
@@ -118,7 +119,7 @@ def test_partial_frame_is_held_then_completed() -> None:
     assert reader.feed(frame[3:20]) == []
     assert reader.buffered == 20
     (msg,) = reader.feed(frame[20:] + HEARTBEAT_FRAME[:5])
-    assert isinstance(msg, Message) and msg.body == b"adv-msg"
+    assert isinstance(msg, MessageFrame) and msg.body == b"adv-msg"
     assert reader.buffered == 5
     assert reader.feed(HEARTBEAT_FRAME[5:]) == [HEARTBEAT]
     assert reader.buffered == 0
@@ -206,13 +207,13 @@ def test_bad_ext_json_raises_protocol_error_only_when_read() -> None:
     frame = encode_message(1, 1, bytes(16), b"b", MessageLayout(ext=True), ext_version=4,
                            ext=b"{nope")
     (msg,) = FrameReader(MessageLayout(ext=True)).feed(frame)
-    assert isinstance(msg, Message) and msg.body == b"b"
+    assert isinstance(msg, MessageFrame) and msg.body == b"b"
     with pytest.raises(ProtocolError):
         _ = msg.headers
     frame = encode_message(1, 1, bytes(16), b"b", MessageLayout(ext=True), ext_version=4,
                            ext=b"[1]")
     (msg,) = FrameReader(MessageLayout(ext=True)).feed(frame)
-    assert isinstance(msg, Message)
+    assert isinstance(msg, MessageFrame)
     with pytest.raises(ProtocolError):
         _ = msg.headers
 
@@ -234,7 +235,7 @@ def test_worked_example_ext_and_detail() -> None:
                                             command="SUB_ORDERED")
     assert layout == MessageLayout(youzan=True, ext=True, detail=True)
     (msg,) = FrameReader(layout).feed(WORKED_EXAMPLE)
-    assert isinstance(msg, Message)
+    assert isinstance(msg, MessageFrame)
     assert msg.timestamp == 1700000000000000000
     assert msg.attempts == 1
     assert msg.internal_id == (1 << 50) | 42 and msg.partition == 1
@@ -273,7 +274,7 @@ def test_same_bytes_decode_differently_by_state() -> None:
     frame = load("youzan/tcp_07_sub_advanced_detail.txt").frames()[-1].data
     (detail,) = FrameReader(MessageLayout(detail=True)).feed(frame)
     (plain,) = FrameReader(YOUZAN_LAYOUT).feed(frame)
-    assert isinstance(detail, Message) and isinstance(plain, Message)
+    assert isinstance(detail, MessageFrame) and isinstance(plain, MessageFrame)
     assert detail.body == b"adv-msg" and detail.raw_size == 37
     assert plain.body == bytes(8) + b"\x00\x00\x00\x25adv-msg"
     assert plain.queue_offset is None
@@ -288,8 +289,8 @@ def test_layout_switch_applies_to_later_frames() -> None:
     reader.layout = MessageLayout(detail=True)
     assert reader.layout == MessageLayout(detail=True)
     (b,) = reader.feed(detail_frame[30:])
-    assert isinstance(a, Message) and a.body == b"plain-body-on-ext-topic"
-    assert isinstance(b, Message) and b.body == b"ordered-b1" and b.queue_offset == 200
+    assert isinstance(a, MessageFrame) and a.body == b"plain-body-on-ext-topic"
+    assert isinstance(b, MessageFrame) and b.body == b"ordered-b1" and b.queue_offset == 200
 
 
 def test_legacy_ext_version_2_is_length_and_bytes() -> None:
@@ -297,7 +298,7 @@ def test_legacy_ext_version_2_is_length_and_bytes() -> None:
     frame = encode_message(5, 2, youzan_message_id(9, 1), b"body", layout, ext_version=2,
                            ext=b"tag-a")
     (msg,) = FrameReader(layout).feed(frame)
-    assert isinstance(msg, Message)
+    assert isinstance(msg, MessageFrame)
     assert msg.ext_version == 2 and msg.ext == b"tag-a" and msg.headers == {}
     assert msg.body == b"body" and msg.attempts == 2 and msg.timestamp == 5
 
@@ -308,7 +309,7 @@ def test_unsigned_fields_at_their_maximum() -> None:
     frame = encode_message(-1, 0xFFFF, b"\xff" * 16, b"x", layout, ext_version=4, ext=ext,
                            queue_offset=2**64 - 1, raw_size=2**32 - 1)
     (msg,) = FrameReader(layout).feed(frame)
-    assert isinstance(msg, Message)
+    assert isinstance(msg, MessageFrame)
     assert msg.attempts == 0xFFFF and msg.internal_id == 2**64 - 1 and msg.partition == 0x3FF
     assert msg.trace_id == 2**64 - 1 and msg.queue_offset == 2**64 - 1
     assert msg.raw_size == 2**32 - 1 and msg.ext == ext and msg.timestamp == -1
@@ -319,19 +320,19 @@ def test_ext_headers_with_non_string_values() -> None:
     frame = encode_message(1, 1, bytes(16), b"x", layout, ext_version=4,
                            ext=b'{"n":1,"b":true,"s":"v","o":{"a":1}}')
     (msg,) = FrameReader(layout).feed(frame)
-    assert isinstance(msg, Message)
+    assert isinstance(msg, MessageFrame)
     assert msg.headers == {"n": "1", "b": "true", "s": "v", "o": '{"a": 1}'}
 
 
 def test_empty_body_message() -> None:
     (msg,) = FrameReader().feed(encode_message(1, 1, bytes(16), b""))
-    assert isinstance(msg, Message) and msg.body == b""
+    assert isinstance(msg, MessageFrame) and msg.body == b""
 
 
 def test_message_ids_keep_newlines_and_spaces() -> None:
     raw = b"\n\n \x00 \n\x0a\x20" + bytes(8)
     (msg,) = FrameReader().feed(encode_message(1, 1, raw, b"b"))
-    assert isinstance(msg, Message) and msg.id == raw
+    assert isinstance(msg, MessageFrame) and msg.id == raw
 
 
 # -- partition ------------------------------------------------------------------------------
@@ -349,7 +350,7 @@ def test_partition_from_captured_frame() -> None:
     """tcp_07: partition 1's first internal id was 2**50 + 2."""
     (msg,) = FrameReader(MessageLayout(detail=True)).feed(
         load("youzan/tcp_07_sub_advanced_detail.txt").frames()[-1].data)
-    assert isinstance(msg, Message)
+    assert isinstance(msg, MessageFrame)
     assert msg.internal_id == 2**50 + 2 and msg.partition == 1
 
 
@@ -371,7 +372,7 @@ def test_frame_equality() -> None:
 
 
 def test_custom_message_class() -> None:
-    class Mine(Message):
+    class Mine(MessageFrame):
         __slots__ = ()
 
     reader = FrameReader(MessageLayout(detail=True), message_class=Mine)

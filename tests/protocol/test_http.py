@@ -11,15 +11,8 @@ from pathlib import Path
 import pytest
 from support import http_capture
 
-from smartnsq.errors import InvalidArgument, ProtocolError
-from smartnsq.protocol.http import (
-    AnswerTooLarge,
-    HttpError,
-    Response,
-    ResponseParser,
-    build_request,
-    parse_url,
-)
+from smartnsq.errors import AnswerTooLarge, HttpError, InvalidArgument, ProtocolError
+from smartnsq.protocol.http import Response, ResponseParser, build_request, parse_url
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CAPTURES = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("*/http_*.txt"))

@@ -20,29 +20,32 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from protocol_helpers import check_capture, layout_for, reencode
 
+from smartnsq import StartPosition
 from smartnsq.errors import InvalidArgument, ProtocolError
-from smartnsq.protocol import (
+from smartnsq.protocol import commands
+from smartnsq.protocol.frames import (
     CLASSIC_LAYOUT,
     HEARTBEAT,
+    HEARTBEAT_FRAME,
     ErrorFrame,
     Frame,
     FrameReader,
-    Message,
+    MessageFrame,
     MessageLayout,
     Response,
-    StartPosition,
-    commands,
     encode_error,
     encode_message,
     encode_response,
-    parse_auth_response,
-    parse_identify_response,
-    parse_publish_response,
     partition_of,
     youzan_message_id,
 )
-from smartnsq.protocol.frames import HEARTBEAT_FRAME
-from smartnsq.protocol.responses import PublishReceipt, encode_publish_receipt
+from smartnsq.protocol.responses import (
+    PublishReceipt,
+    encode_publish_receipt,
+    parse_auth_response,
+    parse_identify_response,
+    parse_publish_response,
+)
 
 FAST = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -84,7 +87,7 @@ def message_frames(draw: st.DrawFn, layout: MessageLayout) -> tuple[bytes, dict[
 
 
 def assert_message(msg: Frame, fields: dict[str, Any], layout: MessageLayout) -> None:
-    assert isinstance(msg, Message)
+    assert isinstance(msg, MessageFrame)
     for key, value in fields.items():
         assert getattr(msg, key) == value, key
     if layout.youzan:
@@ -114,7 +117,7 @@ def test_ext_headers_round_trip(hdrs: dict[str, str]) -> None:
     ext = commands.encode_headers(hdrs)
     (msg,) = FrameReader(layout).feed(encode_message(1, 1, bytes(16), b"b", layout,
                                                      ext_version=4, ext=ext))
-    assert isinstance(msg, Message) and msg.headers == hdrs
+    assert isinstance(msg, MessageFrame) and msg.headers == hdrs
 
 
 # -- streams and splits ----------------------------------------------------------------------
@@ -235,8 +238,8 @@ def test_garbage_raises_only_protocol_error(layout: MessageLayout, chunks: list[
             return
         assert reader.buffered <= MAX + 4
         for frame in frames:
-            assert isinstance(frame, Message | Response | ErrorFrame) or frame is HEARTBEAT
-            if isinstance(frame, Message):
+            assert isinstance(frame, MessageFrame | Response | ErrorFrame) or frame is HEARTBEAT
+            if isinstance(frame, MessageFrame):
                 # (a classic "id" of non-hex bytes has no integer value: ValueError)
                 with contextlib.suppress(ProtocolError, ValueError):
                     _ = frame.headers, frame.internal_id, repr(frame)
@@ -275,7 +278,7 @@ def test_deeply_nested_json_is_a_protocol_error(data: bytes) -> None:
     layout = MessageLayout(ext=True)
     (msg,) = FrameReader(layout).feed(encode_message(1, 1, bytes(16), b"b", layout,
                                                      ext_version=4, ext=data[:60_000]))
-    assert isinstance(msg, Message)
+    assert isinstance(msg, MessageFrame)
     with pytest.raises(ProtocolError):
         _ = msg.headers
 

@@ -14,18 +14,16 @@ import pytest
 from capture import Event, load, tcp_capture_names
 
 from smartnsq.errors import ProtocolError
-from smartnsq.protocol import (
-    FrameReader,
+from smartnsq.protocol.frames import FrameReader, MessageFrame, MessageLayout, Response
+from smartnsq.protocol.responses import (
+    TRACED_RESPONSE_SIZE,
     IdentifyResponse,
-    Message,
-    MessageLayout,
     PublishReceipt,
-    Response,
+    encode_publish_receipt,
     parse_auth_response,
     parse_identify_response,
     parse_publish_response,
 )
-from smartnsq.protocol.responses import TRACED_RESPONSE_SIZE, encode_publish_receipt
 
 
 def replies_to(prefix: bytes) -> list[tuple[str, Event, Event]]:
@@ -90,7 +88,7 @@ def test_traced_receipt_matches_the_delivered_message() -> None:
         payload(next(r[0] for s, r in cap.exchanges() if s.data.startswith(b"PUB_TRACE"))))
     assert receipt is not None
     reader = FrameReader(MessageLayout(detail=True))
-    messages = [m for e in cap.frames() for m in reader.feed(e.data) if isinstance(m, Message)]
+    messages = [m for e in cap.frames() for m in reader.feed(e.data) if isinstance(m, MessageFrame)]
     traced = next(m for m in messages if m.body == b"ordered-trace")
     assert (traced.internal_id, traced.trace_id, traced.queue_offset, traced.raw_size) == (
         receipt.internal_id, receipt.trace_id, receipt.queue_offset, receipt.raw_size)

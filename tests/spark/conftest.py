@@ -27,7 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def spark() -> Iterator[Any]:
     if not HAVE_SPARK:
         pytest.skip("pyspark/pyarrow not installed (pip install -e '.[dev]')")
-    from smartnsq.spark.testing import local_session
+    from smartnsq.testing.spark import local_session
 
     session = local_session("smartnsq-tests")
     try:
@@ -41,7 +41,7 @@ def nsq() -> Iterator[Any]:
     """A 3-node youzan dev cluster with one lookupd, shared by the Spark tests."""
     if not HAVE_SPARK:
         pytest.skip("pyspark/pyarrow not installed (pip install -e '.[dev]')")
-    from smartnsq.spark.testing import SparkDevCluster
+    from smartnsq.testing.spark import SparkDevCluster
 
     with SparkDevCluster(nodes=3, lookupds=1) as cluster:
         yield cluster

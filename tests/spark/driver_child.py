@@ -15,7 +15,7 @@ from typing import Any
 
 
 def main(lookupd: str, topic: str, out: str, checkpoint: str, mode: str) -> int:
-    from smartnsq.spark.testing import python_for_workers
+    from smartnsq.testing.spark import python_for_workers
 
     python_for_workers()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -23,7 +23,7 @@ WAIT = 120.0
 
 @pytest.fixture(scope="module")
 def classic(spark: Any) -> Any:
-    from smartnsq.spark.testing import SparkDevCluster
+    from smartnsq.testing.spark import SparkDevCluster
 
     with SparkDevCluster(mode="classic", nodes=1, lookupds=1) as cluster:
         yield cluster

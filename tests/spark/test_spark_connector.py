@@ -15,7 +15,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from smartnsq import sync
-from smartnsq.sharding import murmur3_partition
+from smartnsq.model.sharding import murmur3_partition
 
 pytestmark = pytest.mark.spark
 

@@ -42,7 +42,7 @@ CHILD = Path(__file__).with_name("driver_child.py")
 @pytest.fixture(scope="module")
 def cluster(spark: Any) -> Iterator[Any]:
     from smartnsq.devcluster.profile import REALISTIC
-    from smartnsq.spark.testing import SparkDevCluster
+    from smartnsq.testing.spark import SparkDevCluster
 
     with SparkDevCluster(nodes=3, lookupds=1, profile=REALISTIC.scaled(0.1)) as nsq:
         yield nsq

@@ -32,7 +32,7 @@ PARTITIONS = 3
 
 @pytest.fixture(scope="module")
 def cluster(spark: Any) -> Iterator[Any]:
-    from smartnsq.spark.testing import SparkDevCluster
+    from smartnsq.testing.spark import SparkDevCluster
 
     with SparkDevCluster(nodes=3, lookupds=1) as nsq:
         yield nsq

@@ -26,7 +26,7 @@ AUTH = {SECRET: {"identity": "spark", "authorizations": [
 
 @pytest.fixture(scope="module")
 def secured(spark: Any, tmp_path_factory: Any) -> Iterator[tuple[Any, dict[str, str]]]:
-    from smartnsq.spark.testing import SparkDevCluster
+    from smartnsq.testing.spark import SparkDevCluster
 
     ca = trustme.CA()
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

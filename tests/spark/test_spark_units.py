@@ -12,7 +12,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from smartnsq.errors import InvalidArgument
-from smartnsq.protocol.frames import Message, youzan_message_id
+from smartnsq.protocol.frames import MessageFrame, youzan_message_id
 from smartnsq.spark.options import (
     AckSourceOptions,
     SinkOptions,
@@ -121,21 +121,23 @@ def test_leader_timeout_option() -> None:
 
 
 def test_transient_conditions_and_the_leader_wait() -> None:
-    from smartnsq.admin import AdminError
-    from smartnsq.errors import ConnectionClosed, ConnectionError_, ServerError, TopicNotFound
-    from smartnsq.spark.cluster import (
+    from smartnsq.errors import (
+        AdminError,
         ClusterError,
-        LeaderWait,
+        ConnectionClosed,
+        ConnectionFailed,
         PartitionUnavailable,
-        is_transient,
+        ServerError,
+        TopicNotFound,
     )
+    from smartnsq.spark.cluster import LeaderWait, is_transient
 
     assert is_transient(ClusterError("refused", transient=True))
     assert not is_transient(ClusterError("HTTP 400 bad channel"))
     assert is_transient(ServerError("E_FAILED_ON_NOT_LEADER", "", "SUB"))
     assert not is_transient(ServerError("E_BAD_TOPIC", "", "SUB"))
     assert is_transient(ConnectionClosed("reset"))
-    assert is_transient(ConnectionError_("nsqd /stats: cannot reach 127.0.0.1:4151"))
+    assert is_transient(ConnectionFailed("nsqd /stats: cannot reach 127.0.0.1:4151"))
     assert is_transient(AdminError(500, "E_FAILED_ON_NOT_LEADER"))
     assert not is_transient(AdminError(400, "E_BAD_CHANNEL"))
     assert not is_transient(TopicNotFound("t"))
@@ -190,7 +192,7 @@ def test_prorate_by_backlog() -> None:
 
 def test_rows_and_arrow_batches() -> None:
     internal = (2 << 50) | 7
-    msg = Message(1_700_000_000_123_456_789, 2, youzan_message_id(internal, 2**64 - 1),
+    msg = MessageFrame(1_700_000_000_123_456_789, 2, youzan_message_id(internal, 2**64 - 1),
                   b"body", 4, b'{"k":"v"}', 4096, 60, True)
     row = message_row("orders", "127.0.0.1:4150", msg)
     assert row[:7] == ("orders", 2, internal, -1, 4096, 60, 2)
@@ -277,14 +279,14 @@ def test_a_range_planned_before_a_leader_move_is_read_from_the_new_leader(nsq: A
 
 
 def _shared_loop_users() -> int:
-    from smartnsq import _loop_thread
+    from smartnsq.transport import loop_thread
 
-    return _loop_thread._shared_users if _loop_thread._shared is not None else 0
+    return loop_thread.shared_users()
 
 
 def test_ack_reader_gives_the_shared_loop_back_when_its_consumer_fails_to_start(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from smartnsq.consumer import Consumer
+    from smartnsq import Consumer
     from smartnsq.spark import ack_source
 
     class Refusing(Consumer):
@@ -484,7 +486,7 @@ def test_a_range_whose_start_retention_removed_while_planned(nsq: Any, fail: boo
     """Retention between planning and reading: the executor sees the first message after
     the range's start (``failOnDataLoss``: DataLoss, or skip to it)."""
     from smartnsq import sync
-    from smartnsq.spark.cluster import DataLoss
+    from smartnsq.errors import DataLoss
     from smartnsq.spark.source import _Planner, _read
 
     topic = f"spark_retained_{str(fail).lower()}"

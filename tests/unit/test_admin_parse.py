@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from support import http_capture
 
-from smartnsq.errors import InvalidArgument, ProtocolError
+from smartnsq.errors import AdminError, InvalidArgument, ProtocolError
 from smartnsq.protocol.admin import (
-    AdminError,
     Node,
     TopicView,
     channel_params,

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smartnsq.backoff import Backoff, BackoffPolicy, RequeuePolicy
 from smartnsq.config import describe
 from smartnsq.errors import InvalidArgument
+from smartnsq.model.backoff import Backoff, BackoffPolicy, RequeuePolicy
 
 EXACT = BackoffPolicy(jitter=0.0)
 
@@ -197,10 +197,10 @@ def test_requeue_rejects_bad_attempts() -> None:
 def test_flow_control_doc_tables_match_the_code() -> None:
     from pathlib import Path
 
-    from smartnsq.reference import config_table
+    from reference import config_table
 
     doc = (Path(__file__).parents[2] / "docs" / "flow-control.md").read_text()
-    for dotted in ("smartnsq.backoff.BackoffPolicy", "smartnsq.backoff.RequeuePolicy"):
+    for dotted in ("smartnsq.BackoffPolicy", "smartnsq.RequeuePolicy"):
         # the site's build hook renders the marker from the code (or a pasted table matches)
         assert f"<!-- reference: config {dotted} -->" in doc \
             or config_table(dotted).strip() in doc, f"regenerate the {dotted} table"

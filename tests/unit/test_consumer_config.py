@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from smartnsq.backoff import BackoffPolicy
+from smartnsq import Consumer
 from smartnsq.config import ConnectionConfig
-from smartnsq.consumer import Consumer, ConsumerConfig
+from smartnsq.consumer.config import ConsumerConfig
 from smartnsq.errors import InvalidArgument
+from smartnsq.model.backoff import BackoffPolicy
 
 NSQD = ["127.0.0.1:4150"]
 

@@ -16,7 +16,7 @@ from smartnsq.errors import (
     ERROR_TABLE,
     Action,
     ConnectionClosed,
-    ConnectionError_,
+    ConnectionFailed,
     ErrorSpec,
     InvalidArgument,
     LookupFailed,
@@ -201,7 +201,7 @@ def test_fatal_can_be_overridden() -> None:
 def test_hierarchy() -> None:
     assert issubclass(InvalidArgument, NSQError) and issubclass(InvalidArgument, ValueError)
     assert issubclass(ProtocolError, NSQError)
-    assert issubclass(ConnectionClosed, ConnectionError_) and ConnectionError_.retriable
+    assert issubclass(ConnectionClosed, ConnectionFailed) and ConnectionFailed.retriable
     assert issubclass(Timeout, TimeoutError) and issubclass(Timeout, NSQError)
     assert issubclass(TopicNotFound, LookupFailed) and issubclass(LookupFailed, NSQError)
     for cls in (RefreshLookupError, RetriableServerError, NonRetriableServerError):
@@ -233,7 +233,7 @@ def test_every_error_class_has_the_three_flags() -> None:
         NSQError: (False, False, False),
         InvalidArgument: (False, False, False),
         ProtocolError: (True, False, False),
-        ConnectionError_: (True, True, False),
+        ConnectionFailed: (True, True, False),
         ConnectionClosed: (True, True, False),
         Timeout: (False, True, False),
         SecurityError: (True, False, False),
@@ -254,7 +254,7 @@ def test_security_errors_are_one_line_and_say_how_to_proceed() -> None:
     from smartnsq.errors import PlaintextAuthRefused, SecurityError, TLSVerificationFailed
 
     tls = TLSVerificationFailed("127.0.0.1:4150", "self-signed certificate in certificate chain")
-    assert isinstance(tls, SecurityError) and not isinstance(tls, ConnectionError_)
+    assert isinstance(tls, SecurityError) and not isinstance(tls, ConnectionFailed)
     assert tls.fatal and not tls.retriable
     assert "\n" not in str(tls) and "self-signed certificate" in str(tls)
     assert "tls_ca_file" in str(tls) and tls.address == "127.0.0.1:4150"

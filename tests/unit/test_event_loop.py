@@ -7,8 +7,8 @@ import importlib.util
 
 import pytest
 
-from smartnsq import event_loop
-from smartnsq.loop_thread import LoopThread
+from smartnsq.transport import event_loop
+from smartnsq.transport.loop_thread import LoopThread
 
 
 def test_auto_takes_uvloop_only_when_installed() -> None:

@@ -1,4 +1,5 @@
-"""``smartnsq.backoff.exponential_delay``: the one jittered doubling delay every retry uses."""
+"""``smartnsq.model.backoff.exponential_delay``: the one jittered doubling delay every retry
+uses."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import smartnsq
-from smartnsq.backoff import exponential_delay
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer
+from smartnsq.model.backoff import exponential_delay
 
 
 def test_doubles_per_attempt_up_to_the_cap() -> None:
@@ -44,7 +45,7 @@ def test_consumer_reconnect_delay_survives_a_long_outage() -> None:
     assert 30.0 <= consumer._reconnect_delay(5000) <= 60.0
 
 
-@pytest.mark.parametrize("module", ["consumer", "producer", "pool", "lookup"])
+@pytest.mark.parametrize("module", ["consumer", "producer", "discovery/nodes", "discovery/lookup"])
 def test_retry_delays_come_from_the_one_helper(module: str) -> None:
     path = Path(smartnsq.__file__).parent / module  # a package, or a module of that name
     files = sorted(path.glob("*.py")) if path.is_dir() else [path.with_suffix(".py")]

@@ -7,9 +7,10 @@ import itertools
 
 import pytest
 
-from smartnsq.errors import RefreshLookupError, Timeout
-from smartnsq.pool import TopicRoutes, probe_turn
-from smartnsq.producer.retry import NoLeader, Stage, decide, least_time
+from smartnsq.errors import NoLeader, RefreshLookupError, Timeout
+from smartnsq.model.failover import probe_turn
+from smartnsq.model.routes import TopicRoutes
+from smartnsq.producer.retry import Stage, decide, least_time
 
 A, B = ("127.0.0.1", 4150), ("127.0.0.2", 4150)
 

@@ -1,6 +1,6 @@
 """Issue 21 item 2: property tests (hypothesis) of the consumer's pure flow decisions: the
-back-off state machine and its delays (``smartnsq.backoff``), RDY distribution
-(``smartnsq.rdy``), and lookup's ranking of lookupds (``LookupManager._targets``)."""
+back-off state machine and its delays (``smartnsq.model.backoff``), RDY distribution
+(``smartnsq.model.rdy``), and lookup's ranking of lookupds (``LookupManager._targets``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smartnsq.backoff import (
+from smartnsq.discovery.lookup import LookupManager
+from smartnsq.model.backoff import (
     BACKING_OFF,
     NORMAL,
     PROBING,
@@ -18,8 +19,7 @@ from smartnsq.backoff import (
     RequeuePolicy,
     exponential_delay,
 )
-from smartnsq.lookup import LookupManager
-from smartnsq.rdy import RdyController
+from smartnsq.model.rdy import RdyController
 
 seconds = st.floats(0.001, 1000, allow_nan=False)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from smartnsq.dialect import DEFAULT_POLICY as CLASSIC
 from smartnsq.errors import InvalidArgument
+from smartnsq.model.dialect import DEFAULT_POLICY as CLASSIC
 from smartnsq.producer import encoding
 from smartnsq.protocol import commands, frames
 from smartnsq.protocol import validate as v
@@ -104,7 +104,7 @@ def test_public_encoders_still_validate() -> None:
 
 
 def test_message_headers_are_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    msg = frames.Message(1, 1, b"\x00" * 16, b"body", 4, b'{"a":"1","n":2}')
+    msg = frames.MessageFrame(1, 1, b"\x00" * 16, b"body", 4, b'{"a":"1","n":2}')
     loads = json.loads
     parsed = []
 
@@ -117,4 +117,4 @@ def test_message_headers_are_parsed_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert first == {"a": "1", "n": "2"}
     assert msg.headers is first and msg.headers is first
     assert len(parsed) == 1
-    assert frames.Message(1, 1, b"\x00" * 16, b"body").headers == {}
+    assert frames.MessageFrame(1, 1, b"\x00" * 16, b"body").headers == {}

@@ -9,8 +9,8 @@ from typing import Any
 
 from smartnsq.consumer.config import ConsumerConfig
 from smartnsq.consumer.dispatch import Dispatch, Runtime, inline_runner
-from smartnsq.counters import HANDLER_SAMPLE, PartitionCounts
 from smartnsq.message import FINISHED, PENDING, Message
+from smartnsq.observability.counters import HANDLER_SAMPLE, PartitionCounts
 
 
 class FakeLink:

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from smartnsq.consumer import ConsumerConfig
+from smartnsq.consumer.config import ConsumerConfig
 from smartnsq.consumer.link import Link, Runtime
 from smartnsq.errors import error_from_payload
 from smartnsq.message import FINISHED, PENDING, REQUEUED, Message, claimed
+from smartnsq.model.rdy import NOTHING
 from smartnsq.protocol import commands
-from smartnsq.rdy import NOTHING
 
 ID = bytes([0, 0, 0, 0, 0, 0, 0, 2]) + bytes(8)
 NEXT = bytes([0, 0, 0, 0, 0, 0, 0, 3]) + bytes(8)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from smartnsq.consumer import ConsumerConfig
+from smartnsq.consumer.config import ConsumerConfig
 from smartnsq.consumer.link import Link, Runtime
 from smartnsq.errors import ConnectionClosed
 from smartnsq.message import FINISHED, REQUEUED, Message
-from smartnsq.rdy import NOTHING
+from smartnsq.model.rdy import NOTHING
 
 
 def closed_link(*, ordered: bool) -> tuple[Link, Runtime, list[Message], list[bytes]]:

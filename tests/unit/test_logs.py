@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from support import channel_reaches
 
-from smartnsq import logs
-from smartnsq.connection import Connection
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer
+from smartnsq.observability import logs
 from smartnsq.protocol import commands
+from smartnsq.transport.connection import Connection
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def test_a_program_that_configures_nothing_sees_warnings_naming_their_logger() -
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_a_failing_handler_logs_one_line_per_attempt_and_the_traceback_once(
         nsq_cluster: Any, caplog: pytest.LogCaptureFixture) -> None:
-    from smartnsq.backoff import BackoffPolicy, RequeuePolicy
+    from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
 
     await nsq_cluster.create_topic("poison", channels=["ch"])
     leader = nsq_cluster.node_info(nsq_cluster.leader_of("poison", 0)).tcp_address

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from smartnsq.discovery.lookup import LookupConfig
 from smartnsq.errors import InvalidArgument, ProtocolError
-from smartnsq.lookup import LookupConfig
 from smartnsq.protocol import validate
 from smartnsq.protocol.lookup import LookupLimits, parse_lookup
 

@@ -10,16 +10,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smartnsq.errors import InvalidArgument, LookupFailed, ProtocolError, TopicNotFound
-from smartnsq.lookup import LookupConfig, TopicChange, normalize_lookupd
-from smartnsq.pool import LookupRouteSource
-from smartnsq.protocol.lookup import (
+from smartnsq.discovery.lookup import LookupConfig, TopicChange, normalize_lookupd
+from smartnsq.discovery.route_source import LookupRouteSource
+from smartnsq.errors import (
+    InvalidArgument,
     LookupdError,
+    LookupFailed,
+    ProtocolError,
+    TopicNotFound,
+    TopicNotWritable,
+)
+from smartnsq.protocol.lookup import (
     LookupLimits,
     Node,
     Partition,
     TopicMeta,
-    TopicNotWritable,
     TopicView,
     lookup_params,
     merge_views,

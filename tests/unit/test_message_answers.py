@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from smartnsq.consumer import ConsumerConfig
+from smartnsq.consumer.config import ConsumerConfig
 from smartnsq.consumer.link import Link, Runtime
-from smartnsq.message import REQUEUED, AlreadyResponded, Message
-from smartnsq.rdy import NOTHING
+from smartnsq.errors import AlreadyResponded
+from smartnsq.message import REQUEUED, Message
+from smartnsq.model.rdy import NOTHING
 
 _STATE_SLOT: Any = Message.__dict__["_state"]
 

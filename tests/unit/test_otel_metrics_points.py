@@ -9,15 +9,20 @@ from typing import Any
 
 import pytest
 
-from smartnsq import otel_metrics
-from smartnsq.counters import HANDLER_SAMPLE, PUBLISH_SAMPLE, ConsumeMeter, PublishMeter
-from smartnsq.otel_metrics import (
+from smartnsq.observability import otel_metrics
+from smartnsq.observability.counters import (
+    HANDLER_SAMPLE,
+    PUBLISH_SAMPLE,
+    ConsumeMeter,
+    PublishMeter,
+)
+from smartnsq.observability.otel_metrics import (
     MeteredConsumeMeter,
     MeteredPublishMeter,
     consumed_points,
     sent_points,
 )
-from smartnsq.stats import ConsumerPartitionStats, ProducerStats
+from smartnsq.observability.stats import ConsumerPartitionStats, ProducerStats
 
 
 def test_sent_points_per_partition_and_failures_with_error_type() -> None:

@@ -1,5 +1,5 @@
 """The consumer's span gate reads the producer's decision from a W3C ``traceparent``'s
-flags without the SDK (``smartnsq.otel._parent_sampled``); anything not a well-formed
+flags without the SDK (``smartnsq.observability.otel._parent_sampled``); anything not a well-formed
 traceparent counts as none, as the propagator would ignore it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("opentelemetry")
 
-from smartnsq.otel import _parent_sampled
+from smartnsq.observability.otel import _parent_sampled
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"

@@ -1,4 +1,4 @@
-"""The shared rules of a topic's partitions (``smartnsq.partitions``).
+"""The shared rules of a topic's partitions (``smartnsq.model.partitions``).
 
 The point of the module is that the Producer, the Consumer, the Spark connector and the CLI
 ask the same functions; the last tests here check that the Producer's routing and the
@@ -12,20 +12,20 @@ from dataclasses import dataclass
 import pytest
 
 from smartnsq.consumer.targets import Target, sub_command
-from smartnsq.dialect import DEFAULT_POLICY
 from smartnsq.errors import InvalidArgument
-from smartnsq.partitions import (
+from smartnsq.model.dialect import DEFAULT_POLICY
+from smartnsq.model.partitions import (
     DEFAULT_MAX_RDY,
     fin_at_once,
     partition_for,
     rdy_ceiling,
     subscription,
 )
-from smartnsq.pool import TopicRoutes
+from smartnsq.model.routes import TopicRoutes
+from smartnsq.model.sharding import make_router, murmur3_partition
 from smartnsq.producer.routing import choose_target
 from smartnsq.protocol import commands
 from smartnsq.protocol.commands import StartPosition
-from smartnsq.sharding import make_router, murmur3_partition
 
 MURMUR = make_router("murmur3")
 A = ("127.0.0.1", 4150)

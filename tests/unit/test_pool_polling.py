@@ -9,8 +9,9 @@ import itertools
 import pytest
 from support import wait_until
 
-from smartnsq.pool import PartitionPool, RoutesCallback, TopicRoutes
-from smartnsq.routes import policy as pool_module  # (the rule lives in routes.policy)
+from smartnsq.discovery.nodes import NodePool
+from smartnsq.model import failover as pool_module  # (the rule lives in routes.policy)
+from smartnsq.model.routes import RoutesCallback, TopicRoutes
 
 
 class RecordingSource:
@@ -21,7 +22,7 @@ class RecordingSource:
         self._enough = asyncio.Event()
         self._wanted = 0
 
-    async def polls(self, pool: PartitionPool, count: int) -> list[bool]:
+    async def polls(self, pool: NodePool, count: int) -> list[bool]:
         """Wait on a route change of "t" until ``count`` more refreshes came; what they asked."""
         self.calls.clear()
         self._enough.clear()
@@ -53,7 +54,7 @@ async def test_a_wait_polls_at_once_first_then_as_lookup_spaces_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool_module, "FAST_POLL_FOR", 0.2)
     source = RecordingSource()
-    pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.04)
+    pool = NodePool(source, idle_timeout=None, wait_refresh=0.04)
     calls = await source.polls(pool, 12)
     assert calls[0] is True  # the first poll is a round of its own
     assert calls[-1] is False  # past FAST_POLL_FOR, lookup's spacing applies
@@ -71,7 +72,7 @@ class OldSource(RecordingSource):
 
 async def test_a_source_without_now_gets_spaced_refreshes() -> None:
     source = OldSource()
-    pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.02)
+    pool = NodePool(source, idle_timeout=None, wait_refresh=0.02)
     # (before: a TypeError in the poll's timer, and no refresh at all)
     assert (await source.polls(pool, 3))[:3] == [False, False, False]
     await pool.close()
@@ -81,7 +82,7 @@ async def test_a_wait_soon_after_another_gets_no_second_fast_start(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool_module, "FAST_POLL_FOR", 0.1)
     source = RecordingSource()
-    pool = PartitionPool(source, idle_timeout=None, wait_refresh=0.04)
+    pool = NodePool(source, idle_timeout=None, wait_refresh=0.04)
     first = await source.polls(pool, 6)
     assert first[0] is True and first[-1] is False
     await wait_until(lambda: not pool.book.polling)  # nobody waits any more: the polling ended

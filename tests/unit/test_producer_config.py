@@ -6,11 +6,11 @@ import dataclasses
 import math
 
 import pytest
+from reference import config_table
 
+from smartnsq import ProducerConfig
 from smartnsq.config import ConnectionConfig, describe
 from smartnsq.errors import InvalidArgument
-from smartnsq.producer import ProducerConfig
-from smartnsq.reference import config_table
 
 BAD: dict[str, list[object]] = {
     "timeout": [0, -1, math.inf, math.nan, True, "1"],
@@ -44,7 +44,7 @@ def test_every_field_has_one_description_with_its_rule() -> None:
         rule = f.metadata["check"]
         assert f.metadata["doc"], f.name
         assert rule is not None and rows[f.name].range == rule.text, f.name
-    table = config_table("smartnsq.producer.ProducerConfig")
+    table = config_table("smartnsq.ProducerConfig")
     assert "| `retry_delay_max` | `1.0` | s >= retry_delay |" in table
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from smartnsq import sharding
 from smartnsq.errors import InvalidArgument
+from smartnsq.model import sharding
+from smartnsq.model.sharding import java_hash_code, key_bytes, murmur3_partition
 from smartnsq.producer.validation import Checks
-from smartnsq.sharding import java_hash_code, key_bytes, murmur3_partition
 
 
 @pytest.mark.parametrize("key", ["\ud800", "ok\udfff", "\udc00\ud800"])

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 import smartnsq.producer as producer_package
-from smartnsq.loop_thread import LoopThread, LoopTimeout, Slot
-from smartnsq.producer import BatchResult, PublishResult
+from smartnsq import BatchResult, PublishResult
+from smartnsq.errors import LoopTimeout
 from smartnsq.producer.request import BatchRequest, Request
 from smartnsq.producer.results import Results
 from smartnsq.producer.retry import answer_deadline
+from smartnsq.transport.loop_thread import LoopThread, Slot
 
 # -- the deadline of one attempt ----------------------------------------------------------------
 

@@ -16,17 +16,19 @@ import pytest
 
 from smartnsq.errors import (
     ConnectionClosed,
-    ConnectionError_,
+    ConnectionFailed,
     InvalidArgument,
     LookupFailed,
+    NodeBackoff,
+    NoLeader,
     NonRetriableServerError,
+    ProducerClosed,
     RefreshLookupError,
     RetriableServerError,
     Timeout,
     TopicNotFound,
 )
-from smartnsq.pool import NodeBackoff
-from smartnsq.producer.retry import Decision, Next, NoLeader, ProducerClosed, Stage, decide
+from smartnsq.producer.retry import Decision, Next, Stage, decide
 
 BASE, CAP = 0.05, 1.0
 R, A, N, G = Next.REFRESH_AND_RETRY, Next.RETRY_AFTER, Next.RETRY_NOW, Next.GIVE_UP
@@ -40,7 +42,7 @@ def failures() -> dict[str, BaseException]:
         "bad message": NonRetriableServerError("E_BAD_MESSAGE", "", "PUB"),
         "no leader": NoLeader("partition 1 has no leader"),
         "closed": ConnectionClosed("reset"),
-        "conn error": ConnectionError_("refused"),
+        "conn error": ConnectionFailed("refused"),
         "node backoff": NodeBackoff(("127.0.0.1", 4150), 0.7, None),
         "timeout": Timeout("no answer"),
         "os error": OSError("unreachable"),
@@ -114,16 +116,16 @@ def test_back_off_doubles_per_attempt_up_to_the_cap() -> None:
 
 def test_a_certificate_that_does_not_verify_is_not_retried() -> None:
     verify = ssl.SSLCertVerificationError(1, "certificate verify failed")
-    wrapped = ConnectionError_("TLS handshake failed")
+    wrapped = ConnectionFailed("TLS handshake failed")
     wrapped.__cause__ = verify
     backing_off = NodeBackoff(("127.0.0.1", 1), 0.5, wrapped)
     for error in (wrapped, backing_off):
         decision = run(error, Stage.CONNECT)
         assert decision.next is G and decision.error is error
-    refused = ConnectionError_("refused")
+    refused = ConnectionFailed("refused")
     refused.__cause__ = ConnectionRefusedError()
     assert run(refused, Stage.CONNECT).next is A
-    flagged = ConnectionError_("not worth retrying")
+    flagged = ConnectionFailed("not worth retrying")
     flagged.retriable = False  # type: ignore[misc]
     assert run(flagged, Stage.CONNECT).next is G
 

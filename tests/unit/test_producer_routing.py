@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from smartnsq.dialect import DEFAULT_POLICY, ClassicPolicy
 from smartnsq.errors import InvalidArgument
-from smartnsq.pool import TopicRoutes
+from smartnsq.model.dialect import DEFAULT_POLICY, ClassicPolicy
+from smartnsq.model.routes import TopicRoutes
+from smartnsq.model.sharding import java_partition, make_router, murmur3_partition
 from smartnsq.producer.routing import check_features, choose_side, choose_target
-from smartnsq.sharding import java_partition, make_router, murmur3_partition
 
 A, B, C = ("127.0.0.1", 4150), ("127.0.0.1", 4250), ("127.0.0.1", 4350)
 MURMUR = make_router("murmur3")

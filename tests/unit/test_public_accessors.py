@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import smartnsq
-from smartnsq.consumer import Consumer
+from smartnsq import Consumer
 
 PACKAGE = Path(smartnsq.__file__).parent
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from smartnsq.backoff import Backoff, BackoffPolicy
 from smartnsq.errors import InvalidArgument
-from smartnsq.rdy import RdyController
+from smartnsq.model.backoff import Backoff, BackoffPolicy
+from smartnsq.model.rdy import RdyController
 
 NO_JITTER = BackoffPolicy(jitter=0.0)
 

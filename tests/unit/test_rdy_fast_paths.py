@@ -9,8 +9,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smartnsq.backoff import BackoffPolicy
-from smartnsq.rdy import NOTHING, RdyController
+from smartnsq.model.backoff import BackoffPolicy
+from smartnsq.model.rdy import NOTHING, RdyController
 
 POLICY = BackoffPolicy(initial=1.0, max=8.0, jitter=0.0)
 

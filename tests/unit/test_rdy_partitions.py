@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from smartnsq.backoff import BackoffPolicy
-from smartnsq.rdy import MIN_HOLD, RdyController
+from smartnsq.model.backoff import BackoffPolicy
+from smartnsq.model.rdy import MIN_HOLD, RdyController
 
 POLICY = BackoffPolicy(initial=10.0, max=40.0, jitter=0.0)
 

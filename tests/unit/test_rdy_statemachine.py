@@ -18,8 +18,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from smartnsq.backoff import BackoffPolicy
-from smartnsq.rdy import RdyController
+from smartnsq.model.backoff import BackoffPolicy
+from smartnsq.model.rdy import RdyController
 
 NAMES = [f"c{i}" for i in range(8)]
 DT = st.floats(min_value=0.0, max_value=15.0, allow_nan=False)

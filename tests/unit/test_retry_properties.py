@@ -17,10 +17,14 @@ from smartnsq.errors import (
     ERROR_TABLE,
     Action,
     ConnectionClosed,
-    ConnectionError_,
+    ConnectionFailed,
     InvalidArgument,
     LookupFailed,
+    NodeBackoff,
+    NoLeader,
+    NotWritable,
     NSQError,
+    ProducerClosed,
     ProtocolError,
     Timeout,
     TLSNotOffered,
@@ -28,16 +32,7 @@ from smartnsq.errors import (
     TopicNotFound,
     error_from_payload,
 )
-from smartnsq.pool import NodeBackoff
-from smartnsq.producer.retry import (
-    NOT_WRITABLE,
-    Next,
-    NoLeader,
-    NotWritable,
-    ProducerClosed,
-    Stage,
-    decide,
-)
+from smartnsq.producer.retry import NOT_WRITABLE, Next, Stage, decide
 
 CODES = [*sorted(ERROR_TABLE), "E_SOMETHING_NEW"]
 
@@ -47,13 +42,13 @@ def _errors() -> st.SearchStrategy[BaseException]:
                        st.sampled_from(CODES),
                        st.sampled_from([None, "PUB", "MPUB", "PUB_TRACE", "SUB", "FIN"]))
     cert = ssl.SSLCertVerificationError("certificate verify failed")
-    wrapped_cert = ConnectionError_("TLS handshake failed")
+    wrapped_cert = ConnectionFailed("TLS handshake failed")
     wrapped_cert.__cause__ = cert
     fixed = st.sampled_from([
         NoLeader("partition 0 has no leader now"),
         NotWritable("partition 0 is not writable now"),
         LookupFailed("no lookupd answered"), TopicNotFound("t"), Timeout("no answer"),
-        ConnectionError_("reset"), ConnectionClosed("closed"), ProducerClosed("closing"),
+        ConnectionFailed("reset"), ConnectionClosed("closed"), ProducerClosed("closing"),
         OSError("refused"), cert, wrapped_cert, TLSVerificationFailed("h:1", "expired"),
         TLSNotOffered("h:1"), ProtocolError("garbage"), InvalidArgument("x", "bad"),
         ValueError("a bug"), RuntimeError("a bug"),

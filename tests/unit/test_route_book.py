@@ -1,5 +1,5 @@
-"""The publishers' route book (smartnsq.routes.RouteBook) driven through its route source:
-holds on a live leader, their release, a stalled leader's partition held again once it
+"""The publishers' route book (smartnsq.discovery.route_book.RouteBook) driven through its route
+source: holds on a live leader, their release, a stalled leader's partition held again once it
 answers, and the wait after a failure asking the book once."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import gc
 
 import pytest
 
+from smartnsq.discovery.route_book import RouteBook
 from smartnsq.errors import LookupFailed
-from smartnsq.routes import RouteBook, RoutesCallback, TopicRoutes
+from smartnsq.model.routes import RoutesCallback, TopicRoutes
 
 A = ("127.0.0.1", 4150)
 B = ("127.0.0.1", 4151)

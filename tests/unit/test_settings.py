@@ -10,8 +10,8 @@ import pytest
 
 from smartnsq.config import ConnectionConfig, one_source
 from smartnsq.consumer.config import ConsumerConfig
+from smartnsq.discovery.lookup import LookupConfig
 from smartnsq.errors import InvalidArgument
-from smartnsq.lookup import LookupConfig
 from smartnsq.producer.config import ProducerConfig
 from smartnsq.protocol.numbers import check_int, check_number
 
@@ -75,8 +75,9 @@ def test_one_source_rule_has_one_wording() -> None:
 
 
 def test_every_retry_concept_is_set_somewhere_and_explained() -> None:
+    from reference import expand_markers
+
     from smartnsq.config import RETRY_CONCEPTS
-    from smartnsq.reference import expand_markers
 
     table = expand_markers("<!-- reference: retries -->")
     for title, why in RETRY_CONCEPTS.values():

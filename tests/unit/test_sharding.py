@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from smartnsq.errors import InvalidArgument
-from smartnsq.sharding import (
+from smartnsq.model.sharding import (
     java_hash_code,
     java_partition,
     key_bytes,

@@ -1,4 +1,5 @@
-"""The pure parts of ``smartnsq.stats``: histograms, summaries, the meters' bookkeeping."""
+"""The pure parts of ``smartnsq.observability.stats``: histograms, summaries, the meters'
+bookkeeping."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 from smartnsq.errors import ServerError
-from smartnsq.stats import (
+from smartnsq.observability.stats import (
     LATENCY_BOUNDS,
     PUBLISH_SAMPLE,
     ConsumeMeter,

@@ -1,5 +1,5 @@
-"""One trace-line format (``smartnsq.trace``) for producer and consumer; one name for the
-trace id header; the lookup Accept header from the protocol package."""
+"""One trace-line format (``smartnsq.observability.trace``) for producer and consumer; one name for
+the trace id header; the lookup Accept header from the protocol package."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import smartnsq
-from smartnsq import trace
 from smartnsq.errors import InvalidArgument
+from smartnsq.observability import trace
 from smartnsq.protocol import validate as v
 
 PACKAGE = Path(smartnsq.__file__).parent
