@@ -160,7 +160,7 @@ class Cluster:
 
     # Topics are created and deleted per run so that every client starts from an empty topic
     # and the server's memory does not grow across runs. Classic: nsqd's HTTP API. Youzan:
-    # as an operator does it (protocol.md 2.x): create on the lookupd, wait for a leader,
+    # as an operator does it (docs/protocol.md §2): create on the lookupd, wait for a leader,
     # create the channel on the leader (a youzan channel created later would start at the
     # partition's end, and writers do not see a partition without a channel).
     def post(self, path: str, host: str | None = None, **params: str) -> bytes:
@@ -202,7 +202,7 @@ class Cluster:
         """Which server a table was measured against, for the header and the environment."""
         version = self.info().get("version", "?")
         if self.process is not None:
-            return (f"smartnsq.devcluster --mode {self.mode}, {len(self.nsqd_tcp)} nsqd "
+            return (f"smartnsq dev-cluster --mode {self.mode}, {len(self.nsqd_tcp)} nsqd "
                     f"(version string {version}), separate process, loopback")
         where = f"nsqd {','.join(self.nsqd_tcp)} (http {self.http})"
         if self.lookupd_http:

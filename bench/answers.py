@@ -8,7 +8,7 @@ connection's entry point (``NowaitRequest.set_result`` -> ``Producer._answered``
 counting, the result record and the caller's future. No event loop turn, no I/O, so two runs
 of the same tree count the same instructions (``PYTHONHASHSEED=0``), and the difference of
 N and 3N over 2N is the answer path's cost per message. Run it on two trees (one with a
-change, one without) to weigh the change: how issue 22 measured what counting adds to a
+change, one without) to weigh the change, e.g. what counting adds to a
 pipelined publish, whose network bench (``bench/publish.py --worker smartnsq pipe``) moves by
 a few hundred instructions between runs with the socket reads' batching.
 """

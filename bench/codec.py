@@ -13,7 +13,7 @@ are also run at the read size their connection really uses (4 KiB and 52 bytes).
 
 Baseline: the simplest pure-Python loop over the same chunks (one ``struct.unpack_from`` per
 frame, one small object per message with the same fields as smartnsq's ``Message``), run on
-every layout; smartnsq's rate is printed as a share of it (issue 2 item 4: >= 80%).
+every layout; smartnsq's rate is printed as a share of it (goal: >= 80%).
 
 Encoding: ops/s of building PUB (100-byte body), MPUB of 100 bodies, FIN and RDY.
 """
@@ -191,7 +191,7 @@ class PlainMessage:
 
 
 def baseline_decoder(layout: MessageLayout, parts: list[bytes]) -> Callable[[], int]:
-    """The simplest loop a person would write over the same chunks (issue 2 item 4's yardstick).
+    """The simplest loop a person would write over the same chunks (the decode goal's yardstick).
 
     One ``struct.unpack_from`` per frame header (a second one only for a detail block), the
     frame's leftover tail joined to the next chunk, one ``PlainMessage`` per message with the
@@ -358,7 +358,7 @@ def main() -> int:
                      c[3] if rate is not None else "not importable"))
     print(table(["decoder", "layout", "msgs/s", "vs smartnsq classic", "feed"], rows))
 
-    # issue 2 item 4: smartnsq's decode rate as a share of the simplest loop's, per layout
+    # the decode goal: smartnsq's rate as a share of the simplest loop's, per layout
     grows = []
     for name in streams:
         mine = next(rates[id(c)] for c in candidates if c[0].startswith("smartnsq")

@@ -11,10 +11,10 @@ more in flight than the last RDY, refilling on every FIN, so the client is what 
 Each client consumes N messages at each max_in_flight (200 and 2500); besides the rates the
 table gives peak memory (``ru_maxrss`` at the end minus the reading after imports), FINs per
 read at the endpoint (how well the client coalesces its FIN writes) and the largest number of
-messages the endpoint had in flight against the largest RDY; the goal of issue 5 item 12
-(>= 3x the best Python peer) is printed.
+messages the endpoint had in flight against the largest RDY; the goal (>= 3x the best Python
+peer) is printed.
 
-``--server devcluster`` (the first runs' method): before each run N messages (100-byte
+``--server devcluster``: before each run N messages (100-byte
 bodies) are loaded into a fresh topic's channel on one
 classic nsqd of the dev cluster (its own process, loopback; ``--cluster youzan``: one youzan
 nsqd, a one-partition topic, peers subscribing without a partition); then one client, in its own
@@ -36,16 +36,16 @@ the given nsqd must lead it (a one-node youzan cluster); ``bench/youzan.py`` cov
 partitioned clusters. ``--loop uvloop`` runs the asyncio clients on uvloop (with ``python
 -O``: see ``bench/publish.py``). ``--prefix 'perf stat -e ... -o FILE'`` runs the Python
 client workers of ``--server real`` under a command: system calls and user/system time per
-message by the difference of two ``--messages`` counts (issue 24's consume account).
+message by the difference of two ``--messages`` counts (where a consumed message's cost goes).
 
 ``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``) starts a real
 classic nsqd 1.3.0 here (``bench/_real.py``) and runs smartnsq on asyncio and on uvloop, the
 raw Connection, the Python peers and the Go tools (``nsq_tail``, ``bench_reader``) at
-max_in_flight 200 and 2500, interleaved, with the nsqd's own CPU per message, and prints issue
-24's goals (see ``bench/README.md``). Each channel holds more than the N messages timed (the
-surplus: 4 x max_in_flight or N / 10), because nsqd holds a client's last partial write until
-its 250 ms output-buffer timer ticks: a client timed to the channel's last message was timed
-to that tick (the rates came out as 100k, 133k, 200k: N in 1.0, 0.75, 0.5 s).
+max_in_flight 200 and 2500, interleaved, with the nsqd's own CPU per message, and prints the
+goals against the real nsqd (see ``bench/README.md``). Each channel holds more than the N
+messages timed (the surplus: 4 x max_in_flight or N / 10), because nsqd holds a client's last
+partial write until its 250 ms output-buffer timer ticks: a client timed to the channel's last
+message was timed to that tick (the rates came out as 100k, 133k, 200k: N in 1.0, 0.75, 0.5 s).
 
 Clients: ``smartnsq`` is ``smartnsq.Consumer`` with a plain-function handler (run
 on the event loop, FIN on return); ``smartnsq-conn`` is the raw ``smartnsq.transport.connection``
@@ -344,9 +344,9 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
     from types import SimpleNamespace
 
     from smartnsq.consumer.config import ConsumerConfig
-    from smartnsq.consumer.dispatch import Dispatch, inline_runner
+    from smartnsq.consumer.dispatch import Dispatch, Runtime, inline_runner
     from smartnsq.consumer.flow import Flow
-    from smartnsq.consumer.link import Link, Runtime
+    from smartnsq.consumer.link import Link
     from smartnsq.message import Message
 
     loop = asyncio.new_event_loop()
@@ -424,7 +424,7 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
     return clock
 
 
-# Consumer variants for --instructions (issue 22's tracing cost): worker name -> variant
+# Consumer variants for --instructions (what tracing costs): worker name -> variant
 # ("1pct": a parent-based 1-in-100 ratio sampler instead of every message)
 VARIANTS = {f"smartnsq-{v}": v for v in ("otel", "span", "otel1pct", "span1pct")}
 # What each worker imports before its baseline memory reading (see publish.py).
@@ -475,7 +475,7 @@ def worker(argv: list[str]) -> int:
 
 # -- the orchestrator -----------------------------------------------------------------------
 
-GOAL = 3.0  # issue 5 item 12: smartnsq's Consumer over the best Python peer, at each setting
+GOAL = 3.0  # smartnsq's Consumer over the best Python peer, at each setting
 
 
 def leftover(cluster: Any, topic: str) -> int | None:
@@ -610,7 +610,7 @@ def report_minimal(best: dict[tuple[str, int], dict[str, Any]], clients: list[st
                 f"{cheap['cpu_us'] / base['cpu_us']:.2f}x vs {cheap['name']}",
                 f"{fmt_kib(base['peak_kib'])} vs {fmt_kib(lean['peak_kib'])} ({lean['name']})"])
     if goal_rows:
-        print("goals (issue 5 item 12): smartnsq Consumer's rate over the best Python peer's; "
+        print("goals: smartnsq Consumer's rate over the best Python peer's; "
               "CPU: the cheapest peer's CPU/msg over smartnsq's\n")
         print(table(["max_in_flight", "goal", "rate ratio", "rate goal", "CPU ratio",
                      "peak memory (smartnsq vs leanest peer)"], goal_rows))
@@ -624,7 +624,7 @@ def report_minimal(best: dict[tuple[str, int], dict[str, Any]], clients: list[st
 
 REAL_CLIENTS = ("smartnsq", "smartnsq-uvloop", "smartnsq-conn", *PEERS, "go-nsq_tail",
                 "go-bench_reader")
-REAL_GOAL = 0.9  # issue 24 item 1: smartnsq's Consumer over bench_reader (raw Go)
+REAL_GOAL = 0.9  # goal: smartnsq's Consumer >= 0.9x bench_reader (raw Go)
 RSS_GOAL_KIB = 20 * 1024
 
 
@@ -820,7 +820,7 @@ def report_real(best: dict[tuple[str, int], dict[str, Any]], clients: list[str],
                           f"{fmt_kib(top['total_kib'])} (+{fmt_kib(top['peak_kib'])} over the "
                           "worker after import)",
                           "met" if top["total_kib"] <= RSS_GOAL_KIB else "missed", "-", "-"])
-    print("goals (issue 24 item 1, against the real nsqd)\n")
+    print("goals (against the real nsqd)\n")
     print(table(["max_in_flight", "client", "goal", "rate ratio", "verdict",
                  "client CPU us/msg (vs ref)", "nsqd CPU us/msg (vs ref)"], goal_rows))
     print("\nhow each figure was taken:")
@@ -851,13 +851,13 @@ def main() -> int:
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
                         help="event loop of the asyncio clients (uvloop: the fast extra)")
     parser.add_argument("--messages", type=int, default=None,
-                        help="default 100k, quick 20k (the minimal-server tables "
-                             "of 2026-11-23 used 200k)")
+                        help="default 100k, quick 20k (the performance journal's "
+                             "minimal-server tables used 200k)")
     parser.add_argument("--max-in-flight", default=None,
                         help="comma-separated (default: minimal 200,2500; devcluster 1000)")
     parser.add_argument("--body", type=int, default=100, help="body size in bytes")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="default 2, quick 1 (the tables of 2026-11-23 used 3)")
+                        help="default 2, quick 1 (the performance journal's tables used 3)")
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--cluster", choices=("classic", "youzan"), default="classic",
                         help="devcluster server: its flavour (youzan: peers SUB without a "

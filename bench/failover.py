@@ -35,7 +35,7 @@ acknowledged again (or ``--tail-max`` passes). Per partition the script prints:
   view cross-checks that count (``ServerSide``: client connections that vanish from a live
   nsqd), so a change of the client's log wording cannot make it read 0 unnoticed.
 
-The goals (issue 12): a graceful move costs at most the server's handoff + 100 ms; a node
+The goals: a graceful move costs at most the server's handoff + 100 ms; a node
 loss costs the leaderless window (here: the server's whole window for that partition) + at
 most 1 s; partitions whose leader stays up pause no longer than the server's stall (+ the
 100 ms publish spacing allowance); 0 healthy connections closed.
@@ -258,7 +258,7 @@ class Outcome:
     behind: dict[str, int]  # acknowledged, not yet delivered, at the fault
 
     def limit(self, row: Row) -> float:
-        """The goal: the longest pause the issue allows this partition."""
+        """The goal: the longest pause the goals allow this partition."""
         if row.window.kind == "untouched":  # its connection may carry a stalled partition
             return self.longest_stall + ALLOWANCE["untouched"]
         return row.window.seconds + ALLOWANCE[row.window.kind]

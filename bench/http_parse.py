@@ -1,8 +1,8 @@
 """Cost of one lookup exchange in :mod:`smartnsq.protocol.http`: build a ``/lookup`` request
 and parse a real lookupd answer (tests/fixtures/youzan/http_lookup_p2r2_w_metainfo_v1.txt).
 
-Why: issue 23 moved the client's HTTP onto h11; its memory and CPU per call are stated in the
-change from these two numbers, not from wall-clock time (the machine is shared):
+Why: the client's HTTP runs on h11; its memory and CPU per call are weighed by these two
+numbers, not by wall-clock time (the machine is shared):
 
 * ``python bench/http_parse.py --mode memory``: tracemalloc peak of one exchange (bytes);
 * ``valgrind --tool=callgrind python bench/http_parse.py --mode cpu --calls N`` for N=0 and

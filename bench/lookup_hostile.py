@@ -1,4 +1,4 @@
-"""One lookup round with a stuck lookupd beside a healthy one (issue 12, item 1).
+"""One lookup round with a stuck lookupd beside a healthy one.
 
 ``python bench/lookup_hostile.py [--rounds N] [--kind silent|drip]``: a ``LookupManager`` with
 two seeds, a healthy fake lookupd and a hostile one (``smartnsq.testing.hostile``), both on

@@ -12,10 +12,10 @@ handler checks each key's order; the consumer's duplicate and error counters are
 beside the time.
 
 The channel is fresh and has a backlog at its first SUB_ORDERED: this is where the real youzan
-nsqd (0.3.7-HA.1.13.0) delivers each partition's first message twice (``real-cluster.md``).
+nsqd (0.3.7-HA.1.13.0) delivers each partition's first message twice (``docs/devcluster.md``).
 A copy left unanswered while the server counts it in flight holds its partition until the
-server's ``msg_timeout`` (60 s by default), which is what issue 20's first defect measured
-(62 s instead of 2.3 s in 2 of 3 drains).
+server's ``msg_timeout`` (60 s by default): a client that left it so drained in 62 s instead
+of 2.3 s, in 2 of 3 drains.
 
 The cluster is the real one when ``--real DIR`` is given or ``SMARTNSQ_REAL_NSQ`` is set
 (``smartnsq.testing.realcluster.RealCluster``: etcd, 2 nsqlookupd, 3 nsqd, all started here and

@@ -13,24 +13,25 @@ pipelined row is 8 threads each publishing one at a time, sharing one producer),
 thinnest asyncio Protocol driven like the asyncio clients, which shows what the event loop
 alone allows.
 
-The server: by default (``--server minimal``) ``bench/_endpoint.py`` in its own process,
-which answers OK to every publish as fast as its socket allows, so that the client is what is
-measured; the bodies are 100 B and 1 KiB, and the issue's goals (issue 4 item 6) are printed
-against the best peer. ``--server devcluster``: one classic nsqd of the dev cluster (its own
-process, loopback; ``--cluster youzan``: one youzan nsqd and a one-partition topic, which the
-peers write without naming the partition), as the first runs did. ``--server
-nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]``: a server this script does not start
-(a real nsqd 1.3.0 with ``nsqd -tcp-address 127.0.0.1:4150``; ``http`` defaults to the TCP port
-+ 1), used exactly like the dev cluster: a fresh topic per run over nsqd's HTTP API, the
-stored message count checked, the topic deleted; with ``lookupd=`` smartnsq finds the node
+The server: by default (``--server minimal``) ``bench/_endpoint.py`` in its own process, which
+answers OK to every publish as fast as its socket allows, so that the client is what is
+measured; the bodies are 100 B (``--body 100,1024`` adds 1 KiB), and the goals (smartnsq's rate
+over the best peer's: >= 2x one at a time, >= 3x pipelined, >= 1.2x MPUB) are printed against
+the best peer. ``--server devcluster``: one classic nsqd of the dev cluster (its own process,
+loopback; ``--cluster youzan``: one youzan nsqd and a one-partition topic, which the peers
+write without naming the partition).
+``--server nsqd=HOST:PORT[,lookupd=HOST:PORT][,http=HOST:PORT]``: a server this script does not
+start (a real nsqd 1.3.0 with ``nsqd -tcp-address 127.0.0.1:4150``; ``http`` defaults to the
+TCP port + 1), used exactly like the dev cluster: a fresh topic per run over nsqd's HTTP API,
+the stored message count checked, the topic deleted; with ``lookupd=`` smartnsq finds the node
 through it (``--via``); ``--cluster youzan`` for a youzan server (it needs ``lookupd=`` to
 create topics).
 
 ``--server real`` (binaries from ``--real DIR`` or ``$SMARTNSQ_REAL_NSQ``) starts a real
 classic nsqd 1.3.0 here (``bench/_real.py``) and runs smartnsq on asyncio and on uvloop, the
 Python peers, the floor and the Go tools (``to_nsq`` one at a time, ``bench_writer`` MPUB of 1
-and of 100) interleaved, with the nsqd's own CPU per message, and prints issue 24's goals (see
-``bench/README.md``).
+and of 100) interleaved, with the nsqd's own CPU per message, and prints the goals against the
+real nsqd (see ``bench/README.md``).
 
 ``--loop uvloop`` runs the asyncio clients (smartnsq, smartnsq-sync, ansq, asyncnsq and the
 floor) on uvloop (the ``fast`` extra: ``pip install smartnsq[fast]``) by installing its event
@@ -45,7 +46,7 @@ Three ways of publishing:
 * sequential: one publish at a time, each awaited (acknowledged) before the next;
 * pipelined: windows of W (1024) concurrent publishes on one connection, each window awaited
   (``smartnsq-sync``: 8 threads, each one at a time; ``--window 8`` puts the asyncio rows at 8
-  outstanding beside them, issue 24 item 4's comparison);
+  outstanding beside them, to weigh the blocking facade against the asyncio client);
 * MPUB x100: batches of 100 messages, each batch awaited before the next.
 
 Each client runs in its own interpreter (gevent's monkeypatching stays with gnsq) after a
@@ -109,7 +110,7 @@ def _windows(count: int, window: int) -> list[int]:
 
 def work_smartnsq(mode: str, addr: str, lookupd: str, topic: str, count: int, body: bytes,
                   window: int, traced: str = "") -> Span:
-    """``traced`` (issue 22's tracing cost, ``--worker`` only): "otel" an SDK tracer provider
+    """``traced`` (what tracing costs, ``--worker`` only): "otel" an SDK tracer provider
     tracing every call; "otelN" the same behind ``span_one_in`` N (see consume.py's
     ``sdk_tracer_provider``)."""
     from smartnsq import Producer
@@ -421,13 +422,13 @@ def work_floor(mode: str, addr: str, topic: str, count: int, body: bytes, window
 
 def work_blocking_floor(mode: str, addr: str, topic: str, count: int, body: bytes,
                         window: int) -> Span:
-    """The blocking facade's lower bound if the calling thread used the socket itself (issue 24
-    item 4 asks to weigh that): no library, no loop thread, a blocking socket written and read
-    by the publishing thread. Sequential: one thread, one socket. Pipelined: ``SYNC_THREADS``
-    threads share one socket under a lock (a publish goes out when nothing else is in flight,
-    as that design would do), each one at a time, like ``smartnsq-sync``'s row. MPUB: batches.
-    Validation, routing, retries, heartbeats and error frames are left out, so a real design
-    would cost more than this, never less."""
+    """The blocking facade's lower bound if the calling thread used the socket itself (to weigh
+    that design against the loop thread): no library, no loop thread, a blocking socket written
+    and read by the publishing thread. Sequential: one thread, one socket. Pipelined:
+    ``SYNC_THREADS`` threads share one socket under a lock (a publish goes out when nothing else
+    is in flight, as that design would do), each one at a time, like ``smartnsq-sync``'s row.
+    MPUB: batches. Validation, routing, retries, heartbeats and error frames are left out, so a
+    real design would cost more than this, never less."""
     import socket
     import struct
     import threading
@@ -638,7 +639,8 @@ def report(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
 
 def goals(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
           modes: list[str], body: int) -> str:
-    """The issue's goals, against the best peer of each column (rate and CPU both shown)."""
+    """The goals over the Python peers, against the best peer of each column (rate and CPU both
+    shown)."""
     peers = [c for c in clients if c in PEERS]
     rows = []
     for mode in modes:
@@ -662,8 +664,7 @@ def goals(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
             f"{cpu_ratio:.2f}x vs {cheap['name']}",
             f"{fmt_kib(me['peak_kib'])} vs {fmt_kib(lean['peak_kib'])} ({lean['name']})",
             "met" if me["peak_kib"] <= lean["peak_kib"] else "missed", floor_cell])
-    return ("goals (issue 4 item 6; against a real nsqd, issue 15 item 1 asks the same of "
-            "concurrent and MPUB): smartnsq's rate over the best peer's; CPU: the cheapest "
+    return ("goals: smartnsq's rate over the best peer's; CPU: the cheapest "
             "peer's CPU/msg over smartnsq's; memory: smartnsq's peak vs the leanest peer's; the "
             "last column is the thinnest asyncio client's rate over the same best peer (what "
             "the event loop allows at all)\n\n"
@@ -677,7 +678,7 @@ def goals(best: dict[tuple[str, str, int], dict[str, Any]], clients: list[str],
 REAL_CLIENTS = ("smartnsq", "smartnsq-uvloop", *PEERS, "asyncio-floor", "go-to_nsq",
                 "go-bench_writer")
 REAL_SKIP = {("go-to_nsq", "pipe"), ("go-to_nsq", "mpub"), ("go-bench_writer", "pipe")}
-# the goals of issue 24 item 1 against the real nsqd, per pattern: (reference, ratio)
+# the goals against the real nsqd, per pattern: (reference, ratio)
 REAL_GOALS = {"seq": ("go-to_nsq", 1.0), "pipe": ("best Python peer", 3.0),
               "mpub": ("go-bench_writer", 0.9)}
 RSS_GOAL_KIB = 20 * 1024
@@ -863,7 +864,7 @@ def report_real(best: dict[tuple[str, str], dict[str, Any]], clients: list[str],
                           + (f"; asyncio-floor {fmt_kib(floor['total_kib'])}"
                              if floor and "total_kib" in floor else "") + ")",
                           "met" if top["total_kib"] <= RSS_GOAL_KIB else "missed", "-", "-"])
-    print("\ngoals (issue 24 item 1, against the real nsqd)\n")
+    print("\ngoals (against the real nsqd)\n")
     print(table(["pattern", "client", "goal", "rate ratio", "verdict",
                  "client CPU us/msg (vs ref)", "nsqd CPU us/msg (vs ref)"], goal_rows))
     print("\nhow each figure was taken:")
@@ -909,10 +910,10 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=1024,
                         help="concurrent publishes outstanding per window (pipelined)")
     parser.add_argument("--body", default=None,
-                        help="body sizes in bytes, comma-separated (default 100; the tables of "
-                             "2026-11-23 used 100,1024 against the minimal server)")
+                        help="body sizes in bytes, comma-separated (default 100; the performance "
+                             "journal's minimal-server tables used 100,1024)")
     parser.add_argument("--rounds", type=int, default=None,
-                        help="default 2, quick 1 (the tables of 2026-11-23 used 3)")
+                        help="default 2, quick 1 (the performance journal's tables used 3)")
     parser.add_argument("--clients", default=None,
                         help=f"default: minimal smartnsq + peers + asyncio-floor; devcluster "
                              f"{','.join(CLIENTS)}; a real server both")

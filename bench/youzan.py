@@ -8,7 +8,7 @@
 The server is the dev cluster in youzan mode (3 nsqd, 2 nsqlookupd) **in its own process**,
 and every work item runs in a fresh interpreter of its own, so the CPU time a worker reports
 (``time.process_time()``: user + system of the client process, every thread, over the timed
-window) is the client's alone, like the figures issue 16 took beside youzan's Go client on a
+window) is the client's alone, like the reference figures taken beside youzan's Go client on a
 real cluster. Each work item gets a fresh topic of 4 partitions x 2 replicas (channel
 ``bench`` created on every partition's leader before anything is written) and ends with a
 server-side check: publishes are counted on the partitions' leaders, drains leave nothing in
@@ -25,8 +25,8 @@ Work items (100-byte bodies; 200 sharding keys ``key-0``..``key-199`` where ther
 * ``ordered-floor`` (opt-in): the same ordered drain with no library at all, a bare asyncio
   ``BufferedProtocol`` per partition leader that FINs every message inside
   ``data_received`` (no order check, no flow control, no handler): what the event loop and
-  the two socket calls cost by themselves, the floor under any asyncio client (issue 24's
-  account of the ordered goals);
+  the two socket calls cost by themselves, the floor under any asyncio client (what the
+  ordered goals are weighed against);
 * ``pub-seq``: sharded publish one at a time (``await publish(..., sharding_key=k)``) with the
   default ``sharded_receipts=True`` (PUB_TRACE, trace id 0, so the result has a receipt);
 * ``pub-seq-plain``: the same with ``sharded_receipts=False`` (plain PUB with the partition,
@@ -61,12 +61,12 @@ move.
 every item on the real youzan cluster started here (etcd, 2 nsqlookupd, 3 nsqd) and, for drain,
 ordered, pub-seq(-plain), pub-conc64 and pub-nowait, youzan's Go client ``yzgo`` beside
 smartnsq on a topic of its own, interleaved, with the nsqd processes' CPU per message and
-issue 24's goals.
+the goals against yzgo.
 ``--otel`` traces every client of the workers (``smartnsq.observability.otel.instrument`` with the
 OpenTelemetry SDK's ``TracerProvider``: every message sampled, spans recorded and dropped, no
 exporter), which is what the instrumentation costs (the ``otel`` extra).
 
-The reference figures are issue 16's: youzan's Go client (youzan/go-nsq v1.7.2-HA) and
+The reference figures were measured with youzan's Go client (youzan/go-nsq v1.7.2-HA) and
 smartnsq on a real youzan cluster (0.3.7-HA.1.13.0, 2 lookupds, 3 nsqd, 4 partitions x 2
 replicas, loopback, medians of 3 interleaved rounds). The dev cluster is a Python broker and
 slower than the real one, so compare the CPU columns, not the rates.
@@ -93,8 +93,8 @@ KEYS = 200
 BODY = 100
 WARMUP = PARTITIONS  # one publish per partition before the clock starts
 
-# item -> (what it is, issue 16's Go client msg/s and CPU us/msg, smartnsq's on the real
-# cluster, the CPU-per-message target); None where the issue has no figure
+# item -> (what it is, the reference Go client msg/s and CPU us/msg, smartnsq's on the real
+# cluster, the CPU-per-message target); None where there is no reference figure
 ITEMS: dict[str, dict[str, Any]] = {
     "drain": {"label": "plain drain, max_in_flight 2500", "go": (99_563, 5.1),
               "real": (101_850, 4.1), "target": None},
@@ -680,8 +680,8 @@ class Runner:
 # the work items yzgo has, and its goroutines each publishing one at a time
 GO_CONCURRENCY = {"pub-seq": 1, "pub-seq-plain": 1, "pub-conc64": 64, "pub-nowait": 1024}
 GO_ITEMS = ("drain", "ordered", *GO_CONCURRENCY)
-# issue 24 item 1 on the real youzan cluster: (rate ratio over yzgo, CPU us/msg bound, CPU
-# no more than Go's)
+# the goals on the real youzan cluster: (rate ratio over yzgo, CPU us/msg bound, CPU no
+# more than Go's)
 REAL_GOALS: dict[str, tuple[float | None, float | None, bool]] = {
     "ordered": (1.2, 40.0, False), "pub-seq": (1.0, None, False),
     "pub-seq-plain": (1.0, None, False), "pub-nowait": (1.2, None, True)}
@@ -747,7 +747,7 @@ def keep_best(best: dict[str, dict[str, Any]], item: str, result: dict[str, Any]
 
 def report_real(best: dict[str, dict[str, Any]], best_go: dict[str, dict[str, Any]],
                 items: list[str]) -> None:
-    """smartnsq beside yzgo on the real cluster, and issue 24's goals."""
+    """smartnsq beside yzgo on the real cluster, and the goals."""
     from _common import fmt_kib, table
 
     rows, goal_rows = [], []
@@ -793,7 +793,7 @@ def report_real(best: dict[str, dict[str, Any]], best_go: dict[str, dict[str, An
     print(table(["item", "smartnsq msg/s", "CPU us/msg", "nsqd CPU us/msg", "peak RSS",
                  "yzgo msg/s", "CPU us/msg", "nsqd CPU us/msg", "peak RSS",
                  "smartnsq / yzgo"], rows))
-    print("\ngoals (issue 24 item 1, real youzan cluster)\n")
+    print("\ngoals (real youzan cluster)\n")
     print(table(["item", "verdict"], goal_rows))
     print("\nhow: smartnsq's msg/s and CPU are over its timed window (publish: after one "
           "warm-up publish per partition; drains: first message handled to the N-th); yzgo's "
@@ -944,7 +944,7 @@ def main() -> int:
             notes.append(f"{item}: {r['left']} messages left in the channel")
     print(table(["item", "work", "msg/s", "client CPU us/msg (user/sys)", "target",
                  "CPU target",
-                 "peak RSS", "Go client (issue 16)", "smartnsq, real cluster (issue 16)"],
+                 "peak RSS", "Go client (reference)", "smartnsq, real cluster (reference)"],
                 rows))
     if real:
         report_real(best, best_go, items)

@@ -1,7 +1,7 @@
 """Which kind of server answered: youzan (redesigned, "HA") or classic NSQ.
 
-Every predicate here decides from a fact the server gave (protocol.md 2.4 and 6.5), never from
-a port number or a host name, because both kinds run on the same default ports and a cluster
+Every predicate here decides from a fact the server gave (docs/protocol.md §2.4 and §6.5), never
+from a port number or a host name, because both kinds run on the same default ports and a cluster
 can change kind while running (a migration). The caller asks again on the next answer: a
 verdict is only as fresh as the answer it came from.
 

@@ -16,9 +16,11 @@ import sys
 from typing import Any
 
 from smartnsq.config import RETRY_CONCEPTS, describe
+from smartnsq import errors
 from smartnsq.errors import ERROR_TABLE, Action, ErrorSpec
 
-__all__ = ["config_table", "errors_table", "expand_markers", "retries_table", "spark_table"]
+__all__ = ["config_table", "errors_table", "exceptions_table", "expand_markers", "retries_table",
+           "spark_table"]
 
 _RETRY_CONFIGS = ("smartnsq.ConnectionConfig", "smartnsq.producer.config.ProducerConfig",
                   "smartnsq.ConsumerConfig", "smartnsq.LookupConfig")
@@ -59,7 +61,7 @@ def config_table(dotted: str) -> str:
     """A Markdown table of a config dataclass: option, default, unit and range, meaning."""
     cls = _load(dotted)
     lines = [
-        f"`{cls.__module__}.{cls.__qualname__}`",
+        f"`{dotted}`",
         "",
         "| option | default | unit / range | meaning |",
         "|---|---|---|---|",
@@ -105,6 +107,35 @@ def errors_table() -> str:
     return "\n".join(lines)
 
 
+def exceptions() -> list[type[BaseException]]:
+    """Every public exception class of :mod:`smartnsq.errors`, in the module's order."""
+    names = [n for n in vars(errors) if not n.startswith("_")]
+    return [obj for n in names if isinstance(obj := getattr(errors, n), type)
+            and issubclass(obj, BaseException) and obj.__module__ == errors.__name__]
+
+
+_RETRIABLE_PER_ANSWER = (errors.AdminError, errors.LookupdError)
+"""Exceptions whose ``retriable`` each instance sets from the answer (its HTTP status)."""
+
+
+def exceptions_table() -> str:
+    """Every exception: what it also is (its bases) and its three flags, read from the classes
+    themselves (a ``ServerError``'s ``fatal`` depends on the code and command: see the codes)."""
+    lines = ["| exception | is a | `fatal` | `retriable` | `refresh_lookup` |",
+             "|---|---|---|---|---|"]
+    yes = {True: "yes", False: "no"}
+    for cls in exceptions():
+        bases = ", ".join(f"`{b.__name__}`" for b in cls.__bases__ if b is not Exception
+                          and not b.__name__.startswith("_"))
+        fatal = "per code" if issubclass(cls, errors.ServerError) else \
+            yes[bool(getattr(cls, "fatal", False))]
+        retriable = "per answer" if cls in _RETRIABLE_PER_ANSWER else \
+            yes[bool(getattr(cls, "retriable", False))]
+        lines.append(f"| `{cls.__name__}` | {bases or '`Exception`'} | {fatal} | {retriable} "
+                     f"| {yes[bool(getattr(cls, 'refresh_lookup', False))]} |")
+    return "\n".join(lines)
+
+
 def retries_table() -> str:
     """Every retry and back-off setting, by concept (``doc(..., concept=...)``): the same
     concept under one name everywhere, each difference of default with its reason."""
@@ -147,6 +178,8 @@ def expand_markers(markdown: str) -> str:
             return config_table(arg)
         if kind == "errors":
             return errors_table()
+        if kind == "exceptions":
+            return exceptions_table()
         if kind == "retries":
             return retries_table()
         if kind == "spark":
@@ -160,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] == "errors":
         print(errors_table())
+    elif args[0] == "exceptions":
+        print(exceptions_table())
     elif args[0] in ("retries", "spark"):
         print(retries_table() if args[0] == "retries" else spark_table())
     else:

@@ -17,10 +17,9 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-from smartnsq import Producer
-from smartnsq.admin import AsyncAdmin, CreationProgress
+from smartnsq import AsyncAdmin, Producer, StartPosition
 from smartnsq.devcluster import DevCluster
-from smartnsq.protocol.commands import StartPosition
+from smartnsq.protocol.admin import CreationProgress
 
 
 @contextlib.asynccontextmanager

@@ -27,9 +27,8 @@ import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator
 
-from smartnsq import Consumer, Producer
+from smartnsq import Consumer, Message, Producer
 from smartnsq.devcluster import DevCluster
-from smartnsq.message import Message
 
 
 @contextlib.asynccontextmanager

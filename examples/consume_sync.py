@@ -19,10 +19,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from smartnsq import sync
+from smartnsq import LoopThread, Message, sync
 from smartnsq.devcluster import DevCluster
-from smartnsq.message import Message
-from smartnsq.transport.loop_thread import LoopThread
 
 
 @contextlib.contextmanager

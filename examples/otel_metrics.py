@@ -22,10 +22,8 @@ import logging
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from smartnsq import Consumer, Producer
+from smartnsq import BackoffPolicy, Consumer, Message, Producer, RequeuePolicy
 from smartnsq.devcluster import DevCluster
-from smartnsq.message import Message
-from smartnsq.model.backoff import BackoffPolicy, RequeuePolicy
 
 TOPIC, CHANNEL, MESSAGES = "orders", "billing", 200
 SHORT = {"messaging.destination.partition.id": "partition", "messaging.client.id": "client",

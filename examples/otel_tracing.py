@@ -31,9 +31,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from smartnsq import Consumer, Producer
+from smartnsq import Consumer, Message, Producer
 from smartnsq.devcluster import DevCluster
-from smartnsq.message import Message
 
 TOPIC, CHANNEL, ORDERS = "payments", "ledger", 3
 

@@ -19,9 +19,8 @@ import urllib.request
 from prometheus_client import CollectorRegistry, start_http_server
 
 import smartnsq.observability.prometheus
-from smartnsq import Consumer, Producer
+from smartnsq import Consumer, Message, Producer
 from smartnsq.devcluster import DevCluster
-from smartnsq.message import Message
 
 TOPIC, CHANNEL, MESSAGES = "orders", "billing", 200
 SHOWN = ("smartnsq_producer_published_messages_total", "smartnsq_consumer_finished_messages_total",

@@ -17,9 +17,8 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from smartnsq import sync
+from smartnsq import LoopThread, sync
 from smartnsq.devcluster import DevCluster
-from smartnsq.transport.loop_thread import LoopThread
 
 
 @contextlib.contextmanager

@@ -28,8 +28,8 @@ import time
 from types import ModuleType
 from typing import Any
 
+from smartnsq import LoopThread
 from smartnsq.devcluster import DevCluster
-from smartnsq.transport.loop_thread import LoopThread
 
 TOPIC = "nsq_reader"
 CHANNEL = "async"

@@ -17,8 +17,7 @@ import os
 import sys
 from collections import defaultdict
 
-from smartnsq import Consumer, Producer
-from smartnsq.admin import AsyncAdmin
+from smartnsq import AsyncAdmin, Consumer, Producer
 from smartnsq.testing.realcluster import ENV, RealCluster
 
 KEYS, PER_KEY = 8, 25

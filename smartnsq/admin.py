@@ -7,7 +7,7 @@ nsqlookupd HTTP APIs of youzan's NSQ and of classic NSQ. What the servers answer
 * a deadline on every whole request (connect, send, the whole answer), not per read, so a
   server trickling bytes cannot hold a call past its ``timeout``;
 * a bound on every answer's size (``max_answer_bytes``);
-* errors that say what was asked, where, and why: :class:`~smartnsq.protocol.admin.AdminError`
+* errors that say what was asked, where, and why: :class:`~smartnsq.errors.AdminError`
   when a server refused, :class:`~smartnsq.errors.Timeout` past the deadline,
   :class:`~smartnsq.errors.ConnectionFailed` (with the network error as its cause) when a
   server could not be reached.
@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
-from .discovery.lookup import http_url, normalize_lookupd
+from .discovery.lookup import normalize_lookupd
 from .errors import (
     AdminError,
     AnswerTooLarge,
@@ -38,18 +38,28 @@ from .errors import (
     HttpError,
     HttpTimeout,
     InvalidArgument,
+    LookupdError,
     LookupFailed,
     NSQError,
     ProtocolError,
     Timeout,
     TopicNotFound,
 )
+from .model.lookupd_health import http_url
 from .observability.stats import ChannelLag, PartitionLag
 from .protocol import admin as p
 from .protocol import validate
-from .protocol.admin import CreationProgress, LookupdList, Node, NodeInfo, NodeStats, TopicView
+from .protocol.admin import CreationProgress, NodeInfo, NodeStats
 from .protocol.commands import StartPosition
-from .protocol.lookup import merge_views
+from .protocol.lookup import (
+    LookupdList,
+    Node,
+    TopicView,
+    lookup_params,
+    merge_views,
+    parse_listlookup,
+    parse_lookup,
+)
 from .protocol.numbers import check_int, check_number
 from .transport import loop_thread as _loops
 from .transport.http import HttpClient
@@ -57,12 +67,7 @@ from .transport.loop_thread import LoopThread
 
 __all__ = [
     "Admin",
-    "AdminError",
     "AsyncAdmin",
-    "ChannelLag",
-    "CreationProgress",
-    "NodeInfo",
-    "NodeStats",
 ]
 
 log = logging.getLogger("smartnsq.admin")
@@ -196,8 +201,8 @@ class AsyncAdmin:
             status, body = await self._request("GET", where, "/listlookup",
                                                what="nsqlookupd /listlookup")
             try:
-                return p.parse_listlookup(status, body)
-            except p.LookupdError as exc:
+                return parse_listlookup(status, body)
+            except LookupdError as exc:
                 raise AdminError(exc.status, exc.message, what="nsqlookupd /listlookup",
                                  address=where) from None
 
@@ -220,12 +225,12 @@ class AsyncAdmin:
             raise InvalidArgument("access", "must be 'r' or 'w'", access)
         validate.check_topic(topic)
         lookupds = self._need_lookupd("lookup")
-        params = p.lookup_params(topic, access)
+        params = lookup_params(topic, access)
 
         async def ask(where: str) -> TopicView:
             status, body = await self._request("GET", where, "/lookup", params=params,
                                                what=f"lookup of {topic}", timeout=timeout)
-            return p.parse_lookup(topic, access, status, body, lookupd=where)
+            return parse_lookup(topic, access, status, body, lookupd=where)
 
         answers = await asyncio.gather(*(ask(a) for a in lookupds), return_exceptions=True)
         views = [a for a in answers if isinstance(a, TopicView)]

@@ -189,7 +189,10 @@ class ClientClosed(ConnectionFailed, RuntimeError):
 
 
 class ProducerClosed(ConnectionFailed):
-    """close() began before this attempt was written: it fails, nothing was sent."""
+    """close() began before this attempt was written: it fails, nothing was sent (retrying on
+    this producer cannot help: it is closing)."""
+
+    retriable = False
 
 
 class NodeBackoff(ConnectionFailed):

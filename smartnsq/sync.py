@@ -44,7 +44,7 @@ from collections.abc import (
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .consumer.config import close_timeout
+from .config import close_timeout
 from .consumer.core import Consumer as AsyncConsumer
 from .errors import ClientClosed, InvalidArgument, LoopTimeout, Timeout
 from .message import Message

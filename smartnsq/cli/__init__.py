@@ -173,7 +173,7 @@ def _setup_logging(verbose: int, debug: bool, stderr: TextIO) -> Callable[[], No
         # the library logs retries and failovers as warnings (and asyncio its own complaints,
         # some at shutdown, after main() returned: these handlers stay); the command says
         # what matters itself, in one line, so keep the library's fallback handler
-        # (smartnsq.logs) and Python's last resort quiet
+        # (smartnsq.observability.logs) and Python's last resort quiet
         for target in (logger, asyncio_logger):
             if not any(isinstance(h, logging.NullHandler) for h in target.handlers):
                 target.addHandler(logging.NullHandler())

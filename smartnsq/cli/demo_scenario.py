@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..errors import TopicNotFound
-from .util import CLIError, Progress, bar, format_table, split_addresses
+from .tables import format_table
+from .util import CLIError, Progress, bar, split_addresses
 
 __all__ = ["DemoOptions", "DemoReport", "run_cli", "run_demo"]
 
@@ -177,7 +178,7 @@ class _Lab:
                            channel: str) -> None:
         """Create ``name`` unless it exists as wanted, and return once every partition has a
         leader and is writable: a real cluster gives leaders only after its cluster check,
-        which a re-sent create triggers (real-cluster.md), so the wait is ``create_topic``'s
+        which a re-sent create triggers (docs/protocol.md §10.1), so the wait is ``create_topic``'s
         with ``wait=True``, shown as it goes."""
         from ..admin import AsyncAdmin
         from ..errors import NSQError

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from .tables import format_table
 from .util import (
     CLIError,
     Deadline,
@@ -21,7 +22,6 @@ from .util import (
     check_topic,
     deadline_of,
     dumps,
-    format_table,
     lookup_failure,
     lookup_manager,
     split_addresses,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from ..model.sharding_schemes import DEFAULT_SCHEME, SCHEMES
+from .tables import format_table
 from .util import (
     CLIError,
     Progress,
@@ -28,7 +29,6 @@ from .util import (
     cluster_addresses,
     deadline_of,
     dumps,
-    format_table,
     topic_missing,
 )
 
@@ -218,7 +218,7 @@ async def run_pub(args: argparse.Namespace) -> int:
                                f"(create a topic with ext enabled, or publish without "
                                f"headers)")
             if key_path is None:
-                # the Producer's rules (smartnsq.partitions), before any line is read: a
+                # the Producer's rules (smartnsq.model.partitions), before any line is read: a
                 # partition in range, an ordered topic pinned (--key-field: each line's key)
                 try:
                     partition_for(routes, router, partition=args.partition,

@@ -13,16 +13,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from .util import (
-    CLIError,
-    admin_client,
-    check_topic,
-    deadline_of,
-    dumps,
-    format_table,
-    split_addresses,
-    warn,
-)
+from .tables import format_table
+from .util import CLIError, admin_client, check_topic, deadline_of, dumps, split_addresses, warn
 
 __all__ = ["register", "run_stats"]
 

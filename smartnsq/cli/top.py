@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .util import CLIError, admin_client, check_topic, dumps, format_table, split_addresses
+from .tables import format_table
+from .util import CLIError, admin_client, check_topic, dumps, split_addresses
 
 __all__ = ["register", "run_top"]
 

@@ -15,14 +15,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from .tables import format_table
-
 __all__ = [
     "CLIError",
     "Deadline",
     "Progress",
     "admin_client",
-    "format_table",
     "lookup_manager",
     "split_addresses",
 ]

@@ -19,7 +19,6 @@ from ..config import (
     ConnectionConfig,
     Rule,
     check_fields,
-    close_timeout,
     doc,
     duck,
     flag,
@@ -34,8 +33,7 @@ from ..model.dialect import ClassicDialect
 from ..protocol import validate as v
 from ..protocol.commands import StartPosition
 
-__all__ = ["ConsumerConfig", "GiveUpHook", "Handler", "OrderErrorHook", "build_config",
-           "close_timeout"]
+__all__ = ["ConsumerConfig", "GiveUpHook", "Handler", "OrderErrorHook", "build_config"]
 
 Handler = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007 - runtime alias
 GiveUpHook = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007
@@ -229,7 +227,7 @@ def build_config(config: ConsumerConfig | ConnectionConfig | None,
     if conn:
         own["connection"] = dataclasses.replace(own.get("connection", base.connection), **conn)
     for name in ("backoff_policy", "requeue_policy", "lookup_options"):
-        if own.get(name, 1) is None:  # the old keywords took None for "the default"
+        if own.get(name, 1) is None:  # None for these keywords means "the default"
             del own[name]
     return dataclasses.replace(base, **own) if own else base
 

@@ -6,7 +6,7 @@ youzan nsqd serves a partition's consumers only on its leader) plus the plain no
 classic topic; with ``nsqd=[...]`` each given node, for each of ``partitions`` (or its default
 partition). Messages go from the links (``link.py``) through one queue to a fixed set of
 workers (``dispatch.py``); RDY is spread by the flow control (``flow.py`` over
-``smartnsq.model.rdy``). Everything these parts share is one :class:`~.link.Runtime`, handed to
+``smartnsq.model.rdy``). Everything these parts share is one :class:`~.dispatch.Runtime`, handed to
 each.
 
 Closing is one deadline (``close(timeout)``, default ``drain_timeout``): RDY 0, what was
@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from ..config import ConnectionConfig, one_source
+from ..config import ConnectionConfig, close_timeout, one_source
 from ..errors import InvalidArgument
 from ..message import Message
 from ..model.routes import Address, address_list, parse_address
@@ -32,11 +32,11 @@ from ..observability import otel, otel_metrics
 from ..protocol import validate as v
 from ..protocol.numbers import check_int
 from ..transport.connection import Connection
-from .config import ConsumerConfig, Handler, build_config, close_timeout
+from .config import ConsumerConfig, Handler, build_config
 from .discovery import Discovery
-from .dispatch import Dispatch, inline_runner, is_async, iterate, worker
+from .dispatch import Dispatch, Runtime, inline_runner, is_async, iterate, worker
 from .flow import Flow
-from .link import Runtime, link_of
+from .link import link_of
 from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
 from .targets import static_targets
 
@@ -103,7 +103,7 @@ class Consumer:
             raise InvalidArgument("handler", "must be callable", handler)
         self._handler = handler
         self.config = cfg = build_config(config, options)
-        # spans around the handler and give-ups, when asked for (smartnsq.otel)
+        # spans around the handler and give-ups, when asked for (observability.otel)
         handler, self.config = otel.consumer_tracing(topic, channel, handler, cfg,
                                                      tracer_provider)
         cfg = self.config
@@ -385,7 +385,7 @@ class Consumer:
     def stats(self) -> ConsumerStats:
         """A typed snapshot (:class:`smartnsq.observability.stats.ConsumerStats`): totals, gauges,
         the handler's time and one entry per partition, plus the last :meth:`lag` reading.
-        ``stats()["finished"]`` and the other keys of the old dict still work."""
+        ``stats()["finished"]`` and the other plain keys work too."""
         from .observe import snapshot  # (the snapshot types load when one is taken)
 
         lookup = self._discovery.lookup if self._discovery is not None else self._lookup
@@ -402,7 +402,7 @@ class Consumer:
         return self._lag
 
     def _legacy_stats(self) -> dict[str, Any]:
-        """Counters and the flow-control state as the dict stats() returned before."""
+        """Counters, the flow-control state and the subscriptions: the snapshot's dict keys."""
         rt = self._rt
         subs = self._subs.subs.values() if self._subs is not None else ()
         return {

@@ -126,7 +126,7 @@ class Runtime:
         self.stale = 0
         self.sub_failures = 0
         self.duplicates = 0
-        self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (smartnsq.stats)
+        self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (observability.stats)
 
     @property
     def handled(self) -> int:
@@ -163,7 +163,7 @@ class Runtime:
 
 
 
-_UNTIMED = HANDLER_SAMPLE - 1  # the handler's time is sampled (smartnsq.counters)
+_UNTIMED = HANDLER_SAMPLE - 1  # the handler's time is sampled (smartnsq.observability.counters)
 
 
 class Dispatch:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from ..errors import ServerError
 
-__all__ = ["Link", "Runtime", "link_of"]
+__all__ = ["Link", "link_of"]
 
 log = logging.getLogger("smartnsq.consumer")
 trace_log = tracing.trace_log
@@ -198,16 +198,17 @@ class Link:
     def _duplicate(self, msg: Message, original: Message) -> bool:
         """The same delivery again (same id, same attempts) on an ordered subscription: the
         real server sends the first message of a fresh ordered channel twice
-        (``real-cluster.md``). True for a copy nobody handles.
+        (``docs/devcluster.md``, "Real failure modes, on a clock"). True for a copy nobody
+        handles.
 
         Whether the server counts the copy in flight depends on when it sent it: nsqd records a
         message in flight before writing it, and writes it even when the id is in flight
         already. So a copy that comes before any answer of ours to the original left is not in
         flight (answering it could only fail), while one that comes after our FIN may be: on an
         ordered channel nothing else comes until it is answered, and left alone it held its
-        partition until msg_timeout (issue 20: 62 s instead of 2.3 s). That one is FINed too.
-        The copy of a requeued original may be in flight as well: it is handled as a delivery
-        (at-least-once; the requeued original comes back with attempts + 1).
+        partition until msg_timeout (a backlog drain took 62 s instead of 2.3 s). That one is
+        FINed too. The copy of a requeued original may be in flight as well: it is handled as a
+        delivery (at-least-once; the requeued original comes back with attempts + 1).
         """
         state = original._state
         if state == REQUEUED:
@@ -248,7 +249,7 @@ class Link:
 
         Also for the FIN of an original whose copy was dropped while it was unanswered: on the
         real server the copy is then sometimes the one in flight (it was recorded after our
-        FIN, issue 20), and left alone it holds the ordered partition until msg_timeout; the
+        FIN), and left alone it holds the ordered partition until msg_timeout; the
         id is FINed once more, and that FIN's own failure is expected too. And, held until
         the next delivery judges it, for the refused FIN of the message an ordered link
         delivered last (:meth:`CopyFins.hold`).

@@ -18,7 +18,7 @@ from ..observability.stats import (
     LookupStats,
     latency_summary,
 )
-from .link import Runtime
+from .dispatch import Runtime
 from .subscription import Subscriptions
 
 __all__ = ["lag_nodes", "read_lag", "snapshot"]
@@ -26,8 +26,8 @@ __all__ = ["lag_nodes", "read_lag", "snapshot"]
 
 def snapshot(rt: Runtime, subs: Subscriptions | None, lookup: Any, legacy: dict[str, Any],
              max_in_flight: int, lag: ChannelLag | None) -> ConsumerStats:
-    """The consumer's :class:`~smartnsq.observability.stats.ConsumerStats` now (``legacy``: the old
-    dict, kept for ``stats["..."]``)."""
+    """The consumer's :class:`~smartnsq.observability.stats.ConsumerStats` now (``legacy``: the
+    plain dict that ``stats["..."]`` reads)."""
     meter = rt.meter
     flow = rt.flow
     ctl = flow.ctl if flow is not None else None

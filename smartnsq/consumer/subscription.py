@@ -30,7 +30,8 @@ from ..protocol import commands
 from ..protocol.frames import MessageLayout
 from ..transport.connection import Connection
 from .config import ConsumerConfig
-from .link import Link, Runtime
+from .dispatch import Runtime
+from .link import Link
 from .setoffset import set_offset
 from .targets import Starts, Target, sub_command
 
@@ -305,7 +306,7 @@ class Subscription:
     def _report(self, error: ServerError) -> None:
         """Count and log a server error that is nobody's expected refusal."""
         self.rt.server_errors += 1
-        self.rt.meter.server_error(self.target.partition, error.code)  # (smartnsq.stats)
+        self.rt.meter.server_error(self.target.partition, error.code)  # (observability.stats)
         if error.refresh_lookup:
             self.owner.refresh()
         level = logging.WARNING if error.fatal else logging.INFO

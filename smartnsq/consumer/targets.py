@@ -19,7 +19,7 @@ from ..model.partitions import SubCommand, subscription
 from ..model.routes import Address
 from ..protocol.commands import StartPosition
 
-__all__ = ["Starts", "SubCommand", "Target", "missing_leaders", "static_targets", "sub_command",
+__all__ = ["Starts", "Target", "missing_leaders", "static_targets", "sub_command",
            "view_targets"]
 
 log = logging.getLogger("smartnsq.consumer")

@@ -311,7 +311,7 @@ class DevCluster:
         dev cluster exercises the same workflow users run against a real cluster. Youzan/mixed:
         ``POST /topic/create`` on the leader lookupd, re-sent every ``create_resend`` of the
         profile until the topic is usable (with ``slow_creation`` partitions get leaders only
-        from a cluster check, as real-cluster.md measured); ``/channel/create`` on each
+        from a cluster check, as on a real cluster); ``/channel/create`` on each
         partition's leader nsqd for every channel (``access=w`` lookups hide partitions without
         a channel), until an ``access=w`` lookup lists every partition; then until every
         leader serves (without channels a read lookup can name a leader that does not serve

@@ -1,6 +1,6 @@
 """A small HTTP/1.1 server on asyncio for the dev cluster's nsqlookupd and nsqd HTTP APIs.
 
-Real NSQ servers render the same handler result three ways (protocol.md 2.1, YS
+Real NSQ servers render the same handler result three ways (docs/protocol.md §2.1, YS
 ``internal/http_api/api_response.go``), and clients depend on the differences, so the rendering
 is chosen per route instead of per handler:
 

@@ -3,8 +3,9 @@
 A real youzan cluster does not fail instantly: a killed nsqd leaves its partitions leaderless
 until etcd's session expires, a replica loss stalls writes on the surviving leaders, a new topic
 waits for the lookupd's cluster check. Those durations were measured on real servers
-(``shared/docs/real-cluster.md``) and are the :data:`REALISTIC` profile. Tests want the same
-*sequence* in a fraction of the time: :meth:`FaultProfile.scaled` multiplies every duration.
+(``docs/devcluster.md``, "Real failure modes, on a clock") and are the :data:`REALISTIC`
+profile. Tests want the same *sequence* in a fraction of the time: :meth:`FaultProfile.scaled`
+multiplies every duration.
 :data:`OFF` (the default) keeps the dev cluster as fast as it always was: failovers, handoffs and
 topic creation take no time.
 
@@ -53,7 +54,7 @@ class FaultProfile:
     less than ``check_min_spacing`` ago, and one runs every ``check_interval`` anyway. A checked
     partition's leader is listed by read lookups at once but serves (answers ``/channel/create``)
     only ``leader_ready_delay`` later. ``DevCluster.create_topic`` re-sends every
-    ``create_resend``, as an operator who read real-cluster.md does.
+    ``create_resend``, as an operator of a real cluster does.
 
     ``ordered_first_delivery_twice`` turns on the nsqd behaviour of the same name (the first
     ``SUB_ORDERED`` of a channel with a backlog delivers its first message twice) where the
@@ -140,10 +141,10 @@ REALISTIC = FaultProfile(
     leader_ready_delay=(0.5, 0.5),      # read lookups list a leader that is not serving yet
     create_resend=(6.0, 6.0),           # re-sending every ~5-7 s made topics usable in 1-10 s
     # the copy before the original's FIN (not in flight) in most channels, after it (in
-    # flight: issue 20's 60 s stall) or both in others: picked per channel
+    # flight: a 60 s stall when unanswered) or both in others: picked per channel
     ordered_first_delivery_twice="random",
 )
-"""The real youzan 0.3.7-HA.1.13.0 figures of real-cluster.md (a loaded 2-core machine)."""
+"""The real youzan 0.3.7-HA.1.13.0 cluster's measured figures (a loaded 2-core machine)."""
 
 PROFILES = {"off": OFF, "realistic": REALISTIC}
 

@@ -70,7 +70,7 @@ from ..errors import (
     TopicNotWritable,
 )
 from ..model.backoff import exponential_delay
-from ..model.lookupd_health import LookupdHealth, LookupdStatus, http_url, targets
+from ..model.lookupd_health import LookupdHealth, LookupdStatus, targets
 from ..model.routes import address_list
 from ..protocol.diagnose import lookupd_hint
 from ..protocol.identify import USER_AGENT
@@ -78,8 +78,6 @@ from ..protocol.lookup import (
     ACCEPT_V1,
     LookupLimits,
     Node,
-    Partition,
-    TopicMeta,
     TopicView,
     lookup_params,
     merge_views,
@@ -95,15 +93,7 @@ from .race import race
 __all__ = [
     "LookupConfig",
     "LookupManager",
-    "LookupdStatus",
-    "Node",
-    "Partition",
     "TopicChange",
-    "TopicMeta",
-    "TopicNotFound",
-    "TopicNotWritable",
-    "TopicView",
-    "http_url",
     "normalize_lookupd",
 ]
 

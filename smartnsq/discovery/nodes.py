@@ -28,33 +28,21 @@ from collections.abc import Awaitable, Callable, Iterable
 from ..config import ConnectionConfig
 from ..errors import ConnectionFailed, NodeBackoff, Timeout
 from ..model.backoff import exponential_delay
-from ..model.failover import probe_turn
 from ..model.routes import (
     Address,
     RoutesCallback,
     RouteSource,
-    StaticRouteSource,
     TopicRoutes,
-    address_list,
-    parse_address,
 )
 from ..transport.connection import Connection
 from .race import outcome_read
 from .route_book import RouteBook
-from .route_source import LookupRouteSource
 
-# (the route names are re-exported: smartnsq.pool is where users and older code import them)
+# NodePool with the route names its callers hand it (defined in model.routes and route_source)
 __all__ = [
     "Address",
-    "LookupRouteSource",
     "NodePool",
-    "RouteSource",
     "RoutesCallback",
-    "StaticRouteSource",
-    "TopicRoutes",
-    "address_list",
-    "parse_address",
-    "probe_turn",
 ]
 
 log = logging.getLogger("smartnsq.pool")

@@ -17,8 +17,9 @@ from ..errors import InvalidArgument
 from ..model import failover as policy
 from ..model.routes import Address, RoutesCallback, TopicRoutes
 
-if TYPE_CHECKING:  # smartnsq.lookup is imported when used: nsqd=[...] needs no lookup
-    from .lookup import LookupManager, TopicChange, TopicView
+if TYPE_CHECKING:  # .lookup is imported when used: nsqd=[...] needs no lookup
+    from ..protocol.lookup import TopicView
+    from .lookup import LookupManager, TopicChange
 
 __all__ = ["LookupRouteSource"]
 

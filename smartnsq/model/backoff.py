@@ -210,7 +210,7 @@ class RequeuePolicy:
 
     Exponential in the attempt count so a poison message stops hammering the handler, capped
     so it is still retried in reasonable time. The server clamps the delay to its own
-    ``max_req_timeout`` anyway; ordered channels ignore a delay > 0 (protocol.md section 3.6),
+    ``max_req_timeout`` anyway; ordered channels ignore a delay > 0 (docs/protocol.md §3.6),
     so the consumer sends 0 there whatever this says.
     """
 

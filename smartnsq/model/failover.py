@@ -62,7 +62,7 @@ CHASE_PERIOD = 0.1  # s between the refreshes asked for after a loss
 CHASE_FAST_PERIOD = 0.05  # ... and between the rounds of the first CHASE_FAST seconds
 CHASE_FOR = 10.0  # s after the last loss those refreshes go on (or until the view changes)
 CHASE_FAST = 5.0  # s after a loss during which they are rounds of their own (not spaced):
-# the real cluster's slowest graceful handoffs took 1.3-4.1 s (real-cluster.md)
+# the real cluster's slowest graceful handoffs took 1.3-4.1 s (docs/devcluster.md)
 
 # the Spark driver and executors: waiting for a partition's leader, blocking
 LEADER_WAIT_FIRST = 0.1  # s the first pause; it doubles per failure up to 2 s

@@ -10,10 +10,10 @@ them, so a fix to a rule reaches every client of it at once:
   the Consumer (``consumer.targets``, ``consumer.flow``, ``consumer.link``) and the Spark range
   reader (``spark.cluster``).
 
-The reasons are protocol.md's: an ordered channel has one message in flight and sends the next
-only once the previous one is answered (10.1), SUB_ORDERED names its partition, the detail
-block (queue offset, raw size) comes only with SUB_ORDERED or SUB_ADVANCED (3.5), and a key's
-order exists only within the partition its hash names (6.2).
+The reasons are docs/protocol.md's: an ordered channel has one message in flight and sends the
+next only once the previous one is answered (§10.1), SUB_ORDERED names its partition, the
+detail block (queue offset, raw size) comes only with SUB_ORDERED or SUB_ADVANCED (§3.5), and a
+key's order exists only within the partition its hash names (§6.2).
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ State*) with a few fixes:
   connection, so the consumer cannot stay stuck probing an idle nsqd.
 
 Ordered subscriptions get at most one message in flight per partition whatever RDY says, and
-a real server was seen to duplicate the first message with RDY > 1 (protocol.md, "RDY on
-ordered channels"): add such connections with ``max_rdy_count=1``. Add them with
+a real server was seen to duplicate the first message with RDY > 1 (docs/protocol.md §10.1,
+"RDY on ordered channels"): add such connections with ``max_rdy_count=1``. Add them with
 ``own_backoff=True`` too: each partition then backs off on its own (a poison message stops
 only its partition; the consumer-wide back-off neither counts its failures nor pauses it),
 and a requeue holds the connection at RDY 0 for the requeue delay (``hold``, at least

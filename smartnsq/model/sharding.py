@@ -1,4 +1,4 @@
-"""Which partition a sharding key goes to (protocol.md section 6.2).
+"""Which partition a sharding key goes to (docs/protocol.md §6.2).
 
 Producers of one topic must agree on this, whatever their language, or the order of a key's
 messages is lost: two producers that hash the same key differently write it to two partitions.

@@ -24,12 +24,8 @@ from .counters import (
     LATENCY_BOUNDS,
     PUBLISH_SAMPLE,
     TIMED_OUT_CODES,
-    ConsumeMeter,
     Histogram,
-    PartitionCounts,
-    PublishCounts,
     PublishMeter,
-    reason_of,
 )
 
 __all__ = [
@@ -38,21 +34,15 @@ __all__ = [
     "PUBLISH_SAMPLE",
     "TIMED_OUT_CODES",
     "ChannelLag",
-    "ConsumeMeter",
     "ConsumerPartitionStats",
     "ConsumerStats",
-    "Histogram",
     "LatencySummary",
     "LookupStats",
     "LookupdHealth",
-    "PartitionCounts",
     "PartitionLag",
     "ProducerPartitionStats",
     "ProducerStats",
-    "PublishCounts",
-    "PublishMeter",
     "latency_summary",
-    "reason_of",
 ]
 
 # -- latency -------------------------------------------------------------------------------------
@@ -332,9 +322,9 @@ class ConsumerStats(dict[str, Any]):
     ``lag``: the last :meth:`Consumer.lag` reading
     (``None`` if never read). ``lookup``: the lookup manager (``None`` with ``nsqd=``).
 
-    The snapshot is also the dict ``Consumer.stats()`` returned before it was typed (a plain
-    copy, ``stats["finished"]``, ``stats.get(...)``, :meth:`as_dict`), so callers written
-    for that dict keep working; new code reads the attributes."""
+    The snapshot is also a dict of the counters, the flow-control state and each
+    subscription's details (``stats["finished"]``, ``stats["subscriptions"]``,
+    ``stats.get(...)``; :meth:`as_dict` for a plain copy); the attributes are typed."""
 
     at: float
     topic: str
@@ -374,5 +364,5 @@ class ConsumerStats(dict[str, Any]):
         return next((p for p in self.partitions if p.partition == partition), None)
 
     def as_dict(self) -> dict[str, Any]:
-        """The dict ``Consumer.stats()`` returned before it was typed (a copy)."""
+        """The snapshot's dict keys as a plain dict (a copy)."""
         return dict(self)

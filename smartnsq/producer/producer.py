@@ -74,7 +74,7 @@ class Producer:
     ``async with Producer(lookupd=["127.0.0.1:4161"]) as producer:`` discovers nodes through
     nsqlookupd; ``nsqd=["127.0.0.1:4150"]`` writes to fixed nodes instead (classic nodes, or
     standalone youzan nodes, without partitions); ``source=`` takes any
-    :class:`~smartnsq.discovery.nodes.RouteSource`. Keyword ``options`` override ``config`` fields
+    :class:`~smartnsq.model.routes.RouteSource`. Keyword ``options`` override ``config`` fields
     (``Producer(lookupd=..., timeout=5, sharding="java")``); ``lookup_options`` go to the
     lookup manager. ``tracer_provider``: OpenTelemetry spans per publish
     (``smartnsq.observability.otel``); ``meter_provider``: OpenTelemetry's messaging metrics
@@ -124,7 +124,7 @@ class Producer:
         # lingering batches per (topic, partition, node): a topic of several plain nodes
         # round-robins over their connections, one batch each
         self._lingering: dict[tuple[str, int | None, Address], Batch] = {}
-        otel.producer_tracing(self, tracer_provider)  # spans, when asked for (smartnsq.otel)
+        otel.producer_tracing(self, tracer_provider)  # spans, when asked for (observability.otel)
         self._meter = otel_metrics.producer_meter(self, self._meter, meter_provider)  # metrics
 
     # -- lifecycle --------------------------------------------------------------------------

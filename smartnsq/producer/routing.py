@@ -1,4 +1,6 @@
-"""Where one attempt of a publish goes: plain functions of the topic's routes (protocol.md 6.2).
+"""Where one attempt of a publish goes: plain functions of the topic's routes.
+
+The selection rules are docs/protocol.md §6.2's:
 
 * ``sharding_key``: ``router(key, partition_num)``. The key always goes to that partition:
   when it has no leader right now (normal for tens of seconds during a failover) the target
@@ -61,7 +63,7 @@ def choose_target(routes: TopicRoutes, sharding_key: ShardingKey | None,
     (advanced for unpinned publishes only).
     Raises ``InvalidArgument`` for what the routes say is wrong with the call.
     """
-    # which partition: the rule the Spark sink and `smartnsq pub` share (smartnsq.partitions)
+    # which partition: the rule the Spark sink and `smartnsq pub` share (model.partitions)
     target = partition_for(routes, router, partition=partition, sharding_key=sharding_key)
     if target is not None:
         return target, routes.leaders.get(target)

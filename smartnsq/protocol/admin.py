@@ -12,7 +12,7 @@ once, for every caller (the CLI, the demo, compat's probe, the dev cluster's hel
   holds (``topic_partition`` is a string, ``is_leader`` says whether it leads it), classic
   one entry per topic; :func:`parse_stats` reads both into :class:`NodeStats`.
 * ``/info``: youzan answers ``ha_support`` (and, on nsqd, its addresses); classic only
-  ``version`` (protocol.md 2.4).
+  ``version`` (docs/protocol.md §2.4).
 * ``/lookup`` and ``/listlookup`` are :mod:`smartnsq.protocol.lookup`'s; they are re-exported
   here so an admin caller has one import.
 
@@ -28,17 +28,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import AdminError, InvalidArgument, LookupdError, ProtocolError, TopicNotWritable
+from ..errors import AdminError, InvalidArgument, ProtocolError
 from . import validate
 from .commands import StartPosition
 from .lookup import (
     ACCEPT_V1,
-    LookupdList,
     Node,
     TopicView,
-    lookup_params,
-    parse_listlookup,
-    parse_lookup,
     parse_node,
     unwrap,
 )
@@ -51,21 +47,13 @@ __all__ = [
     "MAX_REPLICATOR",
     "ChannelStats",
     "CreationProgress",
-    "LookupdError",
-    "LookupdList",
-    "Node",
     "NodeInfo",
     "NodeStats",
-    "TopicNotWritable",
     "TopicStats",
-    "TopicView",
     "channel_params",
     "creation_progress",
     "leaders_of",
-    "lookup_params",
     "parse_info",
-    "parse_listlookup",
-    "parse_lookup",
     "parse_nodes",
     "parse_stats",
     "parse_write",
@@ -118,7 +106,7 @@ def topic_create_params(topic: str, partition_num: int = 1, replicator: int = 1,
     """The query of a youzan ``POST /topic/create`` (lookupd leader), checked.
 
     ``ordered`` sends ``orderedmulti=true`` (an ordered topic's partitions may share nodes);
-    ``multipart`` lets partitions x replicas exceed the number of nsqd (real-cluster.md).
+    ``multipart`` lets partitions x replicas exceed the number of nsqd (docs/protocol.md §10).
     """
     validate.check_topic(topic)
     params = {"topic": topic,
@@ -408,7 +396,7 @@ class CreationProgress:
     when every partition has a leader and, when channels were asked for, every channel and a
     writable listing. ``resend`` says the create must be sent again: the
     partitions get leaders only when the leader lookupd's cluster check runs, and a re-sent
-    create triggers one (real-cluster.md, "Topic creation is slow").
+    create triggers one (docs/protocol.md §10.1).
     """
 
     topic: str
@@ -452,7 +440,7 @@ def creation_progress(topic: str, partition_num: int, *, read: TopicView | None,
     lookupds do not know the topic or hide every partition). The create is (re)sent when it
     never went out, or when the topic is not usable yet and ``resend_interval`` passed since
     the last send: a real read lookup can name a leader before that node accepts the
-    channel (real-cluster.md), so a listed leader alone does not stop the re-sending.
+    channel (docs/protocol.md §10.1), so a listed leader alone does not stop the re-sending.
     """
     leaders = frozenset(read.leaders()) if read is not None else frozenset()
     writable = frozenset(write.leaders()) if write is not None else frozenset()

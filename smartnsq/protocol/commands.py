@@ -1,4 +1,4 @@
-"""Encoders for every command a client sends (protocol.md sections 3.1-3.8).
+"""Encoders for every command a client sends (docs/protocol.md §3.1-3.8).
 
 Each function validates its arguments, then returns the exact bytes for the wire. The
 ``*_unchecked`` publish encoders at the end skip that validation: they are for a caller that
@@ -38,7 +38,7 @@ StartKind = Literal["timestamp", "virtual_queue", "msgcount", "special"]
 
 @dataclass(frozen=True)
 class StartPosition:
-    """Where a SUB_ADVANCED subscription starts (protocol.md 3.5).
+    """Where a SUB_ADVANCED subscription starts (docs/protocol.md §3.5).
 
     Build with the class methods; ``token()`` is the wire form ``kind:value``.
     """
@@ -138,7 +138,7 @@ def sub_advanced(topic: str, channel: str, partition: int | None = None,
     """SUB_ADVANCED; frames then carry the 12-byte detail block.
 
     The server reads the partition only when exactly four tokens are sent: with a start
-    position it uses the node's default partition (protocol.md 3.5 quirk), so callers that
+    position it uses the node's default partition (a quirk, docs/protocol.md §3.5), so callers that
     need both should subscribe without a start and set the offset over HTTP.
     """
     v.check_topic(topic)

@@ -1,4 +1,4 @@
-"""The stream transforms IDENTIFY can switch on: snappy framing and raw deflate (protocol.md 3.3).
+"""The transforms IDENTIFY can switch on: snappy framing and raw deflate (docs/protocol.md §3.3).
 
 Both sit *below* the NSQ framing and cover the whole connection in both directions from the
 upgrade on: the connection compresses every write and decompresses every read before the
@@ -12,7 +12,7 @@ upgrade on: the connection compresses every write and decompresses every read be
 Each object keeps one state per direction: ``compress`` is the outbound stream, ``decompress``
 the inbound one. Either accepts any split of its stream; a chunk cut in two yields its bytes
 once the rest arrives. The same classes serve the client connection and the dev cluster's
-nsqd (``smartnsq.devcluster.nsqd_streams``), so both ends chunk and flush alike: snappy cuts
+nsqd (``smartnsq.devcluster.nsqd.tcp``), so both ends chunk and flush alike: snappy cuts
 writes into chunks of at most 64 KiB uncompressed, deflate ends every non-empty write in a
 sync flush, and an empty write produces no bytes at all.
 
@@ -178,7 +178,7 @@ class DeflateStream:
     """Raw deflate (RFC 1951) in both directions; each ``compress`` ends in a sync flush.
 
     ``level`` is 1..9: youzan nsqd takes the level as sent and 0 would mean no compression
-    (protocol.md 3.3), so the level is always explicit. :meth:`go_level` builds the stream a
+    (docs/protocol.md §3.3), so the level is always explicit. :meth:`go_level` builds the stream a
     Go nsqd uses for the level it settled on (the dev cluster's side).
     """
 

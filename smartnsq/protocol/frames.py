@@ -1,4 +1,4 @@
-"""Incremental decoding of the server-to-client stream (protocol.md sections 3.1 and 4).
+"""Incremental decoding of the server-to-client stream (docs/protocol.md §3.1, §4).
 
 ``FrameReader.feed(data)`` takes whatever bytes the socket produced and returns every
 complete frame in them; a partial frame is kept until the rest arrives, so any split of the
@@ -181,7 +181,7 @@ Frame = Union[MessageFrame, Response, ErrorFrame, Heartbeat]  # noqa: UP007 - ru
 
 @dataclass(frozen=True)
 class MessageLayout:
-    """Which optional blocks follow the 26-byte message header (protocol.md 4.4).
+    """Which optional blocks follow the 26-byte message header (docs/protocol.md §4.4).
 
     ``youzan`` - ids are binary (internal id + trace id) rather than ASCII hex;
     ``ext`` - an ext block (version, length, JSON) follows: the connection IDENTIFYed with

@@ -1,6 +1,6 @@
 """The IDENTIFY request: what a client announces and which features it asks for.
 
-Values are checked against the ranges youzan nsqd enforces (protocol.md 3.3), because the
+Values are checked against the ranges youzan nsqd enforces (docs/protocol.md §3.3), because the
 server answers an out-of-range value with a fatal ``E_BAD_BODY``.
 """
 

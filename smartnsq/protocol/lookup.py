@@ -1,7 +1,7 @@
 """nsqlookupd's HTTP answers as typed, immutable views (sans-I/O: status + body in).
 
 The same question gets several shapes of answer, and a client must read them all the same way
-(protocol.md section 2):
+(docs/protocol.md §2):
 
 * youzan lookupds wrap the data in ``{"status_code","status_txt","data"}`` unless asked with
   ``Accept: application/vnd.nsq; version=1.0``; wrapped errors arrive as HTTP 500 with the

@@ -1,6 +1,6 @@
 """Checks applied before any byte is built, so a bad value never reaches the server.
 
-The rules are the server's own (protocol.md sections 3.3, 3.5, 3.7): the server would close
+The rules are the server's own (docs/protocol.md §3.3, §3.5, §3.7): the server would close
 the connection on most of these, taking every other in-flight call with it.
 """
 

@@ -4,14 +4,14 @@ Driver side (blocking HTTP, a few calls per micro-batch): which node leads each 
 (``/lookup?access=r&metainfo=true`` on nsqlookupd, or ``/info`` + ``/stats`` on nsqd given
 directly) and where each partition's queue starts and ends (the leader's
 ``/stats?format=json&topic=&partition=``: ``backend_start`` and ``backend_depth``, in queue
-bytes; protocol.md section 7 and the capture ``http_nsqd_stats_json_topic_v1.txt``).
+bytes; docs/protocol.md §7 and the capture ``http_nsqd_stats_json_topic_v1.txt``).
 
 Executor side: :class:`RangeReader` reads the messages whose queue offset lies in
 ``[start, end)`` of one partition. It uses a channel of its own: created over HTTP, moved to
 ``start`` with ``/channel/setoffset`` and only then subscribed with a four-token
 ``SUB_ADVANCED`` (``SUB_ORDERED`` on ordered topics). Setting the offset over HTTP rather than
 in the SUB line avoids the server quirk that ignores the partition when a start position is
-given (protocol.md 3.5), and works whether or not the channel already had a cursor. Every
+given (docs/protocol.md §3.5), and works whether or not the channel already had a cursor. Every
 message is FINed as it arrives: the channel is private, the log is what is replayed, so
 acknowledging it only keeps the server from redelivering. The range is complete once a message
 ends at or beyond ``end`` (queue offsets are contiguous: ``next = offset + raw_size``);
@@ -423,7 +423,7 @@ class RangeReader:
         self._conn = conn
         # the consumer's rule: an ordered FIN is written in the turn it is made
         self._send_fin = conn.send_now if fin_at_once(self._ordered) else conn.send
-        # the consumer's rules (smartnsq.partitions): SUB_ORDERED on ordered topics, else
+        # the consumer's rules (smartnsq.model.partitions): SUB_ORDERED on ordered topics, else
         # SUB_ADVANCED for the queue offsets the range needs (the start was set over HTTP);
         # one message in flight on an ordered channel
         sub = subscription(self.topic, self.channel, self.partition, youzan=True,
@@ -454,9 +454,9 @@ class RangeReader:
             return
         elif message.queue_offset is not None and message.queue_offset <= self._last:
             # a message already read, again: a redelivery, or the real server's duplicated
-            # first delivery on a fresh ordered channel (real-cluster.md; every read here
+            # first delivery on a fresh ordered channel (docs/devcluster.md; every read here
             # uses one). A copy sent after the original's FIN is in flight, and the ordered
-            # channel sends nothing else until it is answered (issue 20: a 60 s stall), so
+            # channel sends nothing else until it is answered (a 60 s stall), so
             # it is FINed; one sent before that FIN was not in flight, and its FIN's
             # E_FIN_FAILED is expected (_on_error)
             self._copy_fins.expect(message.id)

@@ -205,7 +205,7 @@ class _Publisher:
                 raise InvalidArgument("shardingKeyColumn", f"topic {topic!r} has no partition "
                                       "count in lookup (classic or standalone nodes); "
                                       "sharding needs one", key)
-            # the Producer's own choice (smartnsq.partitions), so rows land where
+            # the Producer's own choice (smartnsq.model.partitions), so rows land where
             # publish(sharding_key=key) would put them
             target = partition_for(routes, self._router, sharding_key=key)
         elif self._part is not None:

@@ -1,8 +1,8 @@
 """Hostile peers: tiny loopback servers that misbehave on purpose, for tests.
 
 The dev cluster is a faithful nsqd/nsqlookupd; these are not. Each one does the single unkind
-thing a broken or malicious peer can do to a client (``../shared/docs/real-cluster.md``, last
-section), so a test can show the client survives it:
+thing a broken or malicious peer can do to a client (``docs/hostile-peers.md``
+lists them), so a test can show the client survives it:
 
 * :class:`DripLookupd` answers a valid lookup one byte at a time (by default one per second):
   no single read ever times out, only a deadline on the whole request bounds it;

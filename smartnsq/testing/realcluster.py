@@ -2,8 +2,8 @@
 
 For tests, benchmarks and users who have the real binaries (youzan nsqd/nsqlookupd, which need
 etcd, or classic nsqd/nsqlookupd 1.3). The binaries folder comes from ``binaries=`` or the
-``SMARTNSQ_REAL_NSQ`` environment variable; it holds ``youzan/`` and ``classic/`` sub-folders
-(the layout of ``shared/realnsq``) or the binaries themselves.
+``SMARTNSQ_REAL_NSQ`` environment variable; it holds ``youzan/`` and ``classic/`` sub-folders,
+or the binaries themselves.
 
 Where the two overlap the interface is ``DevCluster``'s (``start``/``stop``, the address
 lists, ``create_topic`` until usable, ``kill_node``/``leave_node``/``start_node``,

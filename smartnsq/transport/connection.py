@@ -947,7 +947,7 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def layout(self) -> MessageLayout:
-        """How message frames are decoded; the consumer sets it after SUB (see frames.py)."""
+        """How message frames are decoded; the consumer sets it after SUB (see protocol.frames)."""
         return self._reader.layout
 
     @layout.setter

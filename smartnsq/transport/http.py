@@ -24,7 +24,7 @@ lookupd Producer or Consumer 12-17 MiB (``docs/performance.md``).
 Failures are typed: :class:`HttpTimeout` (a :class:`~smartnsq.errors.Timeout`),
 :class:`HttpConnectError` (no connection), :class:`HttpTLSError` (the handshake or the
 certificate failed), :class:`HttpClosed` (the peer dropped the connection mid-exchange), all
-three :class:`~smartnsq.errors.ConnectionFailed`; :class:`~smartnsq.protocol.http.HttpError`
+three :class:`~smartnsq.errors.ConnectionFailed`; :class:`~smartnsq.errors.HttpError`
 (a :class:`~smartnsq.errors.ProtocolError`) for an answer that breaks HTTP or a bound. Each
 message starts with the peer's ``host:port``.
 """
@@ -40,7 +40,6 @@ from ..errors import (
     HttpClosed,
     HttpConnectError,
     HttpConnectTimeout,
-    HttpError,
     HttpTimeout,
     HttpTLSError,
     InvalidArgument,
@@ -50,8 +49,6 @@ from ..protocol.identify import USER_AGENT
 
 __all__ = [
     "HttpClient",
-    "HttpError",
-    "Response",
     "tls_context",
 ]
 

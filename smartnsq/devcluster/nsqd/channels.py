@@ -5,7 +5,7 @@ A channel lives in the shared :class:`~smartnsq.devcluster.state.PartitionInfo` 
 cluster's replicated channel offsets do. Consumers are the subscribed connections of whichever
 node serves the partition now.
 
-What is delivered, and when (protocol.md 3.5, 3.6, 4.4 and the captures):
+What is delivered, and when (docs/protocol.md §3.5, §3.6, §4.4 and the captures):
 
 * a channel reads its partition log from a cursor; requeued messages (REQ, timeouts, a
   youzan consumer that went away) go out before the cursor moves on;

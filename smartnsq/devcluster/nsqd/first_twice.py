@@ -2,7 +2,8 @@
 
 On the first ``SUB_ORDERED`` of a channel with a backlog the real youzan nsqd delivers the
 first message twice (same id, same attempts, even with RDY 1): ``SetOrdered`` resets the
-channel's reader asynchronously, so the first message is read twice (``real-cluster.md``).
+channel's reader asynchronously, so the first message is read twice (``docs/devcluster.md``,
+"Real failure modes, on a clock").
 nsqd records a message in flight before writing it and writes it even when the id is in
 flight already, so where the copy falls against the consumer's answer decides which of the
 two is in flight. The modes (``NsqdOptions.ordered_first_delivery_twice``):
@@ -11,7 +12,7 @@ two is in flight. The modes (``NsqdOptions.ordered_first_delivery_twice``):
   and its FIN fails with ``E_FIN_FAILED``;
 * ``after``: once the original's FIN or REQ was accepted: the copy *is* in flight (its FIN
   succeeds; unanswered it holds the ordered channel until ``msg_timeout`` and comes back
-  with ``attempts + 1``: issue 20);
+  with ``attempts + 1``);
 * ``both``: one copy of each kind;
 * ``reset``: the reset drops the original from flight before the consumer's answer comes, so
   that answer is refused, and only then does the copy go out, in flight (seen once in about

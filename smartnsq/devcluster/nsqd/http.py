@@ -1,4 +1,4 @@
-"""nsqd's HTTP API in the dev cluster (protocol.md 7 and the ``http_nsqd_*`` captures).
+"""nsqd's HTTP API in the dev cluster (docs/protocol.md §7 and the ``http_nsqd_*`` captures).
 
 youzan (``YS nsqdserver/http.go``): ``/ping``, ``/info``, ``/stats``, ``/pub``, ``/pub_ext``,
 ``/pubtrace``, ``/mpub``, ``/channel/{create,delete,empty,pause,unpause,setoffset,setorder}``,

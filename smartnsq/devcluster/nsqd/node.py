@@ -55,10 +55,10 @@ from .auth import AuthTable
 from .channels import Channel
 from .http import NsqdHTTP
 from .identify import IdentifyLimits
-from .options import NsqdOptions, Settings
+from .options import NsqdOptions
 from .tcp import NsqdConnection
 
-__all__ = ["NsqdNode", "NsqdOptions", "Settings"]
+__all__ = ["NsqdNode"]
 
 log = logging.getLogger("smartnsq.devcluster.nsqd")
 

@@ -1,7 +1,7 @@
 """nsqd's options: :class:`NsqdOptions` as given, :class:`Settings` as a running node uses them.
 
-Their own module so that the node and the modules serving its connections (``nsqd_conn``,
-``nsqd_http``, ``nsqd_publish``) share them without importing each other.
+Their own module so that the node and the modules serving its connections (``tcp``,
+``http``, ``publish``) share them without importing each other.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ class NsqdOptions:
     allow_ext_compatible: bool = False
     allow_sub_ext_compatible: bool = False
     max_connections: int = 0  # youzan's max_conn_for_client; 0 = no limit
-    # real-cluster.md: a fresh ordered channel's first message goes out twice (True: the copy
-    # while the original is in flight; "after", "both", "reset", "random": FIRST_TWICE_MODES)
+    # as on the real youzan nsqd, a fresh ordered channel's first message goes out twice (True:
+    # the copy while the original is in flight; "after", "both", "reset", "random":
+    # FIRST_TWICE_MODES)
     ordered_first_delivery_twice: bool | str = False
 
     def __post_init__(self) -> None:

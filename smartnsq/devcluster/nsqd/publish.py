@@ -1,4 +1,4 @@
-"""The publish family of the dev cluster's nsqd, youzan and classic (protocol.md 3.7).
+"""The publish family of the dev cluster's nsqd, youzan and classic (docs/protocol.md §3.7).
 
 Each command is a generator: it yields what it wants to read next (``READ_INT32`` or a byte
 count) and receives it, so its checks run in the real server's order relative to the reads.
@@ -339,7 +339,7 @@ class PublishCommands:
 
 
 def valid_name(name: bytes) -> bool:
-    """``^[.a-zA-Z0-9_-]+(#ephemeral)?$``, 1..64 bytes (protocol.md 3.5)."""
+    """``^[.a-zA-Z0-9_-]+(#ephemeral)?$``, 1..64 bytes (docs/protocol.md §3.5)."""
     if not 1 <= len(name) <= MAX_NAME_LENGTH:
         return False
     if name.endswith(_EPHEMERAL):

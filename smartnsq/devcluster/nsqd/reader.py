@@ -1,11 +1,11 @@
-"""Incremental parsing of the client-to-server stream, as nsqd reads it (protocol.md 3.1, 3.2).
+"""Incremental parsing of the client-to-server stream, as nsqd reads it.
 
-The server side of the protocol is pull-driven: nsqd reads a command line, and the command's
-handler then decides what to read next (a 4-byte length, a body of that length, an MPUB's
-count and items...) and what to check in between. The checks are interleaved with the reads:
-a PUB whose length prefix is too large is refused before a single body byte arrives, and a
-non-fatal error in the middle of an MPUB leaves the unread rest of the body in the stream to
-be read as commands. ``CommandReader`` keeps that shape without any I/O:
+The server side of the protocol (docs/protocol.md §3.1, §3.2) is pull-driven: nsqd reads a
+command line, and the command's handler then decides what to read next (a 4-byte length, a
+body of that length, an MPUB's count and items...) and what to check in between. The checks are
+interleaved with the reads: a PUB whose length prefix is too large is refused before a single
+body byte arrives, and a non-fatal error in the middle of an MPUB leaves the unread rest of the
+body in the stream to be read as commands. ``CommandReader`` keeps that shape without any I/O:
 
 * ``feed(data)`` adds received bytes;
 * ``next_event()`` returns the next complete unit, or ``None`` when more bytes are needed:
@@ -249,7 +249,7 @@ class CommandReader:
         return Line(line.split(_SEP), raw)
 
     def _special(self, buf: bytearray, pos: int, nl: int) -> tuple[bool, Line | None]:
-        """Youzan's FIN/REQ/TOUCH: ids sliced at fixed offsets (protocol.md 3.2).
+        """Youzan's FIN/REQ/TOUCH: ids sliced at fixed offsets (docs/protocol.md §3.2).
 
         Returns ``(False, None)`` for any other line, ``(True, None)`` when the fixed-length
         line is not complete yet.

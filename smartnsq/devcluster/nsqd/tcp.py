@@ -13,7 +13,7 @@ iteration (compressed as one block when snappy or deflate is on). Heartbeats tic
 IDENTIFY interval; a client silent for 3 intervals (classic: 2) is disconnected without an
 error frame.
 
-Every error text is the real server's (see ``nsqd_errors``); which ones close the connection
+Every error text is the real server's (see ``error_frames``); which ones close the connection
 follows the captures: youzan's FIN/SUB ``E_FAILED_ON_NOT_LEADER`` is fatal, its PUB one is not,
 and only ``E_FIN_FAILED``/``E_REQ_FAILED``/``E_TOUCH_FAILED`` (and youzan's publish errors
 after the body) keep a connection open.
@@ -62,7 +62,7 @@ from .publish import HOLD, READ_INT32, PublishCommands, valid_name
 from .reader import CommandReader, Int32, Line, Magic
 from .view import NodeView, start_index
 
-__all__ = ["NsqdConnection", "valid_name"]
+__all__ = ["NsqdConnection"]
 
 log = logging.getLogger("smartnsq.devcluster.nsqd")
 
@@ -465,7 +465,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         deflate = opts.deflate and data.deflate
         snappy = opts.snappy and data.snappy
         if self.youzan:
-            # youzan computes the fallback 6 and then overwrites it (protocol.md 3.3)
+            # youzan computes the fallback 6 and then overwrites it (docs/protocol.md §3.3)
             level = min(data.deflate_level, opts.max_deflate_level) if deflate else 0
         else:
             level = data.deflate_level if deflate and data.deflate_level > 0 else 6
@@ -797,7 +797,7 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
         assert self.consumer is not None and self.channel is not None
         channel = self.channel
         if self.youzan and channel.ordered and delay_ms > 0:
-            return None  # ordered channels ignore REQ delays (protocol.md 3.6)
+            return None  # ordered channels ignore REQ delays (docs/protocol.md §3.6)
         if not channel.requeue(self.consumer, key, delay_ms / 1000):
             reason = "Message ID not in flight" if self.youzan else "ID not in flight"
             raise nonfatal("E_REQ_FAILED", self._failed_text("REQ", msg_id, reason))

@@ -1,6 +1,6 @@
 """What the modules serving an nsqd's clients need from the node: :class:`NodeView`.
 
-``nsqd_conn``, ``nsqd_http`` and ``nsqd_publish`` are written against this protocol, not
+``tcp``, ``http`` and ``publish`` are written against this protocol, not
 against :class:`~smartnsq.devcluster.nsqd.node.NsqdNode`, so that the node module imports them and
 nothing imports the node module back.
 """
