@@ -241,8 +241,8 @@ def test_the_checker_sees_what_it_must() -> None:
 #
 # What counts: every import the graph above sees, at module level, inside a function or under
 # TYPE_CHECKING. A circle is two modules each needing to know the other, and moving one of the
-# imports into a function or under TYPE_CHECKING only hides it from the interpreter (the
-# known circles below are all hidden that way); so each import is a dependency. Imports of the
+# imports into a function or under TYPE_CHECKING only hides it from the interpreter, so each
+# import is a dependency. Imports of the
 # root package (``smartnsq.__version__``) are not: the root stands outside the floors.
 #
 # Where: at each level of the package tree, the children of one package (its modules, its
@@ -250,13 +250,6 @@ def test_the_checker_sees_what_it_must() -> None:
 # ``__init__``) must form no circle. The top level is the children of ``smartnsq``. Any circle
 # of modules shows at the level of the deepest package holding all of them, so no circle
 # anywhere hides between the levels.
-
-# Circles that remain on this branch, each in the files of another branch of issue 23 (the
-# lead empties this after the merge). The list only shrinks: a circle that no longer occurs in
-# exactly this shape fails the test until its entry is removed (or updated, if it shrank).
-# circles known and not yet removed, per package level (shrink-only; none left)
-KNOWN_CIRCLES: dict[str, set[frozenset[str]]] = {}
-
 
 def _child(package: str, module: str) -> str | None:
     """The child of ``package`` that holds ``module`` (the package itself for its
@@ -333,12 +326,8 @@ PACKAGE_LEVELS = sorted({ROOT_PACKAGE} | PACKAGES)
 
 @pytest.mark.parametrize("package", PACKAGE_LEVELS)
 def test_no_import_circle(package: str) -> None:
-    found = set(circles_in(package))
-    known = KNOWN_CIRCLES.get(package, set())
-    new = [" -> ".join(sorted(c)) for c in found - known]
-    assert not new, f"import circles among the modules of {package}: {new}"
-    gone = [" -> ".join(sorted(c)) for c in known - found]
-    assert not gone, f"no longer occurring (remove from KNOWN_CIRCLES): {gone}"
+    found = [" -> ".join(sorted(c)) for c in circles_in(package)]
+    assert not found, f"import circles among the modules of {package}: {found}"
 
 
 def test_the_circle_finder_sees_what_it_must() -> None:
