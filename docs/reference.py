@@ -15,8 +15,8 @@ import re
 import sys
 from typing import Any
 
-from smartnsq.config import RETRY_CONCEPTS, describe
 from smartnsq import errors
+from smartnsq.config import RETRY_CONCEPTS, describe
 from smartnsq.errors import ERROR_TABLE, Action, ErrorSpec
 
 __all__ = ["config_table", "errors_table", "exceptions_table", "expand_markers", "retries_table",

@@ -1,14 +1,14 @@
-"""The live differential (issue 20): the same raw exchanges against the dev cluster and the
-real servers, the answers normalised and compared field by field.
+"""The live differential: the same raw exchanges against the dev cluster and the real servers,
+the answers normalised and compared field by field.
 
 An :class:`Exchange` is one named conversation: a sequence of raw TCP commands over one or
 more sockets (built with :mod:`smartnsq.protocol.commands`, frames read with
-:class:`~smartnsq.protocol.FrameReader`), or one HTTP request. :func:`run_exchange` plays it
-on a :class:`Side` (a started cluster plus the topics every exchange shares) and returns the
-normalised transcript: what varies between two correct servers (message ids and timestamps,
-ports, addresses, hostnames, versions, start times) is masked, lists built from Go maps are
-sorted, queue offsets are made relative to the first one the exchange saw. Two sides that
-behave alike give equal transcripts.
+:class:`~smartnsq.protocol.frames.FrameReader`), or one HTTP request. :func:`run_exchange`
+plays it on a :class:`Side` (a started cluster plus the topics every exchange shares) and
+returns the normalised transcript: what varies between two correct servers (message ids and
+timestamps, ports, addresses, hostnames, versions, start times) is masked, lists built from Go
+maps are sorted, queue offsets are made relative to the first one the exchange saw. Two sides
+that behave alike give equal transcripts.
 
 The exchanges themselves are in :data:`YOUZAN` and :data:`CLASSIC`; ``tests/both/
 test_differential.py`` runs each one as a test case and ``bench/differential.py`` prints the
@@ -234,7 +234,7 @@ class Exchange:
     name: str
     action: Tcp | Http
     deviation: str | None = None   # a documented difference: the case is xfail(strict)
-    fixed: str | None = None       # a difference this work fixed in the dev cluster
+    fixed: str | None = None       # a difference found here and fixed in the dev cluster
     real_flaky: bool = False
 
 
@@ -662,7 +662,7 @@ def classic_consume(name: str, publish: Sequence[bytes], *tail: Step, first: int
 
 S, P = "s", "p"
 
-# what the differential found and this work fixed in the dev cluster (``Exchange.fixed``)
+# what the differential found and the dev cluster was fixed for (``Exchange.fixed``)
 FIX_RECREATE = ("re-creating an existing topic with other meta answers 400 already exist "
                 "(the same create again stays 200)")
 FIX_MESSAGE_GET = "/message/get was missing"
@@ -1164,7 +1164,7 @@ class Score:
 
     compared: int = 0
     equal: int = 0
-    fixed: int = 0          # equal now, after a fix of the dev cluster made in this work
+    fixed: int = 0          # equal now, after a fix of the dev cluster
     deviations: int = 0     # documented, still different (xfail strict)
     different: list[str] = field(default_factory=list)   # undocumented differences
     seconds: float = 0.0

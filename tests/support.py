@@ -37,8 +37,8 @@ longer (a JVM starts), and a stress test derives its bound from its message coun
 
 
 DEADLINE_SLACK = 1.0
-"""How far past its timeout a public call may finish (issue 12: "no public call outlives its
-timeout by more than 1 s"); precise figures belong in bench/, not in tests."""
+"""How far past its timeout a public call may finish: no public call outlives its timeout by
+more than 1 s; precise figures belong in bench/, not in tests."""
 
 
 _names = itertools.count(1)
@@ -332,12 +332,13 @@ def http_capture(name: str) -> tuple[int, bytes]:
 
 def slow_topic_creation(cluster: Any, sends_needed: int,
                         topics: Iterable[str] | None = None) -> list[str]:
-    """Make the dev cluster's leader lookupd create topics as the real one does
-    (real-cluster.md, "Topic creation is slow"): the partitions get leaders only with the
+    """Make the dev cluster's leader lookupd create topics as the real one does (docs/protocol.md
+    §10.1; docs/devcluster.md, "Slow topic creation"): the partitions get leaders only with the
     ``sends_needed``-th ``/topic/create`` of the topic (``topics``: only these). Returns the
     list each send's topic name is appended to.
 
-    A stand-in until the dev cluster has this fault itself (issue 14/12's faults work).
+    Counted in sends, where the fault profile's ``slow_creation`` runs on a clock: a test needs
+    a re-sent create, not a wait.
     """
     state = cluster.state
     original = state.create_topic

@@ -32,7 +32,7 @@ OPTIONAL = ("smartnsq.spark", "smartnsq.testing.spark")  # need pyspark
 
 def _modules() -> list[str]:
     names = [m.name for m in pkgutil.walk_packages(smartnsq.__path__, "smartnsq.")]
-    return sorted(n for n in names if not n.startswith(OPTIONAL)) + ["smartnsq"]
+    return [*sorted(n for n in names if not n.startswith(OPTIONAL)), "smartnsq"]
 
 
 def _root_names() -> set[str]:

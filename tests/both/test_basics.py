@@ -1,4 +1,4 @@
-"""Publish and consume on both clusters: the dev cluster and the real servers (issue 20).
+"""Publish and consume on both clusters: the dev cluster and the real servers.
 
 The same bodies run as ``[dev]`` and ``[real]`` (``nsq_any_cluster``); the real case is
 skipped without ``$SMARTNSQ_REAL_NSQ``. Topic names are the test's own, since the real

@@ -1,4 +1,4 @@
-"""The total-queue check on the real servers (issue 20, item 5): a short seeded run of real
+"""The total-queue check on the real servers: a short seeded run of real
 SIGTERM, lookupd SIGKILL and nsqd SIGKILL while a Producer publishes and a Consumer reads.
 
 The dev cluster's run is ``tests/integration/test_chaos.py``; ``bench/chaos.py --real`` is the

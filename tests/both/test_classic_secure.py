@@ -1,4 +1,4 @@
-"""Classic NSQ's connection upgrades on both clusters: snappy, deflate, TLS, AUTH (issue 20).
+"""Classic NSQ's connection upgrades on both clusters: snappy, deflate, TLS, AUTH.
 
 Each test publishes through a ``Producer`` and consumes through a ``Consumer`` with the same
 connection options, then asks the nsqd's ``/stats`` what it negotiated with the consumer

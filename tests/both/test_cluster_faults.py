@@ -2,7 +2,7 @@
 
 A partition leader dies (SIGKILL) or leaves (SIGTERM) while a ``Producer`` publishes to both
 partitions of a 2-replica topic and a ``Consumer`` reads them; then the leader lookupd dies.
-What must hold on both clusters (issue 20):
+What must hold on both clusters:
 
 * nothing acknowledged is lost: every publish that returned is consumed;
 * every publish ends within its timeout (``keeps_deadline``), failing only with the
@@ -12,8 +12,8 @@ What must hold on both clusters (issue 20):
 * with the leader lookupd gone, the client keeps discovering through the other one, and a
   topic created through the new leader lookupd is found and served.
 
-On the real cluster a SIGKILL leaves the partitions paused for 21-49 s
-(``shared/docs/real-cluster.md``), so there is exactly one SIGKILL test; the dev cluster plays
+On the real cluster a SIGKILL leaves the partitions paused for 21-49 s (docs/devcluster.md,
+"Node loss (SIGKILL)"), so there is exactly one SIGKILL test; the dev cluster plays
 the same sequence on a fast profile.
 """
 
@@ -43,7 +43,8 @@ FAST = FaultProfile(
     name="both-faults", leaderless_window=(1.5, 2.5), elect_not_writable=(0.3, 0.3),
     replica_stall=(2.0, 2.0), isr_shrink=(2.5, 3.0), replica_catchup=(3.5, 3.5),
     leave_handoff=(0.07, 0.33), leave_slow_handoff=(0.5, 1.0), leave_stall=(0.5, 0.5))
-"""The real sequence (real-cluster.md) in a few seconds, for the dev case."""
+"""The real sequence (docs/devcluster.md, "Real failure modes, on a clock") in a few seconds,
+for the dev case."""
 
 PUBLISH_TIMEOUT = 10.0
 """Each publish's deadline: shorter than the real cluster's pause after a SIGKILL, so

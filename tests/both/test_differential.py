@@ -1,4 +1,4 @@
-"""The live differential (issue 20): each exchange of ``tests/differential.py`` is played on a
+"""The live differential: each exchange of ``tests/differential.py`` is played on a
 dev cluster and on the real servers of the same shape, and the normalised answers must be
 equal.
 

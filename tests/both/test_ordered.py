@@ -1,8 +1,8 @@
-"""SUB_ORDERED on both clusters (issue 20, item 2): per-key order, never skipping a poison
+"""SUB_ORDERED on both clusters: per-key order, never skipping a poison
 message, and the real server's duplicate first delivery on a channel with a backlog.
 
 The dev nodes run with ``ordered_first_delivery_twice`` (the marker's dev-only
-``nsqd_options``), which the real server does on its own (real-cluster.md).
+``nsqd_options``), which the real server does on its own (docs/protocol.md §10.1).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import pytest
 from both_support import (
     Collector,
     channel_drained,
-    channel_stats,
     consuming,
     first_copies,
     is_real,
@@ -145,26 +144,11 @@ async def test_a_poison_message_is_never_skipped(nsq_any_cluster: Any) -> None:
     assert lane == [(b"a0", 1), (b"a0", 2), (b"a1", 1), (b"a2", 1)]
 
 
-async def xfail_if_the_copy_is_left_in_flight(cluster: Any, topic: str,
-                                             stats: dict[str, Any]) -> None:
-    """The known consumer bug (being fixed in smartnsq/consumer/link.py, h1-ordered): now and
-    then the real server's *second* copy is the one in flight. The consumer hands the first
-    to the handler, whose FIN fails (``E_FIN_FAILED ... not in flight``), and drops the second
-    as a copy without answering it, so the partition stalls until the server's msg_timeout
-    (60 s) redelivers it with attempts 2. Seen in about 1 run of 4."""
-    if not is_real(cluster) or stats["in_flight"] or not stats["server_errors"]:
-        return
-    if sum(c.in_flight for c in await channel_stats(cluster, topic, "ch")):
-        pytest.xfail("the ordered consumer dropped the in-flight copy of a first delivery "
-                     "and FINed the other one (E_FIN_FAILED): the partition stalls until "
-                     "msg_timeout")
-
-
 @pytest.mark.nsq_cluster(nsqd_options=TWICE)
 async def test_the_first_delivery_twice_is_handled_once(nsq_any_cluster: Any) -> None:
     """The first SUB_ORDERED of a channel with a backlog: the real server delivers the first
-    message of each partition twice (real-cluster.md). The handler sees every message once,
-    in order, and the drain completes promptly with nothing left in flight (a copy left in
+    message of each partition twice (docs/protocol.md §10.1). The handler sees every message
+    once, in order, and the drain completes promptly with nothing left in flight (a copy left in
     flight would only time out after the 60 s msg_timeout)."""
     cluster = nsq_any_cluster
     topic = fresh_name("ord-twice")
@@ -177,11 +161,7 @@ async def test_the_first_delivery_twice_is_handled_once(nsq_any_cluster: Any) ->
     got = Collector()
     started = time.monotonic()
     async with consuming(cluster, topic, "ch", got, concurrency=4) as consumer:
-        try:
-            await got.count(8, timeout=15)
-        except TimeoutError:
-            await xfail_if_the_copy_is_left_in_flight(cluster, topic, consumer.stats())
-            raise
+        await got.count(8, timeout=15)
         await channel_drained(cluster, topic, "ch", timeout=10)
         stats = consumer.stats()
     took = time.monotonic() - started

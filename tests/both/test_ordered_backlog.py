@@ -1,5 +1,4 @@
-"""An ordered backlog drained from a fresh channel's first SUB_ORDERED, on both clusters
-(issue 20, defect 1).
+"""An ordered backlog drained from a fresh channel's first SUB_ORDERED, on both clusters.
 
 The real server delivers each partition's first message twice there; a copy it sends after
 the original's FIN is in flight and, unanswered, held its partition for the 60 s msg_timeout.

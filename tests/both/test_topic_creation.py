@@ -1,8 +1,8 @@
-"""Topic creation until usable, on both clusters (issue 20, item 2).
+"""Topic creation until usable, on both clusters.
 
 ``create_topic`` returns only once an ``access=w`` lookup lists every partition (the real
-lookupd needs seconds and re-sent creates: real-cluster.md); a publish to each partition right
-after is accepted at its first attempt and read back from that partition.
+lookupd needs seconds and re-sent creates: docs/protocol.md §10.1); a publish to each partition
+right after is accepted at its first attempt and read back from that partition.
 """
 
 from __future__ import annotations

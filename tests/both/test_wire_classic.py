@@ -1,4 +1,4 @@
-"""Classic NSQ on both clusters (issue 20, item 2): MPUB (``publish_many``) and DPUB
+"""Classic NSQ on both clusters: MPUB (``publish_many``) and DPUB
 (``delay=``), with the fields a classic message has, on the dev cluster's classic mode and on
 the real nsqd/nsqlookupd 1.3.0.
 """

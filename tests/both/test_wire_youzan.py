@@ -1,4 +1,4 @@
-"""Youzan's wire features on both clusters (issue 20, item 2): partitioned publish and
+"""Youzan's wire features on both clusters: partitioned publish and
 consume, MPUB, sharding keys under both hash schemes, traced publishes' receipts against what
 the consumer is given, ext JSON headers and tags, and SUB_ADVANCED start positions.
 

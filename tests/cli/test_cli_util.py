@@ -6,8 +6,9 @@ import io
 
 import pytest
 
+from smartnsq.cli.tables import format_table
 from smartnsq.cli.tail import parse_start
-from smartnsq.cli.util import CLIError, Progress, bar, format_table, one_line, split_addresses
+from smartnsq.cli.util import CLIError, Progress, bar, one_line, split_addresses
 from smartnsq.protocol.commands import StartPosition
 
 

@@ -1,4 +1,4 @@
-"""The command line as people use it (issue 25): options and positionals in any order, help on
+"""The command line as people use it: options and positionals in any order, help on
 every option, logging with -v/-q, shell completion. Commands run as processes
 (``python -m smartnsq`` from the worktree root) unless the test is about the parser alone.
 """

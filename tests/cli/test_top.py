@@ -1,4 +1,4 @@
-"""``smartnsq top`` (issue 22): the ``--json`` one-shot as a subprocess against a dev cluster
+"""``smartnsq top``: the ``--json`` one-shot as a subprocess against a dev cluster
 (the cluster keeps serving on the test's loop while the command runs), and the live table
 drawn in place (``--count``), in-process."""
 

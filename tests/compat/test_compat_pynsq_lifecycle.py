@@ -71,7 +71,7 @@ def test_bad_arguments_raise_at_construction_and_take_nothing() -> None:
 
 def test_run_refuses_a_reader_without_handler() -> None:
     reader = nsq.Reader("t", "c", nsqd_tcp_addresses=NOWHERE)
-    watchdog = threading.Timer(10.0, nsq.stop)  # before the fix run() blocked here
+    watchdog = threading.Timer(10.0, nsq.stop)  # run() once blocked here
     watchdog.start()
     try:
         with pytest.raises(InvalidArgument, match="message_handler"):
@@ -183,7 +183,7 @@ def test_the_run_loop_is_cleaned_up_with_its_last_user() -> None:
 
 
 def test_lookupd_addresses_are_normalised_by_the_core() -> None:
-    # https:// keeps its scheme: the lookupd is asked over TLS (issue 12), not as plain http
+    # https:// keeps its scheme: the lookupd is asked over TLS, not as plain http
     assert nsq._lookupd(["http://h:4161/", " h:4161 ", "https://h:4161"]) == \
         ["h:4161", "h:4161", "https://h:4161"]
     for bad in ("http://nohost", "h:port", "h:0"):

@@ -1,5 +1,5 @@
 """The dev cluster's modules import each other without cycles, type-only imports included
-(issue 14: nsqd.py and the modules serving its connections used to import each other)."""
+(the nsqd node and the modules serving its connections once imported each other)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""The real server's duplicated first ordered delivery, reproduced on demand (issue 12, item 4:
-"the duplicate first delivery"; ``real-cluster.md``, "Ordered channels deliver their first
-message twice"): the first SUB_ORDERED of a channel with a backlog delivers its first message
-twice (same id, same attempts, even with RDY 1), and FIN of the copy answers E_FIN_FAILED
-without closing the connection.
+"""The real server's duplicated first ordered delivery, reproduced on demand (docs/protocol.md
+§10.1; docs/devcluster.md, "Real failure modes, on a clock"): the first SUB_ORDERED of a channel
+with a backlog delivers its first message twice (same id, same attempts, even with RDY 1), and
+FIN of the copy answers E_FIN_FAILED without closing the connection.
 
-Issue 20, defect 1: on the real server the copy can also come *after* the original's FIN was
-accepted, and is then in flight: unanswered, it holds the ordered channel until msg_timeout
+On the real server the copy can also come *after* the original's FIN was accepted, and is then
+in flight: unanswered, it holds the ordered channel until msg_timeout
 (``ordered_first_delivery_twice="after"``; ``"both"`` sends one copy of each kind, as the
 drain that stalled for 60 s logged one dropped copy more than usual)."""
 
@@ -109,7 +108,7 @@ async def test_a_late_copy_follows_the_fin_and_is_in_flight() -> None:
 
 
 async def test_an_unanswered_late_copy_holds_the_channel_until_msg_timeout() -> None:
-    """The stall of issue 20: the copy nobody answers is redelivered (attempts 2) when the
+    """The 60 s drain stall: the copy nobody answers is redelivered (attempts 2) when the
     consumer's msg_timeout expires, and the next message waits for it."""
     async with running(1, options=NsqdOptions(ordered_first_delivery_twice="after")) as nodes:
         _, consumer = await _ordered_backlog(nodes, msg_timeout=1000)

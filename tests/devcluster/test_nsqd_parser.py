@@ -1,4 +1,5 @@
-"""The sans-I/O reader of the client-to-server stream (smartnsq.protocol.server), in memory."""
+"""The sans-I/O reader of the client-to-server stream (smartnsq.devcluster.nsqd.reader), in
+memory."""
 
 from __future__ import annotations
 

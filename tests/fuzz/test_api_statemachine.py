@@ -1,4 +1,4 @@
-"""The stateful fuzz of the public API (issue 21 item 1), seeded and CI-sized.
+"""The stateful fuzz of the public API, seeded and CI-sized.
 
 A hypothesis state machine drives Producer (``publish``, ``publish_nowait``,
 ``publish_many``; keyed, by partition, unpinned; traced; ext headers; plain, ordered and ext

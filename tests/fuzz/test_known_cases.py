@@ -1,4 +1,4 @@
-"""The cases issue 21 named that the state machine meets only by chance, pinned as tests."""
+"""Cases the stateful fuzz found that its state machine meets only by chance, pinned as tests."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ async def test_a_connection_attempt_outliving_its_call_leaves_no_unread_error() 
 
 
 async def test_a_dial_whose_deadline_has_passed_says_so_without_a_negative_time() -> None:
-    """Issue 21's run saw "connecting to … took longer than -0.0002s": a caller whose
-    deadline passed while it was on its way gives the pool a negative time left."""
+    """A caller whose deadline passed while it was on its way gives the pool a negative time
+    left; a fuzz run once saw "connecting to … took longer than -0.0002s"."""
     from smartnsq.discovery.nodes import NodePool
     from smartnsq.model.routes import StaticRouteSource
 

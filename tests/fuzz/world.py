@@ -76,9 +76,9 @@ HANDLERS = ("ok", "raise", "hang")
 BAD_INPUTS = ("timeout_str", "timeout_inf", "bodies_none", "bodies_bytes", "lookupd_int",
               "config_int", "loop_thread_int", "close_timeout_str", "sync_after_close",
               "sync_timeout_huge", "partition_2000", "key_float")
-# peers that are wrong in a way a deadline alone does not show (issue 21 item 5's fixes): a
-# Consumer reading a healthy node beside one answering garbage, a lookupd listing more
-# partitions than the one partition limit allows, an nsqd answering IDENTIFY without TLS
+# peers that are wrong in a way a deadline alone does not show: a Consumer reading a healthy
+# node beside one answering garbage, a lookupd listing more partitions than the one partition
+# limit allows, an nsqd answering IDENTIFY without TLS
 WRONG_PEERS = ("garbled_beside", "many_partitions_routes", "many_partitions_consumer",
                "tls_strip", "tls_strip_sync")
 #: the topic the ``garbled_beside`` consumer reads (its own: its messages are not the world's)
@@ -108,7 +108,7 @@ class Counts:
 
 class FatalAfterIdentifyNsqd(_Nsqd):
     """An nsqd writing its IDENTIFY answer and a fatal ``E_INVALID`` in one write, then
-    closing (the review's case: ``open()`` returned an already-closed connection)."""
+    closing (``open()`` once returned an already-closed connection)."""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if await reader.readexactly(4) != b"  V2":
@@ -479,8 +479,8 @@ class World:
                           None)
 
     def wrong_peer(self, case: str) -> None:
-        """A peer wrong in a way each of issue 21 item 5's fixes is about (``WRONG_PEERS``):
-        the call must end as documented, not merely within its deadline."""
+        """A peer wrong in a way a deadline alone does not show (``WRONG_PEERS``): the call
+        must end as documented, not merely within its deadline."""
         self.counts.steps += 1
         if case == "garbled_beside":
             if self.down:  # the healthy node must be up and taking writes
@@ -554,7 +554,7 @@ class World:
     async def _garbled_beside(self) -> None:
         """A Consumer given a healthy node and one answering garbage: the garbage costs only
         that node (retried with back-off); the healthy node's messages arrive and the
-        consumer is not ended (issue 21 item 5: it got 0 of 5 and ``join()`` raised)."""
+        consumer is not ended (it once got 0 of 5 and ``join()`` raised)."""
         assert self.cluster is not None
         leader = self.cluster.leader_of(SIDE_TOPIC, 0)
         if leader is None:

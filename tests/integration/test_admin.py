@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from support import BackgroundCluster, bounded, keeps_deadline, slow_topic_creation
 
-from smartnsq.admin import Admin, AsyncAdmin, CreationProgress
+from smartnsq.admin import Admin, AsyncAdmin
 from smartnsq.errors import (
     AdminError,
     ConnectionFailed,
@@ -19,6 +19,7 @@ from smartnsq.errors import (
     Timeout,
     TopicNotFound,
 )
+from smartnsq.protocol.admin import CreationProgress
 from smartnsq.protocol.commands import StartPosition
 
 YOUZAN = pytest.mark.nsq_cluster(nodes=3, lookupds=2)

@@ -1,4 +1,4 @@
-"""Issue 21, item 5: bad inputs end in documented smartnsq errors naming what was wrong, never
+"""Bad inputs end in documented smartnsq errors naming what was wrong, never
 in ``TypeError``/``AttributeError``/``OverflowError``/``RuntimeError``/``ValueError`` from deep
 inside, and a refused call leaves nothing half-done behind."""
 

@@ -1,4 +1,4 @@
-"""Connection under faults: late answers, stalls and hostile nsqds (issue 12 items 3 and 5).
+"""Connection under faults: late answers, stalls and hostile nsqds.
 
 The dev cluster's proxy stalls and resumes a real nsqd; ``smartnsq.testing.hostile`` gives
 the peers no real server would be (unasked deflate, a deflate bomb, half a frame, silence).

@@ -1,4 +1,4 @@
-"""Review fixes in the async Consumer, against the dev cluster over real sockets: an
+"""The async Consumer's iteration and targets, against the dev cluster over real sockets: an
 ``async for`` body that leaves without answering gives its message back; ``nsqd=`` targets
 each get their start position."""
 

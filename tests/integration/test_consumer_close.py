@@ -1,4 +1,4 @@
-"""``Consumer.close(timeout)`` is one deadline for the whole close (issue 12).
+"""``Consumer.close(timeout)`` is one deadline for the whole close.
 
 Nodes stall after the consumer subscribed (the proxied dev cluster's ``stall``): CLS is never
 answered and nothing the consumer writes is read. The drain, CLS, the connection closes and

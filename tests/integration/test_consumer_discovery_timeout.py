@@ -1,5 +1,6 @@
-"""Issue 21 item 5: a Consumer whose lookupds are all unreachable retried and logged for ever
-and ``join()`` never returned. ``discovery_timeout`` (off by default) makes it fail fast."""
+"""``discovery_timeout`` (off by default) makes a Consumer whose lookupds are all unreachable
+fail fast; without it such a consumer retried and logged for ever and ``join()`` never
+returned."""
 
 from __future__ import annotations
 

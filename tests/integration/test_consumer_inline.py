@@ -1,11 +1,11 @@
 """Plain-function handlers, which run inline from ``data_received`` when their lane is idle
-(issue 16, item 1): the guarantees of the worker path hold there too. Never-skip and
+(no task per message): the guarantees of the worker path hold there too. Never-skip and
 per-partition order, the duplicate first delivery dropped, no FIN before the handler
 succeeded, per-partition back-off and hold on ordered topics, the concurrency with handlers
 that return awaitables, close() from a handler.
 
 The dev cluster runs with ``ordered_first_delivery_twice`` (the real server's duplicate first
-delivery, ``real-cluster.md``). Waits are on handler pokes and channel changes; every public
+delivery, docs/protocol.md §10.1). Waits are on handler pokes and channel changes; every public
 call is bounded (``tests/support.py``).
 """
 

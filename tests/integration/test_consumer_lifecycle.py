@@ -1,4 +1,5 @@
-"""Consumer lifecycle and validation escapes (issue 12); each test names the bullet it covers.
+"""Consumer lifecycle, and bad input refused where it is given rather than deep inside; each
+test's docstring also says what went wrong without the rule it checks.
 
 Every public call is bounded (``tests/support.py``): a call that outlives its timeout by more
 than 1 s fails the test that provoked it.
@@ -44,8 +45,8 @@ async def silent_lookupd() -> AsyncIterator[str]:
 
 
 async def test_start_returns_at_once_whatever_the_lookupd(silent_lookupd: str) -> None:
-    """Bullet "Deadlines don't cover everything": Consumer.start() (documented to return at
-    once) blocked 5 s or forever against a silent lookupd."""
+    """Consumer.start() is documented to return at once; against a silent lookupd it once
+    blocked 5 s or forever."""
     consumer = Consumer("t", "c", lookupd=[silent_lookupd], handler=lambda m: None,
                         lookup_options={"timeout": 30.0, "connect_timeout": 2.0})
     async with bounded(0.0):
@@ -59,8 +60,8 @@ async def test_start_returns_at_once_whatever_the_lookupd(silent_lookupd: str) -
 
 
 def test_a_non_json_ext_filter_is_refused_at_construction() -> None:
-    """Bullet "Bad input that escapes validation": a non-JSON ``ext_filter`` was accepted,
-    then every connect failed forever and ``join()`` never said."""
+    """A non-JSON ``ext_filter`` is refused by validation; it was once accepted, then every
+    connect failed forever and ``join()`` never said."""
     for bad in ({"type": 1, "filter_data": {1, 2}}, {"type": 1, "x": float("nan")}, ["a"]):
         with pytest.raises(InvalidArgument) as info:
             Consumer("t", "c", nsqd=["127.0.0.1:4150"], ext_filter=bad)
@@ -68,8 +69,7 @@ def test_a_non_json_ext_filter_is_refused_at_construction() -> None:
 
 
 def test_internal_id_of_a_classic_message_is_a_clear_answer() -> None:
-    """Bullet "Bad input that escapes validation": ``Message.internal_id`` raised ValueError
-    on classic ids."""
+    """``Message.internal_id`` is None on classic ids; it once raised ValueError."""
     for classic_id in (b"18a4421414e69000", b"not-a-hex-guid!!"):
         message = Message(1, 1, classic_id, b"body", youzan=False)
         assert message.internal_id is None and message.partition is None
@@ -80,10 +80,9 @@ def test_internal_id_of_a_classic_message_is_a_clear_answer() -> None:
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_a_subscription_error_retrying_cannot_fix_stops_the_consumer(
         nsq_cluster: Any) -> None:
-    """Bullet "TLS verification failure" (the general rule): an error the errors table says is
-    not retriable stops the Consumer with ``.error`` set and ``join()`` raising, instead of
-    retrying forever. Here the server refuses a plain SUB on an ordered topic that the user
-    explicitly asked to read unordered (E_SUB_ORDER_IS_MUST)."""
+    """An error the errors table says is not retriable stops the Consumer with ``.error`` set
+    and ``join()`` raising, instead of retrying forever. Here the server refuses a plain SUB on
+    an ordered topic that the user explicitly asked to read unordered (E_SUB_ORDER_IS_MUST)."""
     await nsq_cluster.create_topic("ordmust", partitions=1, ordered=True, channels=["ch"])
     consumer = Consumer("ordmust", "ch", lookupd=nsq_cluster.lookupd_http_addresses,
                         handler=lambda m: None, ordered=False, reconnect_delay=0.05)
@@ -96,11 +95,9 @@ async def test_a_subscription_error_retrying_cannot_fix_stops_the_consumer(
     assert consumer.closed
 
 
-@pytest.mark.skipif(not hasattr(errors, "TLSVerificationFailed"),
-                    reason="TLSVerificationFailed (not retriable) comes with the wire work")
 async def test_a_tls_verification_failure_stops_the_consumer(nsq_cluster_factory: Any) -> None:
-    """Bullet "TLS verification failure is retried like a network error": the Consumer
-    retried forever with ``.error`` None."""
+    """A certificate that does not verify stops the Consumer; it once retried forever, as after
+    a network error, with ``.error`` None."""
     ca = trustme.CA()
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(server)

@@ -1,8 +1,8 @@
-"""Ordered consumption against the real server's behaviour (issue 12, item 4 "Ordered
-consumption that survives the real server"); each test names the bullet it covers.
+"""Ordered consumption survives the real server's behaviour; each test's docstring also says
+what went wrong without the rule it checks.
 
 The dev cluster runs with ``ordered_first_delivery_twice`` (the real server's duplicate first
-delivery, ``real-cluster.md``). Waits are on handler pokes and channel changes; every public
+delivery, docs/protocol.md §10.1). Waits are on handler pokes and channel changes; every public
 call is bounded (``tests/support.py``).
 """
 
@@ -52,8 +52,8 @@ async def close(consumer: Consumer) -> None:
 
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1, nsqd_options=REAL)
 async def test_the_duplicate_first_delivery_never_reaches_the_handler(nsq_cluster: Any) -> None:
-    """Bullet "Ordered consumption": the real server delivers the first message of a fresh
-    ordered channel twice; the handler got [0, 0, 1, ...]."""
+    """The real server delivers the first message of a fresh ordered channel twice; the
+    handler once got [0, 0, 1, ...]."""
     cluster = nsq_cluster
     await cluster.create_topic("ordup", partitions=2, ordered=True, channels=["ch"])
     await publish(cluster, "ordup", {p: [f"{p}:{i}".encode() for i in range(5)]
@@ -112,7 +112,7 @@ async def _poison_and_healthy(cluster: Any, topic: str, **options: Any) -> tuple
 
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1, nsqd_options=REAL)
 async def test_a_poison_message_pauses_only_its_own_partition(nsq_cluster: Any) -> None:
-    """Bullet "Ordered consumption": one failing ordered message paused every partition
+    """One failing ordered message pauses only its partition; it once paused every partition
     (healthy partitions handled 8-15 messages in 2.7-6.2 s)."""
     consumer, watch, calls, _ = await _poison_and_healthy(
         nsq_cluster, "ordpoison", backoff_policy=BackoffPolicy(initial=60.0, max=120.0))
@@ -128,10 +128,10 @@ async def test_a_poison_message_pauses_only_its_own_partition(nsq_cluster: Any) 
 
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1, nsqd_options=REAL)
 async def test_no_ordered_requeue_loop_without_a_delay_floor(nsq_cluster: Any) -> None:
-    """Bullet "Ordered consumption": back-off disabled, an ordered topic and a failing handler
-    made ~6,800 redeliveries/s (the server ignores a delayed REQ there). The partition is held
-    with RDY 0 for the requeue delay, sent before the REQ, so the server cannot redeliver at
-    once; the hold ends and the message comes back."""
+    """Back-off disabled, an ordered topic and a failing handler once made ~6,800
+    redeliveries/s (the server ignores a delayed REQ there). The partition is held with RDY 0
+    for the requeue delay, sent before the REQ, so the server cannot redeliver at once; the
+    hold ends and the message comes back."""
     consumer, watch, calls, channels = await _poison_and_healthy(
         nsq_cluster, "ordloop", backoff_policy=BackoffPolicy(enabled=False),
         requeue_policy=RequeuePolicy(initial=0.0))
@@ -147,7 +147,7 @@ async def test_no_ordered_requeue_loop_without_a_delay_floor(nsq_cluster: Any) -
         await close(consumer)
 
 
-# -- issue 20, defect 1: the copy that comes after the original's FIN ---------------------------
+# -- the copy that comes after the original's FIN -----------------------------------------------
 
 LATE_DRAIN = 10.0  # a drain of a few messages takes well under a second
 LATE_MSG_TIMEOUT = 30_000  # ms: an unanswered copy would hold its partition past LATE_DRAIN
@@ -169,16 +169,16 @@ async def _drained(watch: Watch, channels: list[Any], count: int) -> None:
 @pytest.mark.parametrize("mode", ["after", "both", "reset"])
 async def test_a_copy_after_the_fin_is_answered_and_the_drain_does_not_stall(
         nsq_cluster_factory: Any, mode: str, inline: bool) -> None:
-    """Issue 20, defect 1: the real server can send the duplicate first delivery after the
-    original's FIN was accepted, and then counts it in flight; on an ordered channel nothing
-    else comes until it is answered. Before the fix the consumer dropped that copy unanswered
-    and the partition stalled for msg_timeout (62 s instead of 2.3 s on the real cluster;
-    here the drain did not end within its 10 s bound, msg_timeout being 30 s). The copy is
-    FINed (accepted: no server error), never handled, and counted as a duplicate.
+    """The real server can send the duplicate first delivery after the original's FIN was
+    accepted, and then counts it in flight; on an ordered channel nothing else comes until it
+    is answered. A consumer that drops that copy unanswered stalls the partition for
+    msg_timeout (62 s instead of 2.3 s on the real cluster; here the drain would not end within
+    its 10 s bound, msg_timeout being 30 s). The copy is FINed (accepted: no server error),
+    never handled, and counted as a duplicate.
 
     ``reset`` (once in about a hundred real drains): the original's FIN is refused before the
-    copy comes; that refusal is part of the duplicate delivery, not a server error (before
-    the fix: counted as one, an ``E_FIN_FAILED`` per partition)."""
+    copy comes; that refusal is part of the duplicate delivery, not a server error (it was
+    once counted as one, an ``E_FIN_FAILED`` per partition)."""
     cluster = await nsq_cluster_factory(nodes=2, lookupds=1, nsqd_options=late_copies(mode))
     await cluster.create_topic("ordlate", partitions=2, ordered=True, channels=["ch"])
     await publish(cluster, "ordlate", {p: [f"{p}:{i}".encode() for i in range(10)]

@@ -1,7 +1,6 @@
-"""The back-off probe goes where messages are (issue 12, item 4: "the back-off probe goes where
-messages are"): with 2+ partitions a requeued message waited ~11 s because the probe (RDY 1
-after a back-off window) went to an idle connection and moved on only after
-``low_rdy_idle_timeout``."""
+"""The back-off probe goes where messages are: with 2+ partitions a requeued message once
+waited ~11 s because the probe (RDY 1 after a back-off window) went to an idle connection and
+moved on only after ``low_rdy_idle_timeout``."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ async def test_the_probe_goes_to_the_partition_of_the_failed_message(nsq_cluster
             raise RuntimeError("fails twice, then succeeds")
 
     # the idle-probe rotation (low_rdy_idle_timeout) is far away: only a well-placed probe
-    # brings the message back in time (before the fix: 1 chance in 4 per window)
+    # brings the message back in time (a probe to any connection: 1 chance in 4 per window)
     consumer = Consumer("probe", "ch", lookupd=cluster.lookupd_http_addresses, handler=handle,
                         backoff_policy=BackoffPolicy(initial=0.2, max=0.4, jitter=0.0),
                         requeue_policy=RequeuePolicy(initial=0.0), low_rdy_idle_timeout=60,

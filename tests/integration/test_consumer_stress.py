@@ -2,7 +2,7 @@
 connections cut, a drain in the middle. Nothing published may be left unfinished; duplicates
 (answers lost with a cut connection) are counted and must be explained by redeliveries.
 
-``SMARTNSQ_STRESS_MESSAGES`` scales it (the issue's 100,000 runs in a minute or two; the
+``SMARTNSQ_STRESS_MESSAGES`` scales it (100,000 runs in a minute or two; the
 default keeps the suite fast).
 """
 

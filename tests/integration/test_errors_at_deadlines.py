@@ -1,7 +1,7 @@
-"""Issues 20, 21 (item 5) and 25 (item 2): every failure ends in a documented smartnsq error,
-at the call's deadline at the latest, saying what was found.
+"""Every failure ends in a documented smartnsq error, at the call's deadline at the latest,
+saying what was found.
 
-Each test names the report it reproduces; each failed before its fix.
+The comment above each test says what went wrong without the rule it checks.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def refused_address() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-# issue 20: a keyed publish through a dead lookupd raised AttributeError ('Request' object has
-# no attribute 'target') after 0.2 s instead of Timeout at its deadline.
+# A keyed publish through a dead lookupd ends in Timeout at its deadline, with the cause; it
+# once raised AttributeError ('Request' object has no attribute 'target') after 0.2 s.
 @pytest.mark.parametrize("how", ["publish", "publish_nowait", "publish_many"])
 async def test_a_keyed_publish_through_a_dead_lookupd_times_out_with_its_cause(how: str) -> None:
     p = Producer(lookupd=[refused_address()])
@@ -53,8 +53,8 @@ async def test_a_keyed_publish_through_a_dead_lookupd_times_out_with_its_cause(h
         await p.close()
 
 
-# issue 21 item 5: "sync.Producer.routes(topic, timeout=2) takes 7 s (the timeout is not passed
-# on) and blames a blocked event loop"
+# sync.Producer.routes(topic, timeout=...) passes its timeout on and names what timed out; it
+# once took 7 s for timeout=2 and blamed a blocked event loop.
 async def test_sync_routes_keeps_its_timeout_and_says_what_timed_out() -> None:
     async with SilentLookupd() as lookupd:
         p = sync.Producer(lookupd=[lookupd.address])
@@ -68,8 +68,8 @@ async def test_sync_routes_keeps_its_timeout_and_says_what_timed_out() -> None:
             await asyncio.get_running_loop().run_in_executor(None, p.close)
 
 
-# issue 21 item 5: "async with Producer(lookupd=[silent lookupd]), then publish(timeout=...):
-# blocks 5 s on entry, then the publish's own 10 s" -- one deadline per call.
+# One deadline per call: entering a Producer whose lookupd is silent does not wait for it (it
+# once blocked 5 s on entry, then the publish waited its own 10 s).
 @pytest.mark.parametrize("how", ["publish", "publish_nowait", "publish_many", "routes"])
 async def test_entering_a_producer_does_not_wait_for_a_silent_lookupd(how: str) -> None:
     async with SilentLookupd() as lookupd:
@@ -84,8 +84,8 @@ async def test_entering_a_producer_does_not_wait_for_a_silent_lookupd(how: str) 
                     await getattr(p, how)("t", b"x", timeout=1.0)
 
 
-# issue 21 item 5: "fault writable orders 0 false, then publish to partition 0 says 'partition 0
-# of orders has no leader now'" -- not writable and no leader are different things to act on.
+# Not writable and no leader are different things to act on: a partition set not writable
+# once timed out saying "partition 0 of orders has no leader now".
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1)
 async def test_a_partition_not_writable_is_not_called_leaderless(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("orders", partitions=2, replicas=1, channels=["ch"])
@@ -109,9 +109,9 @@ async def test_a_partition_not_writable_is_not_called_leaderless(nsq_cluster: An
             assert "no leader" in str(info.value)
 
 
-# issue 21's long fuzz run: with a 0.5 s deadline the last attempt had no time left to ask
-# the readers' lookup, and the Timeout still claimed "has no leader now (none is named by
-# lookup...)"; what was not checked is not claimed.
+# What was not checked is not claimed: with a 0.5 s deadline the last attempt had no time left
+# to ask the readers' lookup, and the Timeout still claimed "has no leader now (none is named
+# by lookup...)" (found by a long run of the stateful fuzz).
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1)
 @pytest.mark.parametrize("timeout", [0.15, 0.5])
 async def test_a_short_deadline_does_not_claim_a_writable_leader_is_missing(
@@ -132,8 +132,8 @@ async def test_a_short_deadline_does_not_claim_a_writable_leader_is_missing(
         nsq_cluster.lookupds[0].http.resume()
 
 
-# issue 21 item 5: "A TLS-strip refusal is retried to the deadline where certificate failures
-# are refused at once" -- both are fatal now.
+# A server that does not offer TLS is refused at once, as a bad certificate is; the refusal
+# was once retried until the deadline.
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic")
 async def test_a_server_without_tls_is_refused_at_once_like_a_bad_certificate(
         nsq_cluster: Any) -> None:
@@ -146,7 +146,8 @@ async def test_a_server_without_tls_is_refused_at_once_like_a_bad_certificate(
     assert "tls_required=False" in str(info.value)
 
 
-# issue 21 item 5: "A private _NoAnswer escapes from routes()"
+# A failed lookup raises the documented LookupFailed; a private _NoAnswer once escaped
+# routes().
 async def test_no_private_error_escapes_a_failed_lookup() -> None:
     address = refused_address()
     p = Producer(lookupd=[address])
@@ -164,8 +165,9 @@ async def test_no_private_error_escapes_a_failed_lookup() -> None:
         assert type(info.value) is LookupFailed
 
 
-# issue 21 item 5: '"Task exception was never retrieved" appears 2-3 times per 100 closes
-# against a refused lookupd' -- a lookup request failing as its caller is cancelled.
+# A lookup request failing as its caller is cancelled leaves no unread task failure; closing
+# against a refused lookupd once logged "Task exception was never retrieved" 2-3 times per 100
+# closes.
 @pytest.mark.parametrize("kind", ["Producer", "Consumer"])
 async def test_closing_against_a_refused_lookupd_leaves_no_unread_task_failure(
         kind: str) -> None:

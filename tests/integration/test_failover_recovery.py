@@ -1,5 +1,5 @@
 """A publish waiting out a failover resumes when the partition can take writes again, not at
-the end of its own back-off (issue 12, item 7).
+the end of its own back-off.
 
 Each test makes the only timely way to succeed the mechanism under test: the back-offs or the
 lookup's spacing are set far longer than the publish's deadline, so a publish that relied on

@@ -2,8 +2,7 @@
 
 What a raw client sees is in tests/devcluster/test_faults.py; here the public Producer and
 Consumer must survive the same faults: keep their deadlines, hold sharded publishes through a
-leaderless window, retry ``E_PUB_FAILED exiting``, lose nothing acknowledged. Where the client
-fails today the test is marked expected-to-fail with the issue fixing it (issue 12).
+leaderless window, retry ``E_PUB_FAILED exiting``, lose nothing acknowledged.
 """
 
 from __future__ import annotations

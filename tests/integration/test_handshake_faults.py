@@ -1,5 +1,6 @@
-"""Issue 21 item 5: a handshake whose last answer arrives in the same write as a fatal or
-corrupt frame, and a node whose protocol error once must cost only that node (retried)."""
+"""A handshake whose last answer arrives in the same write as a fatal or corrupt frame fails
+``open()`` with an error naming the node instead of returning a closed connection, and a node
+whose protocol error once must cost only that node (retried)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ async def test_open_does_not_return_a_connection_closed_by_its_last_handshake_an
                 await conn.open()
         assert isinstance(info.value, ServerError if trailer is FATAL else ProtocolError)
         assert conn.is_closed
-        # which nsqd said it (issue 21's fuzz: the fatal frame's error named no node)
+        # which nsqd said it (the stateful fuzz once met a fatal frame's error naming no node)
         assert peer.address in str(info.value), info.value
 
 

@@ -1,5 +1,5 @@
-"""The library's HTTP client (smartnsq.http) over real sockets: the dev cluster's lookupd and
-nsqd, and the hostile peers of ``smartnsq.testing.hostile``.
+"""The library's HTTP client (smartnsq.transport.http) over real sockets: the dev cluster's
+lookupd and nsqd, and the hostile peers of ``smartnsq.testing.hostile``.
 
 Every request that may stall is wrapped in ``bounded``: it must end within its timeout + 1 s.
 """

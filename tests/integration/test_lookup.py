@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from smartnsq import Producer
-from smartnsq.discovery.lookup import LookupManager, TopicChange, TopicNotWritable
+from smartnsq.discovery.lookup import LookupManager, TopicChange
 from smartnsq.discovery.route_source import LookupRouteSource
-from smartnsq.errors import LookupFailed, TopicNotFound
+from smartnsq.errors import LookupFailed, TopicNotFound, TopicNotWritable
 from smartnsq.model.routes import parse_address
 from smartnsq.transport.http import HttpClient
 

@@ -1,7 +1,8 @@
 """LookupManager against hostile lookupds (``smartnsq.testing.hostile``), beside healthy ones.
 
 Every public call is wrapped in ``bounded``: it must end within its timeout + 1 s whatever the
-hostile peer does. Before the fix each of these hung or waited for the slowest lookupd.
+hostile peer does. Without a deadline on the whole request each of these hung or waited for
+the slowest lookupd.
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ async def test_view_keeps_its_own_deadline_when_no_lookupd_answers() -> None:
 
 
 def test_http_url_keeps_the_scheme() -> None:
-    from smartnsq.discovery.lookup import http_url, normalize_lookupd
+    from smartnsq.discovery.lookup import normalize_lookupd
+    from smartnsq.model.lookupd_health import http_url
 
     assert http_url(normalize_lookupd("https://h:4443/"), "/lookup") == "https://h:4443/lookup"
     assert http_url(normalize_lookupd("http://h:4161"), "/lookup") == "http://h:4161/lookup"

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans (issue 22) against the dev cluster, exported to the SDK's in-memory
+"""OpenTelemetry spans against the dev cluster, exported to the SDK's in-memory
 exporter: a published message's process span is a child of its publish span on ext topics
 (W3C trace context in the ext JSON headers), linked by the youzan trace id elsewhere;
 outcomes, attributes, the global switch, and ``span_one_in`` (one message or call in N gets a

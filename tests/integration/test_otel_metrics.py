@@ -1,4 +1,4 @@
-"""OpenTelemetry's messaging metrics (issue 22, item 3) over real sockets, read with the SDK's
+"""OpenTelemetry's messaging metrics over real sockets, read with the SDK's
 ``InMemoryMetricReader``: the observable counters equal what ``stats()`` says, per partition;
 the sampled duration histograms carry the conventions' units and attributes; failures carry
 ``error.type``; closed clients stop reporting; the global switch and the blocking facade.

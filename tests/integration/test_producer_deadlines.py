@@ -1,6 +1,6 @@
 """Every producer call keeps its one deadline, and a stall costs only its own partition.
 
-Issue 12, the producer's part. Each test names the bullet of the issue it covers; every public
+The comment above each test says what went wrong without the rule it checks; every public
 call runs inside ``bounded``/``keeps_deadline`` (ends within its timeout + 1 s).
 """
 
@@ -54,8 +54,8 @@ async def call(p: Producer, how: str, topic: str, body: bytes, timeout: float,
     return await p.publish_many(topic, [body], timeout=timeout, **kwargs)
 
 
-# issue 12, "Deadlines don't cover everything": "publish(timeout=3) took 8.1 s against a
-# silent lookupd" -- the implicit start (lookupd discovery) ran outside the call's deadline.
+# The implicit start (lookupd discovery) runs inside the call's deadline: against a silent
+# lookupd, a publish with timeout=3 once took 8.1 s.
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 @pytest.mark.parametrize("how", CALLS)
 async def test_the_deadline_covers_the_implicit_start(nsq_cluster: Any, how: str) -> None:
@@ -99,9 +99,8 @@ def loop_blocked_when_backing_off(seconds: float) -> Iterator[list[float]]:
         target.setLevel(level)
 
 
-# issue 12, "Deadlines don't cover everything": "A retry is sent after its deadline has passed;
-# the connection then times it out at once and closes a healthy shared connection ('timed out
-# after -0.03s; closing')".
+# No retry is sent after its deadline has passed: one once was, the connection timed it out at
+# once and closed a healthy shared connection ('timed out after -0.03s; closing').
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1)
 @pytest.mark.parametrize("how", CALLS)
 async def test_no_retry_is_sent_with_no_time_left(nsq_cluster: Any, how: str) -> None:
@@ -124,11 +123,11 @@ async def test_no_retry_is_sent_with_no_time_left(nsq_cluster: Any, how: str) ->
         assert b"late" not in stored(nsq_cluster, "late")
 
 
-# issue 12, "Deadlines don't cover everything": "On a dead replica the real server leaves
-# PUBs unanswered for ~12 s (longer than the 10 s request timeout)" and deliverable 3: "A dead
-# replica's stall ends in a retriable error and a retry in the same partition, never a
-# re-route of a sharded message". Scaled down: a 0.5 s request timeout, a stall of the leader's
-# node until the first attempt timed out, then E_FAILED_ON_NOT_WRITABLE until writable again.
+# On a dead replica the real server leaves PUBs unanswered for ~12 s (longer than the 10 s
+# request timeout): the stall ends in a retriable error and a retry in the same partition,
+# never a re-route of a sharded message. Scaled down: a 0.5 s request timeout, a stall of the
+# leader's node until the first attempt timed out, then E_FAILED_ON_NOT_WRITABLE until
+# writable again.
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1, proxied=True)
 @pytest.mark.parametrize("how", ("publish", "publish_nowait"))
 async def test_a_dead_replicas_stall_retries_in_the_same_partition(nsq_cluster: Any,
@@ -161,8 +160,8 @@ async def test_a_dead_replicas_stall_retries_in_the_same_partition(nsq_cluster: 
     assert stored(nsq_cluster, "replica")[b"sharded"] == [0]
 
 
-# issue 12, "Bad input that escapes validation": "a lone-surrogate sharding key
-# (UnicodeEncodeError), delay=inf (OverflowError), timeout=inf (retries forever)".
+# Bad input is refused by validation, not deep inside: a lone-surrogate sharding key once
+# raised UnicodeEncodeError, delay=inf OverflowError, and timeout=inf retried forever.
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1, mode="classic")
 @pytest.mark.parametrize("how", CALLS)
 @pytest.mark.parametrize(("field", "kwargs"), [
@@ -192,8 +191,8 @@ async def test_bad_input_is_an_invalid_argument_naming_it(nsq_cluster: Any, how:
     assert b"x" not in stored(nsq_cluster, "escapes")
 
 
-# issue 12, "TLS verification failure is retried like a network error: publish raises only at
-# its deadline". A certificate that does not verify will not verify on the next attempt.
+# A certificate that does not verify will not verify on the next attempt: the publish fails at
+# once (it was once retried like a network error and raised only at its deadline).
 @pytest.mark.parametrize("how", CALLS)
 async def test_a_certificate_that_does_not_verify_fails_at_once(nsq_cluster_factory: Any,
                                                                  how: str) -> None:
@@ -212,9 +211,8 @@ async def test_a_certificate_that_does_not_verify_fails_at_once(nsq_cluster_fact
     assert "certificate" in str(caught.value).lower()
 
 
-# issue 12, "One slow lookupd stalls everything" / "Deadlines don't cover everything": every
-# public call finishes within its timeout; routes() looks the topic up (and starts the
-# producer) and had no deadline at all against a silent lookupd.
+# Every public call finishes within its timeout, routes() too: it looks the topic up (and
+# starts the producer), and once had no deadline at all against a silent lookupd.
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_routes_keeps_its_deadline(nsq_cluster: Any) -> None:
     await nsq_cluster.create_topic("routes_silent")

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from smartnsq import Producer, ProducerConfig
-from smartnsq.discovery.lookup import TopicNotWritable
-from smartnsq.errors import InvalidArgument, TopicNotFound
+from smartnsq.errors import InvalidArgument, TopicNotFound, TopicNotWritable
 
 pytestmark = pytest.mark.nsq_cluster(nodes=2, lookupds=1)
 

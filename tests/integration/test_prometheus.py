@@ -1,4 +1,4 @@
-"""The Prometheus collector (issue 22): names, labels and values read from the clients'
+"""The Prometheus collector: names, labels and values read from the clients'
 snapshots at scrape time, over real HTTP, on the dev cluster and the real servers; and
 ``examples/prometheus_metrics.py`` run as CI runs it. Skipped without the ``prometheus`` extra."""
 

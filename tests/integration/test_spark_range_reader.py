@@ -102,11 +102,11 @@ async def test_held_messages_redelivered_after_msg_timeout_stay_held(nsq_cluster
 @pytest.mark.parametrize("mode", ["before", "after", "both", "reset"])
 async def test_an_ordered_read_answers_the_duplicate_first_delivery_quietly(
         nsq_cluster_factory: Any, mode: str, caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 20, defect 1, for the range reader (a fresh channel and SUB_ORDERED on every
-    read, so the real server's duplicated first delivery comes on every read): the copy that
-    comes after the original's FIN is in flight and must be answered, or the read stalls for
-    msg_timeout (30 s here, longer than the 10 s each wait allows); the copy that came while
-    the original was in flight makes its FIN fail, which is expected and not a warning."""
+    """The range reader opens a fresh channel with SUB_ORDERED on every read, so the real
+    server's duplicated first delivery comes on every read: the copy that comes after the
+    original's FIN is in flight and must be answered, or the read stalls for msg_timeout (30 s
+    here, longer than the 10 s each wait allows); the copy that came while the original was in
+    flight makes its FIN fail, which is expected and not a warning."""
     cluster = await nsq_cluster_factory(nodes=1, lookupds=1, nsqd_options={
         "ordered_first_delivery_twice": mode, "msg_timeout": 30_000})
     caplog.set_level(logging.DEBUG, logger="smartnsq")

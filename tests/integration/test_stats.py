@@ -1,4 +1,4 @@
-"""Typed snapshots (issue 22): ``Producer.stats()``, ``Consumer.stats()`` and ``lag()``, and
+"""Typed snapshots: ``Producer.stats()``, ``Consumer.stats()`` and ``lag()``, and
 the sync facade's, against the dev cluster over loopback (the first two on the real servers
 too). Waits are on handler pokes."""
 

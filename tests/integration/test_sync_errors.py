@@ -1,8 +1,7 @@
 """The sync facade's constructor does not block, and its errors are the async call's own.
 
-Issue 12: "no blocking constructor in sync; the sync facade's errors carry the real cause"
-(before: ``sync.Producer(...)`` hung on a silent lookupd, and every timeout read "no answer
-from the event loop within 7s").
+Without this, ``sync.Producer(...)`` hung on a silent lookupd, and every timeout read "no
+answer from the event loop within 7s" instead of the cause.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The background loop thread behind the blocking facades (smartnsq.loop_thread)."""
+"""The background loop thread behind the blocking facades (smartnsq.transport.loop_thread)."""
 
 from __future__ import annotations
 

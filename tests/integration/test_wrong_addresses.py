@@ -1,4 +1,4 @@
-"""Issue 25 item 2: a wrong address gives an error that says what answered and which port was
+"""A wrong address gives an error that says what answered and which port was
 probably meant, over real sockets: nsqd's TCP or HTTP port or a web server given as a lookupd,
 nsqlookupd's HTTP port given as an nsqd. No answer body reaches an error or the log."""
 

@@ -52,7 +52,7 @@ def reencode(data: bytes) -> bytes:
     if data == b"  V2":
         return MAGIC_V2
     name = data[:data.find(b" ")] if data.find(b" ") >= 0 else data[:data.find(b"\n")]
-    # FIN/REQ/TOUCH carry 16 raw id bytes at fixed offsets (protocol.md 3.2)
+    # FIN/REQ/TOUCH carry 16 raw id bytes at fixed offsets (docs/protocol.md §3.2)
     if name == b"FIN":
         assert data.endswith(b"\n")
         return commands.fin(data[4:-1])

@@ -7,7 +7,7 @@ across an exchange: message ids are echoed back raw, as received, in FIN/REQ/TOU
 
 from __future__ import annotations
 
-from pathlib import Path
+import hashlib
 
 import pytest
 from capture import FIXTURES, load, tcp_capture_names
@@ -16,7 +16,10 @@ from smartnsq.protocol import commands
 from smartnsq.protocol.frames import CLASSIC_LAYOUT, FrameReader, MessageFrame, MessageLayout
 
 CAPTURES = tcp_capture_names()
-SHARED = Path("/work/shared/fixtures")
+# The captures are what the real servers sent: a test that disagrees with one is fixed, never
+# the capture. A new or re-recorded capture changes these on purpose, in the same commit.
+FIXTURE_FILES = 131
+FIXTURES_SHA256 = "1ab4ec2a837a9f52a9dff9210934499f3ecf7a4d267eff6907f9803b90700be0"
 
 COMMAND_NAMES = {b"IDENTIFY", b"AUTH", b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED", b"RDY", b"FIN",
                  b"REQ", b"TOUCH", b"NOP", b"CLS", b"PUB", b"MPUB", b"DPUB", b"PUB_TRACE",
@@ -31,10 +34,14 @@ def test_captures_present() -> None:
     assert len([n for n in CAPTURES if "failover" in n]) == 3
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="the shared fixtures are not on this machine")
-def test_fixtures_are_unchanged_copies() -> None:
-    for path in sorted(SHARED.glob("*/*")):
-        assert (FIXTURES / path.parent.name / path.name).read_bytes() == path.read_bytes(), path
+def test_fixtures_are_unchanged_recordings() -> None:
+    files = sorted(path for path in FIXTURES.rglob("*") if path.is_file())
+    digest = hashlib.sha256()
+    for path in files:
+        name = path.relative_to(FIXTURES).as_posix().encode()
+        digest.update(name + b"\0" + path.read_bytes() + b"\0")
+    assert len(files) == FIXTURE_FILES, [p.relative_to(FIXTURES).as_posix() for p in files]
+    assert digest.hexdigest() == FIXTURES_SHA256, "a capture changed: git diff tests/fixtures"
 
 
 def test_classic_index_lists_every_tcp_capture() -> None:

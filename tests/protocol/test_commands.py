@@ -1,4 +1,5 @@
-"""Command encoders, byte for byte, against protocol.md and what real clients sent to real servers.
+"""Command encoders, byte for byte, against docs/protocol.md and what real clients sent to real
+servers.
 
 Every complete client command in the captures (tests/fixtures/*/tcp_*.txt) is parsed by a
 small parser independent of smartnsq (protocol_helpers.reencode), rebuilt with our encoders
@@ -119,7 +120,7 @@ def test_identify_options_reproduce_the_captured_request() -> None:
                            msg_timeout=60000)
     ours = opts.to_json()
     assert {k: ours[k] for k in sent} == sent
-    assert ours["deflate_level"] in range(1, 10)  # always explicit (protocol.md 3.3 quirk)
+    assert ours["deflate_level"] in range(1, 10)  # always explicit (docs/protocol.md §3.3)
     assert ours["extend_support"] is False
     ext = IdentifyOptions(client_id="rawpy", extend_support=True, desired_tag="blue",
                           ext_filter={"type": 1, "filter_ext_key": "k", "filter_data": "v"})
@@ -151,10 +152,10 @@ def test_captured_pub_ext_framing(name: str) -> None:
                     + struct.pack(">H", len(ext)) + ext + body)
 
 
-# -- worked examples in protocol.md ---------------------------------------------------------
+# -- worked examples in docs/protocol.md ----------------------------------------------------
 
 def test_pub_trace_worked_example() -> None:
-    """protocol.md 3.7: PUB_TRACE orders 1, trace id 777, body hello."""
+    """docs/protocol.md §3.7: PUB_TRACE orders 1, trace id 777, body hello."""
     expected = bytes.fromhex(
         "50 55 42 5f 54 52 41 43 45 20 6f 72 64 65 72 73 20 31 0a"
         "00 00 00 0d" "00 00 00 00 00 00 03 09" "68 65 6c 6c 6f")
@@ -162,7 +163,7 @@ def test_pub_trace_worked_example() -> None:
 
 
 def test_fin_worked_example() -> None:
-    """protocol.md 3.2: FIN for internal id (1 << 50) | 42 and trace id 12345."""
+    """docs/protocol.md §3.2: FIN for internal id (1 << 50) | 42 and trace id 12345."""
     msg_id = U64.pack((1 << 50) | 42) + U64.pack(12345)
     assert commands.fin(msg_id) == bytes.fromhex(
         "46 49 4e 20 00 04 00 00 00 00 00 2a 00 00 00 00 00 00 30 39 0a")

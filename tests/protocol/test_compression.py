@@ -314,7 +314,7 @@ def test_go_flate_level_out_of_range_has_gos_text(level: int) -> None:
         DeflateStream.go_level(level)
 
 
-# -- bounded inflation (issue 12 item 5) ----------------------------------------------------------
+# -- bounded inflation: a small frame never inflates past the asked size in one step ----------
 
 def _drain(stream: SnappyStream | DeflateStream, data: bytes, step: int) -> list[int]:
     sizes = [len(stream.decompress(data, step))]

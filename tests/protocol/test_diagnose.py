@@ -1,4 +1,4 @@
-"""Issue 25 item 2: errors that diagnose a wrong address (sans-I/O part). What answered is
+"""Errors that diagnose a wrong address (sans-I/O part). What answered is
 named with the usual port; an answer is never dumped, at most its first line, cut."""
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def test_bad_ext_json_raises_protocol_error_only_when_read() -> None:
         _ = msg.headers
 
 
-# -- layouts (protocol.md 4.4) -------------------------------------------------------------
+# -- layouts (docs/protocol.md §4.4) -------------------------------------------------------
 
 WORKED_EXAMPLE = bytes.fromhex(
     "00 00 00 38 00 00 00 02"
@@ -230,7 +230,7 @@ WORKED_EXAMPLE = bytes.fromhex(
 
 
 def test_worked_example_ext_and_detail() -> None:
-    """protocol.md 4.4: ext topic, extend_support, SUB_ORDERED."""
+    """docs/protocol.md §4.4: ext topic, extend_support, SUB_ORDERED."""
     layout = MessageLayout.for_subscription(youzan=True, extend_support=True,
                                             command="SUB_ORDERED")
     assert layout == MessageLayout(youzan=True, ext=True, detail=True)

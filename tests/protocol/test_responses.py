@@ -1,7 +1,7 @@
 """Response payloads: the 30-byte traced-publish answer, IDENTIFY's and AUTH's JSON.
 
 The expectations are what real servers answered in the captures (and the recorder's own
-decodings in the ``## decoded`` notes), plus the worked example in protocol.md 3.7.
+decodings in the ``## decoded`` notes), plus the worked example in docs/protocol.md §3.7.
 """
 
 from __future__ import annotations
@@ -92,14 +92,14 @@ def test_traced_receipt_matches_the_delivered_message() -> None:
     traced = next(m for m in messages if m.body == b"ordered-trace")
     assert (traced.internal_id, traced.trace_id, traced.queue_offset, traced.raw_size) == (
         receipt.internal_id, receipt.trace_id, receipt.queue_offset, receipt.raw_size)
-    # consecutive offsets: next = previous offset + previous raw size (protocol.md 10)
+    # consecutive offsets: next = previous offset + previous raw size (docs/protocol.md §10)
     for a, b in itertools.pairwise(messages):
         assert a.queue_offset is not None and a.raw_size is not None
         assert b.queue_offset == a.queue_offset + a.raw_size
 
 
 def test_traced_publish_worked_example() -> None:
-    """protocol.md 3.7: partition 1 seq 42, trace 777, offset 8192, raw size 39."""
+    """docs/protocol.md §3.7: partition 1 seq 42, trace 777, offset 8192, raw size 39."""
     frame = bytes.fromhex("00 00 00 22 00 00 00 00 4f 4b 00 04 00 00 00 00 00 2a"
                           "00 00 00 00 00 00 03 09 00 00 00 00 00 00 20 00 00 00 00 27")
     (resp,) = FrameReader().feed(frame)

@@ -58,7 +58,7 @@ def test_sink_options_refuse_bad_input(options: dict[str, str], name: str) -> No
 
 def test_addresses_may_be_urls_and_are_normalised() -> None:
     sink = SinkOptions.parse({"lookupd": "http://h1:4161, https://h2:4161/", "topic": "t"})
-    assert sink.cluster.lookupd == ("h1:4161", "https://h2:4161")  # https kept (issue 12)
+    assert sink.cluster.lookupd == ("h1:4161", "https://h2:4161")  # https kept: asked over TLS
     source = SourceOptions.parse({"nsqdHttp": "http://[::1]:4151", "topic": "t"},
                                  streaming=False)
     assert source.cluster.nsqd_http == ("[::1]:4151",)

@@ -7,12 +7,9 @@ from support import http_capture
 
 from smartnsq.errors import AdminError, InvalidArgument, ProtocolError
 from smartnsq.protocol.admin import (
-    Node,
-    TopicView,
     channel_params,
     creation_progress,
     parse_info,
-    parse_listlookup,
     parse_nodes,
     parse_stats,
     parse_write,
@@ -21,7 +18,7 @@ from smartnsq.protocol.admin import (
     topic_create_params,
 )
 from smartnsq.protocol.commands import StartPosition
-from smartnsq.protocol.lookup import Partition, TopicMeta
+from smartnsq.protocol.lookup import Node, Partition, TopicMeta, TopicView, parse_listlookup
 
 # -- writes -------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The error table (protocol.md section 5) and the typed server errors built from error frames.
+"""The error table (docs/protocol.md §5) and the typed server errors built from error frames.
 
 Fatality is checked against what real servers did: after every error frame in the captures,
 the recorder noted whether the server closed the connection.
@@ -33,7 +33,7 @@ from smartnsq.errors import (
 )
 from smartnsq.protocol import commands
 
-# Every code in protocol.md section 5's table, with the action the table recommends.
+# Every code in docs/protocol.md §5's table, with the action the table recommends.
 R, T, G = Action.REFRESH_AND_RETRY, Action.RETRY, Action.GIVE_UP
 DOCUMENTED = {
     "E_FAILED_ON_NOT_LEADER": R, "E_FAILED_ON_NOT_WRITABLE": R, "E_TOPIC_NOT_EXIST": R,
@@ -77,7 +77,7 @@ def test_every_documented_code_has_exactly_one_row() -> None:
 
 
 @pytest.mark.parametrize(("code", "command", "fatal"), [
-    # protocol.md 5: fatal after SUB/FIN, not after publishes
+    # docs/protocol.md §5: fatal after SUB/FIN, not after publishes
     ("E_FAILED_ON_NOT_LEADER", "PUB", False), ("E_FAILED_ON_NOT_LEADER", "MPUB_EXT", False),
     ("E_FAILED_ON_NOT_LEADER", "SUB", True), ("E_FAILED_ON_NOT_LEADER", "SUB_ORDERED", True),
     ("E_FAILED_ON_NOT_LEADER", "FIN", True), ("E_FAILED_ON_NOT_LEADER", None, False),

@@ -1,5 +1,5 @@
 """The pure parts of failover recovery: probe turns of a refused partition, which retries
-probe, and held partitions in the routes (issue 12, item 7)."""
+probe, and held partitions in the routes."""
 
 from __future__ import annotations
 

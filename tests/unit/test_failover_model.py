@@ -1,6 +1,6 @@
-"""The routes policy (smartnsq.routes.policy, smartnsq.routes.health) with generated inputs:
-the chase never spins and always ends, probe turns never collide, holds never keep what lookup
-names or a partition past the topic's count, an expired leader wait gives up, and lookupd
+"""The failover model (smartnsq.model.failover, smartnsq.model.lookupd_health) with generated
+inputs: the chase never spins and always ends, probe turns never collide, holds never keep what
+lookup names or a partition past the topic's count, an expired leader wait gives up, and lookupd
 health always leaves someone to ask."""
 
 from __future__ import annotations

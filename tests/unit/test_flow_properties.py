@@ -1,6 +1,6 @@
-"""Issue 21 item 2: property tests (hypothesis) of the consumer's pure flow decisions: the
-back-off state machine and its delays (``smartnsq.model.backoff``), RDY distribution
-(``smartnsq.model.rdy``), and lookup's ranking of lookupds (``LookupManager._targets``)."""
+"""Property tests (hypothesis) of the consumer's pure flow decisions: the back-off state
+machine and its delays (``smartnsq.model.backoff``), RDY distribution (``smartnsq.model.rdy``),
+and lookup's ranking of lookupds (``LookupManager._targets``)."""
 
 from __future__ import annotations
 

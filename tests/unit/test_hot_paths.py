@@ -1,6 +1,6 @@
-"""Hot-path review fixes: the producer validates once and encodes ext headers once (the
-unchecked encoders produce the very bytes the checked ones do), and a delivered message parses
-its ext header once."""
+"""Hot paths do each piece of work once: the producer validates once and encodes ext headers
+once (the unchecked encoders produce the very bytes the checked ones do), and a delivered
+message parses its ext header once."""
 
 from __future__ import annotations
 

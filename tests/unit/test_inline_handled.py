@@ -1,6 +1,6 @@
 """The inline runner's share of ``Runtime.handled`` is derived from its handler-time sample
-countdown rather than counted per call (issue 22's counting cost): it must still equal the
-handlers that returned, across the warm-up, many countdowns, raises and hand-overs."""
+countdown rather than counted per call (counting each call cost too much): it must still
+equal the handlers that returned, across the warm-up, many countdowns, raises and hand-overs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The duplicated first delivery of a fresh ordered channel, as the subscription's link answers
-it (issue 20, defect 1). The link is real; its connection is a list of sent commands, its
+it. The link is real; its connection is a list of sent commands, its
 flow control and dispatch queue are stand-ins that record what reaches them.
 
 The rule (nsqd records a message in flight before writing it, and writes it even when the id
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from smartnsq.consumer.config import ConsumerConfig
-from smartnsq.consumer.link import Link, Runtime
+from smartnsq.consumer.dispatch import Runtime
+from smartnsq.consumer.link import Link
 from smartnsq.errors import error_from_payload
 from smartnsq.message import FINISHED, PENDING, REQUEUED, Message, claimed
 from smartnsq.model.rdy import NOTHING

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from smartnsq.consumer.config import ConsumerConfig
-from smartnsq.consumer.link import Link, Runtime
+from smartnsq.consumer.dispatch import Runtime
+from smartnsq.consumer.link import Link
 from smartnsq.errors import ConnectionClosed
 from smartnsq.message import FINISHED, REQUEUED, Message
 from smartnsq.model.rdy import NOTHING

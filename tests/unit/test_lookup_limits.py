@@ -1,7 +1,7 @@
-"""Issue 21 item 5, "limits that disagree": a lookup answer of 4,000 partitions (under the old
-4,096 answer limit) opened ~4,000 sockets before the consumer died on "partition 2033: must be
-0..1023". One partition limit, ``protocol.validate.MAX_PARTITION``, now bounds the answer at
-parse time, as it bounds ``publish(partition=)``."""
+"""One partition limit, ``protocol.validate.MAX_PARTITION``, bounds a lookup answer at parse
+time, as it bounds ``publish(partition=)``. With two limits that disagreed, an answer of 4,000
+partitions (under a 4,096 answer limit) opened ~4,000 sockets before the consumer died on
+"partition 2033: must be 0..1023"."""
 
 from __future__ import annotations
 

@@ -370,7 +370,7 @@ def test_merge_properties(answers: list[dict[int, int]]) -> None:
         assert named.count(part.leader) == max(named.count(n) for n in named)
 
 
-# -- bounds on untrusted answers (issue 12, hostile lookupds) ------------------------------------
+# -- bounds on untrusted answers: a hostile lookupd's huge or malformed answer ------------------
 
 def _answer(partitions: int, producers: int = 1, host: str = "127.0.0.1") -> bytes:
     node = {"broadcast_address": host, "tcp_port": 4150, "http_port": 4151,

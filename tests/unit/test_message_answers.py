@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from smartnsq.consumer.config import ConsumerConfig
-from smartnsq.consumer.link import Link, Runtime
+from smartnsq.consumer.dispatch import Runtime
+from smartnsq.consumer.link import Link
 from smartnsq.errors import AlreadyResponded
 from smartnsq.message import REQUEUED, Message
 from smartnsq.model.rdy import NOTHING
@@ -23,7 +24,7 @@ _STATE_SLOT: Any = Message.__dict__["_state"]
 
 class PausingMessage(Message):
     """Pauses the first read of its state made by ``pause_thread``, until another answer was
-    given (or a short bound passed: with the fix that answer waits for this one)."""
+    given (or a short bound passed: answers being atomic, the other one waits for this one)."""
 
     __slots__ = ("other_done", "pause_thread", "paused")
 

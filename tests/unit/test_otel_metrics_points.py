@@ -1,5 +1,5 @@
-"""smartnsq.otel_metrics' pure parts: snapshots -> observations, and the metered meters
-recording on the counters' sampled calls only (no opentelemetry needed: the histogram's
+"""smartnsq.observability.otel_metrics' pure parts: snapshots -> observations, and the metered
+meters recording on the counters' sampled calls only (no opentelemetry needed: the histogram's
 ``record`` is a stand-in)."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from support import wait_until
 
 from smartnsq.discovery.nodes import NodePool
-from smartnsq.model import failover as pool_module  # (the rule lives in routes.policy)
+from smartnsq.model import failover  # the polling's timing rule
 from smartnsq.model.routes import RoutesCallback, TopicRoutes
 
 
@@ -52,7 +52,7 @@ class RecordingSource:
 
 async def test_a_wait_polls_at_once_first_then_as_lookup_spaces_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool_module, "FAST_POLL_FOR", 0.2)
+    monkeypatch.setattr(failover, "FAST_POLL_FOR", 0.2)
     source = RecordingSource()
     pool = NodePool(source, idle_timeout=None, wait_refresh=0.04)
     calls = await source.polls(pool, 12)
@@ -80,7 +80,7 @@ async def test_a_source_without_now_gets_spaced_refreshes() -> None:
 
 async def test_a_wait_soon_after_another_gets_no_second_fast_start(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool_module, "FAST_POLL_FOR", 0.1)
+    monkeypatch.setattr(failover, "FAST_POLL_FOR", 0.1)
     source = RecordingSource()
     pool = NodePool(source, idle_timeout=None, wait_refresh=0.04)
     first = await source.polls(pool, 6)

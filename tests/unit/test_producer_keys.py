@@ -1,5 +1,5 @@
-"""Sharding keys a producer refuses or hashes (issue 12: a lone-surrogate key escaped as
-UnicodeEncodeError)."""
+"""Sharding keys a producer refuses or hashes (a lone-surrogate key is refused by validation; it
+once escaped as UnicodeEncodeError)."""
 
 from __future__ import annotations
 

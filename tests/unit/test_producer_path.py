@@ -1,4 +1,4 @@
-"""The one publish path (issue 23 item 5): one deadline rule, one maker of results, no import
+"""The one publish path: one deadline rule, one maker of results, no import
 circle inside ``smartnsq/producer``, and the blocking facade's answer slot.
 
 ``retry.answer_deadline`` is the only place a publish's time is cut to ``request_timeout``;

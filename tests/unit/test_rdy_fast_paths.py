@@ -1,4 +1,4 @@
-"""RdyController's per-message fast paths (issue 16, item 1): an answered message in steady
+"""RdyController's per-message fast paths: an answered message in steady
 flow returns the shared ``NOTHING`` (no RDY, no deadline moved, so the asyncio shell skips
 ``next_deadline()``), and the fast path decides exactly what the full path would."""
 

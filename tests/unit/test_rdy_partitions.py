@@ -1,5 +1,5 @@
 """RdyController with ordered partitions (own back-off, requeue holds) and where the back-off
-probe goes (issue 12, item 4): the pure model's side of the ordered-consumption fixes."""
+probe goes: the pure model's side of ordered consumption on the real server."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def test_every_consumer_option_is_a_documented_config_field() -> None:
     """The Consumer's own parameters are what it reads and from where; every other option
     is a ConsumerConfig field (so it is in the generated table) or a ConnectionConfig one."""
     params = set(inspect.signature(Consumer).parameters)
-    # (tracer_provider: smartnsq.otel; meter_provider: smartnsq.otel_metrics)
+    # (tracer_provider: smartnsq.observability.otel; meter_provider: ...otel_metrics)
     assert params == {"topic", "channel", "lookupd", "nsqd", "handler", "lookup", "config",
                       "tracer_provider", "meter_provider", "options"}
     table = config_table("smartnsq.ConsumerConfig")

@@ -1,4 +1,4 @@
-"""Issue 21 item 2: ``producer.retry.decide`` over its whole input space (hypothesis).
+"""``producer.retry.decide`` over its whole input space (hypothesis).
 
 Whatever the failure, stage, attempt, time left, pinning and closing, the decision is one of
 the documented four, never retries with no time left or while closing, never waits past the

@@ -1,4 +1,4 @@
-"""One way to declare a setting (issue 23.3): every config field carries its Rule, whose text is
+"""One way to declare a setting: every config field carries its Rule, whose text is
 the range the reference shows, and every number argument is checked by one helper."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sharding must match the Go and Java clients bit for bit (protocol.md section 6.2)."""
+"""Sharding must match the Go and Java clients bit for bit (docs/protocol.md §6.2)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from smartnsq.model.sharding import (
     murmur3_partition,
 )
 
-# spaolacci/murmur3's own table (seed 0), as protocol.md 6.2 lists it
+# spaolacci/murmur3's own table (seed 0), as docs/protocol.md §6.2 lists it
 MURMUR_VECTORS = [
     (b"", 0x00000000),
     (b"hello", 0x248BFA47),
@@ -68,7 +68,7 @@ def test_java_hash_code(key: str | int, expected: int) -> None:
 
 
 def test_java_partition_uses_truncating_remainder_then_abs() -> None:
-    assert java_partition("hello", 4) == 2  # protocol.md: 99162322 % 4
+    assert java_partition("hello", 4) == 2  # docs/protocol.md §6.2: 99162322 % 4
     assert java_partition("polygenelubricants", 3) == 2  # |-2147483648 % 3| = |-2| = 2
     assert java_partition(b"hello", 4) == 2
     assert java_partition(7, 4) == 3

@@ -9,17 +9,14 @@ from typing import Any
 import pytest
 
 from smartnsq.errors import ServerError
+from smartnsq.observability.counters import ConsumeMeter, Histogram, PublishMeter, reason_of
 from smartnsq.observability.stats import (
     LATENCY_BOUNDS,
     PUBLISH_SAMPLE,
-    ConsumeMeter,
     ConsumerStats,
-    Histogram,
     LatencySummary,
     ProducerStats,
-    PublishMeter,
     latency_summary,
-    reason_of,
 )
 
 
