@@ -26,6 +26,7 @@ Hierarchy (every class is importable from here, and from here only)::
     ├── LookupFailed                          no lookupd could answer
     │   ├── LookupTimeout (also a Timeout)    no answer within the caller's deadline
     │   ├── LookupdError                      one lookupd answered with an error
+    │   │   └── LookupdRequestFailed          one request to it came to nothing usable
     │   └── TopicNotFound                     lookupd says the topic does not exist
     │       └── TopicNotWritable              it exists, but no partition takes writes yet
     ├── NoLeader                              a partition has no leader in lookup now
@@ -84,6 +85,7 @@ __all__ = [
     "LookupFailed",
     "LookupTimeout",
     "LookupdError",
+    "LookupdRequestFailed",
     "LoopTimeout",
     "NSQError",
     "NoLeader",
@@ -360,6 +362,23 @@ class LookupdError(LookupFailed):
         self.message = message
         self.retriable = status >= 500 or status == 0 if retriable is None else retriable
         super().__init__(f"lookupd answered {status}: {message}")
+
+
+class LookupdRequestFailed(LookupdError):
+    """One request to one lookupd came to nothing usable: no connection, no whole answer
+    within the lookup's ``timeout``, TLS refused, or bytes that are not a lookupd's answer.
+
+    A ``LookupFailed`` raised because no lookupd answered has its last round's last failure as
+    ``__cause__``: this, or a ``LookupdError`` with the status a lookupd answered. ``lookupd``
+    is the address, ``state`` how it failed (``timeout``, ``refused``, ``tls``, ``malformed``,
+    ``error``: as in ``LookupdStatus.state``); there was no status to read, so ``status`` is
+    0, and it is always ``retriable``.
+    """
+
+    def __init__(self, lookupd: str, state: str, reason: str) -> None:
+        self.lookupd = lookupd
+        self.state = state
+        super().__init__(0, f"{lookupd}: {reason}", retriable=True)
 
 
 class TopicNotFound(LookupFailed):

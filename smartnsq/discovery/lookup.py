@@ -1,32 +1,12 @@
-"""Discovery through nsqlookupd: who leads which partition of a topic, kept fresh.
+"""Topic views from nsqlookupd, kept fresh: what a client reads of who leads which partition.
 
-A :class:`LookupManager` owns one keep-alive HTTP client and a set of lookupd addresses:
+A :class:`LookupManager` keeps one view per (topic, access) and hands it out without I/O once
+known; the lookupds it asks, their health and their discovery are
+:class:`~smartnsq.discovery.lookupds.LookupdSet`'s (see that module for how a round asks them).
 
-* **Which lookupds.** The seeds given by the user, plus every lookupd their ``/listlookup``
-  names (youzan clusters list all of them). A seed answering 404 there is a classic
-  nsqlookupd and is used alone. The list is re-read every ``discover_interval`` and whenever
-  no lookupd answers a lookup.
-* **Asking.** A lookup asks every known, healthy lookupd at once and merges the answers
-  (:func:`~smartnsq.protocol.lookup.merge_views`): lookupds read the same etcd but register
-  nsqd on their own, so one of them may briefly miss a node the others see. The round never
-  waits for the slowest one: once a lookupd has answered, the others get ``answer_grace``
-  more, and the round goes on with what has arrived; a request still running then finishes
-  (or hits its deadline) in the background and only updates that lookupd's health. Only when
-  *no* lookupd answers is the round retried (jittered exponential back-off,
-  :func:`smartnsq.model.backoff.exponential_delay`).
-* **Deadlines and bounds.** ``timeout`` bounds each *whole* request (connect, send, the
-  complete answer), so a lookupd dripping one byte per second cannot hold anything up; an
-  answer over ``max_answer_size`` bytes, listing more than ``max_partitions`` partitions or
-  ``max_nodes`` producers, or naming a node that is not a ``host:port`` is refused unread.
-* **Health.** A lookupd that fails is skipped for a back-off that doubles per consecutive
-  failure, slow ones are asked after healthy ones, discovered ones failing ``forget_after``
-  times in a row are forgotten: the rules are :mod:`smartnsq.model.lookupd_health`'s, the racing
-  :mod:`smartnsq.discovery.race`'s. Each lookupd's ``state`` (``ok``, ``slow``, ``timeout``,
-  ``refused``, ``malformed``, ``error``, ``tls``) is in :meth:`LookupManager.health`,
-  ``stats()`` and the log.
-* **Addresses.** ``host:port``, ``http://host:port`` or ``https://host:port``; https
-  lookupds are asked over TLS (``tls_ca_file``, ``tls_verify``), and the lookupds one of them
-  lists are asked the same way. Anything else is refused when the manager is built.
+* **Addresses.** ``host:port``, ``http://host:port`` or ``https://host:port``
+  (:func:`normalize_lookupd`); https lookupds are asked over TLS (``tls_ca_file``,
+  ``tls_verify``). Anything else is refused when the manager is built.
 * **Freshness.** The first lookup of a topic happens at once; watched topics are polled every
   ``poll_interval`` (shortened by a random ``jitter`` so clients started together spread out).
   :meth:`LookupManager.refresh` asks for an extra round in the background; a burst of such
@@ -34,8 +14,8 @@ A :class:`LookupManager` owns one keep-alive HTTP client and a set of lookupd ad
 * **Changes.** Subscribers get a :class:`TopicChange` whenever a view changes: which leaders
   moved, which partitions appeared or disappeared.
 
-Parsing lives in the sans-I/O :mod:`smartnsq.protocol.lookup`; this module only does I/O,
-timing and bookkeeping.
+Parsing lives in the sans-I/O :mod:`smartnsq.protocol.lookup`; this module only does timing
+and bookkeeping.
 """
 
 from __future__ import annotations
@@ -46,49 +26,22 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
 from ..config import Rule, check_fields, doc, flag, integer, number, seconds, text
-from ..errors import (
-    AnswerTooLarge,
-    ConnectionFailed,
-    HttpConnectError,
-    HttpConnectTimeout,
-    HttpTLSError,
-    InvalidArgument,
-    LookupdError,
-    LookupFailed,
-    LookupTimeout,
-    NotHttp,
-    NSQError,
-    ProtocolError,
-    Timeout,
-    TopicNotFound,
-    TopicNotWritable,
-)
+from ..errors import InvalidArgument, LookupFailed, LookupTimeout, TopicNotFound
 from ..model.backoff import exponential_delay
-from ..model.lookupd_health import LookupdHealth, LookupdStatus, targets
+from ..model.lookupd_health import LookupdStatus
 from ..model.routes import address_list
-from ..protocol.diagnose import lookupd_hint
 from ..protocol.identify import USER_AGENT
-from ..protocol.lookup import (
-    ACCEPT_V1,
-    LookupLimits,
-    Node,
-    TopicView,
-    lookup_params,
-    merge_views,
-    parse_listlookup,
-    parse_lookup,
-    valid_host,
-)
+from ..protocol.lookup import Node, TopicView, valid_host
 from ..protocol.numbers import check_number
 from ..protocol.validate import MAX_PARTITION, ascii_int, check_topic
 from ..transport.http import HttpClient
-from .race import race
+from .lookupds import LookupdSet, loop_time
 
 __all__ = [
     "LookupConfig",
@@ -103,7 +56,6 @@ Key = tuple[str, str]  # (topic, access)
 ChangeCallback = Callable[["TopicChange"], None]
 T = TypeVar("T")
 _ACCESSES = ("r", "w")
-_V1_HEADERS = {"Accept": ACCEPT_V1}
 
 
 @dataclass(frozen=True)
@@ -258,21 +210,9 @@ class TopicChange:
                    frozenset(set(after) - set(before)), frozenset(set(before) - set(after)))
 
 
-class _Failure(LookupdError):
-    """One lookupd request failed; ``state`` says how (see :attr:`LookupdStatus.state`)."""
-
-    def __init__(self, state: str, message: str, *, retriable: bool = True) -> None:
-        self.state = state
-        super().__init__(0, message, retriable=retriable)
-
-
-class _NoAnswer(LookupFailed):
-    """Internal: no lookupd answered this round (worth another round). Never leaves the
-    manager: the last round's is raised as a plain ``LookupFailed``."""
-
-
 class LookupManager:
-    """Views of topics from a set of lookupds; see the module docstring for the policy.
+    """Views of topics from a set of lookupds; the module docstrings (this one's and
+    :mod:`smartnsq.discovery.lookupds`'s) give the policy.
 
     ``LookupManager(["127.0.0.1:4161"], poll_interval=30)``: keyword options override
     :class:`LookupConfig` fields (or pass ``config=``). ``client=`` shares a
@@ -294,10 +234,11 @@ class LookupManager:
                                     for a in address_list(lookupd, "lookupd")))
         if not seeds:
             raise InvalidArgument("lookupd", "needs at least one address", list(seeds))
-        self._seeds = seeds
-        self._lookupds: dict[str, LookupdHealth] = {a: LookupdHealth(a, True) for a in seeds}
-        self._client = client
-        self._own_client = client is None
+        self.counters: Counter[str] = Counter()
+        """``rounds`` (lookup rounds), ``requests`` (HTTP requests), ``refresh_calls``,
+        ``refresh_coalesced`` (refresh calls folded into an already pending round),
+        ``refresh_rounds``, ``polls``, ``discoveries``, ``changes``, ``failed_rounds``."""
+        self._lookupds = LookupdSet(seeds, config, self.counters, client)
         self._views: dict[Key, TopicView] = {}
         self._inflight: dict[Key, asyncio.Task[TopicView]] = {}
         self._pending: dict[Key, asyncio.Future[TopicView | None]] = {}
@@ -307,15 +248,9 @@ class LookupManager:
         self._subscribers: list[ChangeCallback] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None
-        self._discovering: asyncio.Task[None] | None = None
-        self._last_discovery = -math.inf
         self._starting: asyncio.Task[None] | None = None
         self._started = False
         self._closed = False
-        self.counters: Counter[str] = Counter()
-        """``rounds`` (lookup rounds), ``requests`` (HTTP requests), ``refresh_calls``,
-        ``refresh_coalesced`` (refresh calls folded into an already pending round),
-        ``refresh_rounds``, ``polls``, ``discoveries``, ``changes``, ``failed_rounds``."""
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -331,15 +266,7 @@ class LookupManager:
         return self
 
     async def _start(self) -> None:
-        if self._client is None:
-            cfg = self._config
-            self._client = HttpClient(
-                user_agent=cfg.user_agent,
-                connect_timeout=min(cfg.connect_timeout, cfg.timeout),
-                tls_ca_file=cfg.tls_ca_file, tls_verify=cfg.tls_verify,
-                keepalive=min(max(cfg.poll_interval * 2, 30.0), 300.0), max_idle=4,
-                trust_env=cfg.trust_env)
-        await self._discover()
+        await self._lookupds.start()
         self._poller = asyncio.get_running_loop().create_task(self._poll())
         self._started = True
         for key in self._watched:  # watched before start: look them up now
@@ -351,8 +278,9 @@ class LookupManager:
         if self._closed:
             return
         self._closed = True
-        tasks: list[asyncio.Task[Any]] = [*self._tasks, *self._inflight.values()]
-        for task in (self._poller, self._discovering, self._starting):
+        tasks: list[asyncio.Task[Any]] = [*self._tasks, *self._inflight.values(),
+                                          *self._lookupds.stop()]
+        for task in (self._poller, self._starting):
             if task is not None:
                 tasks.append(task)
         for task in tasks:
@@ -362,8 +290,7 @@ class LookupManager:
             if not fut.done():
                 fut.set_result(None)
         self._pending.clear()
-        if self._own_client and self._client is not None:
-            await self._client.aclose()
+        await self._lookupds.close()
 
     async def __aenter__(self) -> LookupManager:
         return await self.start()
@@ -382,28 +309,28 @@ class LookupManager:
 
     @property
     def seeds(self) -> tuple[str, ...]:
-        return self._seeds
+        return self._lookupds.seeds
 
     @property
     def lookupds(self) -> list[str]:
         """Every lookupd known now, seeds first."""
-        return list(self._lookupds)
+        return self._lookupds.addresses
 
     def health(self) -> list[LookupdStatus]:
-        now = self._now()
-        return [d.status(now) for d in self._lookupds.values()]
+        return self._lookupds.health()
 
     async def wait_idle(self) -> None:
         """Wait until no request runs in the background (late answers of past rounds,
         discovery); each one ends by its own ``timeout``, so this does too."""
         while True:
-            tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+            tasks = [t for t in (*self._tasks, *self._lookupds.background())
+                     if t is not asyncio.current_task()]
             if not tasks:
                 return
             await asyncio.wait(tasks)
 
     def stats(self) -> dict[str, Any]:
-        return {**self.counters, "lookupds": [_status_dict(s) for s in self.health()],
+        return {**self.counters, "lookupds": [asdict(s) for s in self.health()],
                 "watched": sorted(f"{t}/{a}" for t, a in self._watched)}
 
     # -- views ------------------------------------------------------------------------------
@@ -520,14 +447,8 @@ class LookupManager:
             raise InvalidArgument("access", "must be 'r' (readers) or 'w' (writers)", access)
         return (topic, access)
 
-    def _now(self) -> float:
-        try:
-            return asyncio.get_running_loop().time()
-        except RuntimeError:
-            return 0.0
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -560,10 +481,10 @@ class LookupManager:
 
     async def _run(self, key: Key) -> TopicView:
         topic, access = key
-        self._last_round[key] = self._now()
+        self._last_round[key] = loop_time()
         self.counters["rounds"] += 1
         try:
-            view = await self._round(topic, access)
+            view = await self._lookupds.lookup(topic, access)
         except TopicNotFound:
             self._store(key, None)
             raise
@@ -572,154 +493,6 @@ class LookupManager:
             raise
         self._store(key, view)
         return view
-
-    async def _round(self, topic: str, access: str) -> TopicView:
-        """Rounds until one has an answer: at most ``attempts``, ``retry_delay`` apart
-        (doubling up to ``retry_delay_max``, jittered) while no lookupd answers at all."""
-        cfg = self._config
-        attempt = 1
-        while True:
-            try:
-                return await self._ask_all(topic, access)
-            except _NoAnswer as exc:
-                if attempt >= cfg.attempts:  # out of rounds: the public error, same cause
-                    public = LookupFailed(*exc.args)
-                    raise public from exc.__cause__
-            await asyncio.sleep(exponential_delay(cfg.retry_delay, cfg.retry_delay_max,
-                                                  attempt, 0.5))
-            attempt += 1
-
-    def _targets(self) -> list[LookupdHealth]:
-        """Lookupds to ask now (:func:`smartnsq.model.lookupd_health.targets`)."""
-        return targets(list(self._lookupds.values()), self._now())
-
-    async def _ask_all(self, topic: str, access: str) -> TopicView:
-        """One round: every target at once; done once all answered, or ``answer_grace``
-        after the first usable answer (the rest finish in the background)."""
-        loop = asyncio.get_running_loop()
-        asked = {loop.create_task(self._ask(d, topic, access)): d for d in self._targets()}
-        views: list[tuple[int, TopicView]] = []
-        not_found: list[TopicNotFound] = []
-        errors: list[BaseException] = []
-        order = {task: i for i, task in enumerate(asked)}  # healthiest first, for the merge
-
-        def settle(task: asyncio.Task[TopicView]) -> bool:
-            error = task.exception()
-            if error is None:
-                views.append((order[task], task.result()))
-                return True
-            if isinstance(error, TopicNotFound):
-                not_found.append(error)
-                return True
-            if isinstance(error, (LookupFailed, ProtocolError)):
-                errors.append(error)
-                return False
-            raise error
-
-        await self._race(asked, settle)
-        if views:
-            return merge_views(view for _, view in sorted(views, key=lambda v: v[0]))
-        if not_found:
-            # a writable-check answer is more telling than a plain "not found"
-            best = next((e for e in not_found if isinstance(e, TopicNotWritable)), not_found[0])
-            raise best
-        self._kick_discovery()
-        final = [e for e in errors if isinstance(e, LookupdError) and not e.retriable]
-        detail = "; ".join(str(e) for e in errors) or "no lookupd to ask"
-        if final and len(final) == len(errors):
-            raise LookupFailed(f"lookup of {topic!r} refused: {detail}")
-        raise _NoAnswer(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}") \
-            from (errors[-1] if errors else None)
-
-    async def _race(self, asked: dict[asyncio.Task[T], LookupdHealth],
-                    settle: Callable[[asyncio.Task[T]], bool]) -> set[asyncio.Task[T]]:
-        """Race the requests (:func:`smartnsq.discovery.race.race`); those still running when
-        the round goes on end in the background (:meth:`_late`) and are returned."""
-        pending = await race(set(asked), settle, self._config.answer_grace)
-        for task in pending:
-            self._late(task, asked[task])
-        return pending
-
-    def _late(self, task: asyncio.Task[Any], lookupd: LookupdHealth) -> None:
-        """A request its round did not wait for: let it end (by its deadline) in the
-        background; an answer that comes marks the lookupd slow, a failure is already
-        recorded by the request itself."""
-        self._tasks.add(task)
-
-        def done(task: asyncio.Task[Any]) -> None:
-            self._tasks.discard(task)
-            if task.cancelled():
-                return
-            error = task.exception()
-            if error is None or isinstance(error, TopicNotFound):
-                streak = lookupd.answered_late()
-                level = logging.WARNING if streak == 1 else logging.DEBUG
-                log.log(level, "lookupd %s is slow: it answered after its round had gone on "
-                        "(%d times in a row); asked after the others now", lookupd.address,
-                        streak)
-
-        task.add_done_callback(done)
-
-    async def _ask(self, lookupd: LookupdHealth, topic: str, access: str) -> TopicView:
-        cfg = self._config
-        status, body = await self._get(lookupd, "/lookup", lookup_params(topic, access))
-        try:
-            view = parse_lookup(topic, access, status, body, lookupd=lookupd.address,
-                                limits=LookupLimits(cfg.max_partitions, cfg.max_nodes))
-        except TopicNotFound:
-            self._succeeded(lookupd)
-            raise
-        except LookupdError as exc:
-            if exc.retriable:
-                self._failed(lookupd, exc, "error")
-            else:
-                self._succeeded(lookupd)
-            raise
-        except ProtocolError as exc:
-            error = _Failure("malformed", f"{lookupd.address}: {exc}")
-            self._failed(lookupd, error, "malformed")
-            raise error from exc
-        self._succeeded(lookupd)
-        return view
-
-    async def _get(self, lookupd: LookupdHealth, path: str,
-                   params: Mapping[str, str] | None = None) -> tuple[int, bytes]:
-        """``(status, body)`` of one GET, all of it within ``timeout`` and
-        ``max_answer_size``; a failure is recorded on ``lookupd`` and raised as
-        :class:`_Failure`."""
-        client = self._client
-        if client is None:
-            raise LookupFailed("the LookupManager is not started")
-        cfg = self._config
-        lookupd.requests += 1
-        self.counters["requests"] += 1
-        try:
-            # the v1 Accept header: bare JSON and the real status, also from youzan lookupds
-            answer = await client.request("GET", f"{lookupd.url}{path}", params=params,
-                                          headers=_V1_HEADERS, timeout=cfg.timeout,
-                                          max_body=cfg.max_answer_size)
-            return answer.status, answer.body
-        except (ProtocolError, ConnectionFailed, Timeout) as exc:
-            failure = _http_failure(lookupd.address, exc, cfg)
-        self._failed(lookupd, failure, failure.state)
-        raise failure
-
-    def _succeeded(self, lookupd: LookupdHealth) -> None:
-        failures = lookupd.succeeded()
-        if failures:
-            log.info("lookupd %s answers again after %d failures", lookupd.address, failures)
-
-    def _failed(self, lookupd: LookupdHealth, error: BaseException,
-                state: str = "error") -> None:
-        cfg = self._config
-        delay = lookupd.failed(self._now(), str(error), state, cfg.backoff, cfg.backoff_max)
-        level = logging.WARNING if lookupd.failures == 1 else logging.DEBUG
-        log.log(level, "lookupd %s failed (%s, %d in a row; skipped for %.2fs): %s",
-                lookupd.address, state, lookupd.failures, delay, error)
-        if (lookupd.forgettable(cfg.forget_after)
-                and self._lookupds.get(lookupd.address) is lookupd and len(self._lookupds) > 1):
-            del self._lookupds[lookupd.address]
-            log.info("forgetting lookupd %s until /listlookup names it again", lookupd.address)
 
     def _store(self, key: Key, view: TopicView | None) -> None:
         old = self._views.get(key)
@@ -752,7 +525,7 @@ class LookupManager:
             if idle:
                 gap = exponential_delay(cfg.refresh_min_interval, cfg.refresh_max_interval,
                                         idle)
-                wait = self._last_round.get(key, -math.inf) + gap - self._now()
+                wait = self._last_round.get(key, -math.inf) + gap - loop_time()
                 if wait > 0:
                     await asyncio.sleep(wait)
             running = self._inflight.get(key)
@@ -774,15 +547,14 @@ class LookupManager:
             if not fut.done():
                 fut.set_result(result)
 
-    # -- polling and discovery --------------------------------------------------------------
+    # -- polling ----------------------------------------------------------------------------
 
     async def _poll(self) -> None:
         cfg = self._config
         while True:
             await asyncio.sleep(cfg.poll_interval * (1.0 - cfg.jitter * random.random()))
             try:
-                if self._now() - self._last_discovery >= cfg.discover_interval:
-                    await self._discover()
+                await self._lookupds.discover_if_due()
                 keys = list(self._watched)
                 if keys:
                     self.counters["polls"] += 1
@@ -790,128 +562,14 @@ class LookupManager:
             except Exception:  # a bug here must not stop polling for good
                 log.exception("lookup poll failed")
 
-    def _kick_discovery(self) -> None:
-        """Re-read /listlookup soon (at most once per retry_delay_max) after a failed round."""
-        if self._closed or self._discovering is not None:
-            return
-        if self._now() - self._last_discovery < max(self._config.retry_delay_max, 1.0):
-            return
-
-        async def run() -> None:
-            try:
-                await self._discover()
-            finally:
-                self._discovering = None
-
-        self._discovering = self._spawn(run())
-
-    async def _discover(self) -> None:
-        """Ask the seeds (else every known lookupd) for the cluster's lookupds."""
-        self._last_discovery = self._now()
-        self.counters["discoveries"] += 1
-        seeds = [self._lookupds[a] for a in self._seeds]
-        answered = await self._listlookup(seeds)
-        if answered is None:
-            others = [d for d in self._lookupds.values() if not d.seed]
-            if others:
-                answered = await self._listlookup(others)
-        if answered is None:
-            log.warning("no lookupd answered /listlookup; keeping %s", ", ".join(self._lookupds))
-            return
-        for address in answered:
-            self._adopt(address)
-        for address, lookupd in list(self._lookupds.items()):
-            if not lookupd.seed and address not in answered:
-                log.info("lookupd %s no longer listed; dropping it", address)
-                del self._lookupds[address]
-
-    def _adopt(self, address: str) -> None:
-        lookupd = self._lookupds.get(address)
-        if lookupd is None:
-            log.info("lookupd %s discovered", address)
-            lookupd = self._lookupds[address] = LookupdHealth(address, False)
-        lookupd.classic = False  # only youzan lookupds list each other
-
-    async def _listlookup(self, lookupds: list[LookupdHealth]) -> dict[str, None] | None:
-        """Every lookupd the given ones list (``None`` if none of them answered).
-
-        Like a lookup round, it goes on ``answer_grace`` after the first answer; what a
-        slower lookupd lists later is still adopted when it comes (never dropped by it).
-        """
-        loop = asyncio.get_running_loop()
-        asked = {loop.create_task(self._ask_list(d)): d for d in lookupds}
-        listed: dict[str, None] = {}
-        answered = False
-
-        def settle(task: asyncio.Task[list[str]]) -> bool:
-            nonlocal answered
-            error = task.exception()
-            if error is None:
-                answered = True
-                listed.update(dict.fromkeys(task.result()))
-                return True
-            if isinstance(error, (LookupFailed, ProtocolError)):
-                return False
-            raise error
-
-        for task in await self._race(asked, settle):
-            task.add_done_callback(self._adopt_late)
-        return listed if answered else None
-
-    def _adopt_late(self, task: asyncio.Task[list[str]]) -> None:
-        if self._closed or task.cancelled() or task.exception() is not None:
-            return
-        for address in task.result():
-            self._adopt(address)
-
-    async def _ask_list(self, lookupd: LookupdHealth) -> list[str]:
-        status, body = await self._get(lookupd, "/listlookup")
-        try:
-            answer = parse_listlookup(status, body)
-        except (LookupdError, ProtocolError) as exc:
-            state = "malformed" if isinstance(exc, ProtocolError) else "error"
-            error = _Failure(state, f"{lookupd.address}: {exc}")
-            self._failed(lookupd, error, state)
-            raise error from exc
-        self._succeeded(lookupd)
-        lookupd.classic = answer.classic
-        return [lookupd.sibling(a) for a in answer.nodes]
-
     def __repr__(self) -> str:
-        return (f"<LookupManager lookupds={len(self._lookupds)} views={len(self._views)} "
-                f"watched={len(self._watched)}>")
-
-
-def _http_failure(address: str, exc: NSQError, cfg: LookupConfig) -> _Failure:
-    """What a failed request says about the lookupd, as a one-line failure."""
-    reason = getattr(exc, "reason", None) or str(exc)
-    if isinstance(exc, HttpTLSError):
-        return _Failure("tls", f"{address}: {reason}")
-    if isinstance(exc, AnswerTooLarge):
-        size = f"of {exc.declared} bytes " if exc.declared is not None else ""
-        return _Failure("malformed", f"{address}: answer {size}over max_answer_size "
-                        f"({cfg.max_answer_size} bytes)")
-    if isinstance(exc, NotHttp):  # nsqd's TCP port, or some other service
-        return _Failure("malformed", f"{address}: {lookupd_hint(exc.found)}")
-    if isinstance(exc, ProtocolError):
-        return _Failure("malformed", f"{address}: {reason}")
-    if isinstance(exc, Timeout):
-        if isinstance(exc, HttpConnectTimeout):
-            return _Failure("timeout", f"{address}: {reason}")
-        return _Failure("timeout", f"{address}: no whole answer within {cfg.timeout:g}s "
-                        "(timeout)")
-    if isinstance(exc, HttpConnectError):
-        return _Failure("refused", f"{address}: {reason}")
-    return _Failure("error", f"{address}: {reason}")
+        return (f"<LookupManager lookupds={len(self._lookupds.addresses)} "
+                f"views={len(self._views)} watched={len(self._watched)}>")
 
 
 def _settle(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-def _status_dict(status: LookupdStatus) -> dict[str, Any]:
-    return {f.name: getattr(status, f.name) for f in fields(status)}
 
 
 def _node_text(node: Node | None) -> str:

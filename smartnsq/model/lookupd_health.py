@@ -5,8 +5,9 @@ doubles per consecutive failure (``backoff`` .. ``backoff_max``, jittered), then
 by the next round; one success restores it. One that answers after its round has gone on is
 *slow* and asked after the healthy ones. A discovered (non-seed) lookupd failing
 ``forget_after`` times in a row is forgotten until a ``/listlookup`` names it again.
-:func:`targets` ranks who to ask now; the lookup manager (:mod:`smartnsq.discovery.lookup`) does the
-asking and the racing (:mod:`smartnsq.discovery.race`) and records outcomes here.
+:func:`targets` ranks who to ask now; the lookup manager's set of lookupds
+(:mod:`smartnsq.discovery.lookupds`) does the asking and the racing
+(:mod:`smartnsq.discovery.race`) and records outcomes here.
 """
 
 from __future__ import annotations

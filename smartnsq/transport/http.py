@@ -1,6 +1,6 @@
 """The library's one HTTP client: HTTP/1.1 over asyncio streams, for nsqlookupd and nsqd.
 
-:mod:`smartnsq.discovery.lookup` (discovery) and :mod:`smartnsq.admin` (administration) send their
+:mod:`smartnsq.discovery.lookupds` (discovery) and :mod:`smartnsq.admin` (administration) send their
 requests here; the bytes are built and parsed by h11's connection state machine, driven
 sans-I/O by :mod:`smartnsq.protocol.http` (one h11 connection per exchange, which carries the
 request out and the answer in). This module is the asyncio shell around it. It is small on

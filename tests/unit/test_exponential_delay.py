@@ -45,7 +45,8 @@ def test_consumer_reconnect_delay_survives_a_long_outage() -> None:
     assert 30.0 <= consumer._reconnect_delay(5000) <= 60.0
 
 
-@pytest.mark.parametrize("module", ["consumer", "producer", "discovery/nodes", "discovery/lookup"])
+@pytest.mark.parametrize("module",
+                         ["consumer", "producer", "discovery/nodes", "discovery/lookupds"])
 def test_retry_delays_come_from_the_one_helper(module: str) -> None:
     path = Path(smartnsq.__file__).parent / module  # a package, or a module of that name
     files = sorted(path.glob("*.py")) if path.is_dir() else [path.with_suffix(".py")]

@@ -9,7 +9,6 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smartnsq.discovery.lookup import LookupManager
 from smartnsq.model.backoff import (
     BACKING_OFF,
     NORMAL,
@@ -95,8 +94,8 @@ def test_a_disabled_backoff_never_leaves_normal(steps: list[tuple[str, float]]) 
         assert b.state == NORMAL and b.level == 0
 
 
-rdy_ops = st.lists(st.tuples(st.sampled_from(["add", "remove", "msg", "fin", "req", "tick",
-                                              "mif"]),
+rdy_ops = st.lists(st.tuples(st.sampled_from(["add", "remove", "msg", "fin", "req", "quiet",
+                                              "tick", "mif"]),
                              st.integers(0, 7), st.floats(0, 30, allow_nan=False),
                              st.integers(0, 50)), max_size=80)
 
@@ -121,6 +120,12 @@ def test_rdy_never_promises_more_than_max_in_flight(mif: int, ops: list[tuple[st
             commands = rdy.on_message(conn, now)  # the server sends only within RDY
         elif conn in rdy and op in ("fin", "req") and rdy.in_flight(conn):
             commands = rdy.on_finished(conn, now, success=op == "fin")
+        elif conn in rdy and op == "quiet" and rdy.in_flight(conn):
+            # a requeue that says nothing about the handler's health (req(backoff=False), a
+            # drain): the back-off's level stays where it was
+            level = rdy.backoff.level
+            commands = rdy.on_finished(conn, now, success=False, backoff=False)
+            assert rdy.backoff.level == level
         elif op == "mif":
             mif = n
             commands = rdy.set_max_in_flight(n, now)
@@ -134,28 +139,3 @@ def test_rdy_never_promises_more_than_max_in_flight(mif: int, ops: list[tuple[st
             assert rdy.total_rdy == 0
         elif rdy.backoff.state == PROBING:
             assert rdy.total_rdy <= 1
-
-
-health = st.lists(st.tuples(st.integers(0, 5), st.floats(-10, 10, allow_nan=False),
-                            st.integers(0, 3), st.booleans()), min_size=1, max_size=8)
-
-
-@settings(max_examples=200, deadline=None)
-@given(health, st.floats(-5, 5, allow_nan=False))
-def test_lookupd_ranking(states: list[tuple[int, float, int, bool]], now: float) -> None:
-    addresses = [f"127.0.0.1:{4161 + i}" for i in range(len(states))]
-    lm = LookupManager(addresses)
-    lm._now = lambda: now  # type: ignore[method-assign]
-    for lookupd, (failures, retry_at, slow, seed) in zip(lm._lookupds.values(), states,
-                                                          strict=True):
-        lookupd.failures, lookupd.retry_at = failures, retry_at
-        lookupd.slow_streak, lookupd.seed = slow, seed
-    ranked = lm._targets()
-    due = [d for d in lm._lookupds.values() if d.retry_at <= now]
-    if due:  # every lookupd due is asked, healthiest (fewest failures, then fastest) first
-        assert sorted(map(id, ranked)) == sorted(map(id, due))
-        keys = [(d.failures, d.slow_streak, not d.seed) for d in ranked]
-        assert keys == sorted(keys)
-    else:  # none due: the one due soonest is asked anyway, never none
-        assert len(ranked) == 1
-        assert ranked[0].retry_at == min(d.retry_at for d in lm._lookupds.values())
