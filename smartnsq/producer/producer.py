@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from ..config import close_timeout
 from ..discovery.nodes import NodePool
@@ -317,93 +317,29 @@ class Producer:
                           timeout, loop.time())
         if not started or self._closed:
             await self._ensure_started(request)
-        elif topic not in self._slow and self._migration is None:
-            # the fast path: the first attempt written in this turn and its answer awaited
-            # here, without the retry loop's coroutine; any failure goes on in that loop
-            # (not with a migration chooser: a fallback would ask it a second time)
+        elif topic not in self._slow:
+            # the first attempt written in this turn and its answer awaited here, without the
+            # retry loop's coroutine, which takes over from any failure
             routes = self._pool.routes(topic)
             if routes is not None:
                 try:
-                    answer_future = self._submit_first(request, routes)
-                except Exception:  # what routing or encoding refuses: the loop raises it
-                    answer_future = None
-                if answer_future is not None:
-                    try:
-                        answer = await answer_future
-                    except Exception as exc:
-                        failed: Exception | None = exc
-                    else:
-                        failed = None
-                    finally:
-                        self._on_wire -= 1  # (what _written() does, inline)
-                        if self._drained is not None and not self._on_wire \
-                                and not self._drained.done():
-                            self._drained.set_result(None)
-                    if failed is not None:
-                        return await self._send(request, failed)  # type: ignore[return-value]
-                    self._meter.ok(topic, request.target, 1, request.start, self._now)
-                    topics = self._trace_topics  # (_result, inline: once a publish)
-                    return self._results.of(  # type: ignore[return-value]
-                        request, answer, topics.get(topic, self._trace_default) if topics
-                        else self._trace_default)
+                    answer = self._submit(request, routes, None, request.start)
+                except Exception as exc:  # what routing or encoding refuses
+                    return await self._send(request, exc)  # type: ignore[return-value]
+                if answer is None:  # routed: the loop waits for its leader or connection
+                    return await self._send(request, routed=True)  # type: ignore[return-value]
+                try:
+                    data = await answer
+                except BaseException as exc:  # (cancelled too: no one reads the answer now)
+                    self._settle(request, None)
+                    if not isinstance(exc, Exception):
+                        raise
+                    return await self._send(request, exc)  # type: ignore[return-value]
+                try:
+                    return self._settle(request, data)  # type: ignore[return-value]
+                except Exception as exc:  # an unreadable answer
+                    return await self._send(request, exc)  # type: ignore[return-value]
         return await self._send(request)  # type: ignore[return-value]
-
-    def _submit_first(self, request: Request, routes: TopicRoutes,
-                      slot: NowaitRequest | None = None) -> asyncio.Future[bytes] | None:
-        """The first attempt of a publish whose topic's routes are known, written without
-        awaiting anything: the answer's future (``slot`` itself when given: the connection
-        settles it), or None when the target has no open connection taking writes now (the
-        retry loop waits for one). Raises what routing or encoding refuses, and
-        ``ConnectionFailed`` when the connection closed since the pool handed it out."""
-        # (the plain case calls routing directly: no wrapper per message)
-        if self._migration is not None or request.ext is not None \
-                or request.trace_id is not None or request.delay_ms is not None:
-            routes, address = self._route(routes, request)
-        else:
-            request.target, address = choose_target(
-                routes, request.sharding_key, request.partition, self._router,
-                self._classic, self._rr)
-            request.address = address
-        if address is None:
-            return None
-        conn = self._pool.connection(address)
-        if conn is None or conn.writing_paused:
-            self._unroute(request)
-            return None
-        youzan = conn.is_youzan
-        receipt = False
-        if youzan:  # (_receipt, inline for the common answers)
-            if self._receipts and (request.sharding_key is not None
-                                   or request.partition is not None):
-                receipt = True
-            elif self._trace_default or self._trace_topics:
-                receipt = self._receipt(request)
-        if self._lingering or self._linger:
-            key = (request.topic, request.target, address)
-            if slot is not None and self._linger and not receipt and request.ext is None \
-                    and request.trace_id is None and request.delay_ms is None \
-                    and request.timeout >= LINGER_TIMEOUTS * self._linger:
-                self._hold(key, slot, conn)
-                return slot  # type: ignore[return-value]  # (an answer slot: not awaited)
-            if key in self._lingering:
-                # the batch held for this partition goes first: the wire keeps call order
-                self._flush_batch(key)
-        data, command, request.traced = encode_one(
-            youzan, address, request.topic, request.target, request.body, request.trace_id,
-            request.ext, request.delay_ms, receipt, self._classic)
-        request.command = command
-        # (the call began this turn: its start is the time now)
-        until = answer_deadline(request.deadline, request.start, self._request_timeout)
-        try:
-            answer = conn.submit(data, command, until - request.start, alone=True, slot=slot,
-                                 deadline=until)
-        except ConnectionFailed:
-            self._unroute(request)
-            raise
-        request.attempt = 1
-        request.stage = SEND
-        self._on_wire += 1
-        return answer
 
     def publish_nowait(self, topic: str, body: bytes, *,
                        sharding_key: ShardingKey | None = None, partition: int | None = None,
@@ -456,15 +392,172 @@ class Producer:
             # behind them rather than overtake them on the wire)
             return self._later(loop, request, result)
         try:
-            sent = self._submit_first(request, routes, request)
-        except ConnectionFailed:  # closed since the pool handed it out: the slow path
-            sent = None
-        except Exception as exc:  # what publish() would raise once it has the routes
-            result.set_exception(exc)
+            sent = self._submit(request, routes, request, request.start)
+        except Exception as exc:  # what routing or encoding refuses
+            self._failed(request, exc)
             return result
-        if sent is None:
-            return self._later(loop, request, result)
+        if sent is None:  # routed: the loop waits for its leader or connection
+            return self._later(loop, request, result, routed=True)
         return result
+
+    async def publish_many(self, topic: str, bodies: Iterable[bytes], *,
+                           sharding_key: ShardingKey | None = None,
+                           partition: int | None = None,
+                           trace_id: int | Sequence[int] | None = None,
+                           headers: Mapping[str, str] | Sequence[Mapping[str, str] | None]
+                           | None = None,
+                           timeout: float | None = None) -> BatchResult:
+        """Publish a batch to one partition in one command (MPUB, MPUB_TRACE or MPUB_EXT).
+
+        The batch is written all at once or not at all. ``trace_id``: one id for every message
+        or one per message; ``headers``: one mapping for all or one (or ``None``) per message.
+        The batch must fit ``max_body_size``; split bigger ones yourself.
+        """
+        items, traces, exts = self._checks.batch(topic, bodies, sharding_key, partition,
+                                                 trace_id, headers)
+        timeout = timeout_seconds(timeout, self._timeout)
+        request = BatchRequest(topic, items, traces, exts, sharding_key, partition, timeout,
+                               asyncio.get_running_loop().time())
+        if not self._started or self._closed:
+            await self._ensure_started(request)
+        return await self._send(request)  # type: ignore[return-value]
+
+    # -- one attempt: written by _submit, its answer settled by _settle -----------------------
+
+    def _submit(self, request: Request, routes: TopicRoutes | None,
+                slot: NowaitRequest | None, now: float) -> asyncio.Future[bytes] | None:
+        """Route, encode and write an attempt without awaiting anything: every attempt of
+        every call is written here. ``now``: the loop time (a call's first attempt passes
+        its start: it began this turn).
+
+        ``routes``: the topic's routes to pick the target from; ``None`` for an attempt
+        routed already, waiting for its connection. Returns the answer's future (``slot``
+        itself when given: the connection settles it), or None when the attempt must wait
+        first: for a leader (``request.address`` is None), or for the target's connection
+        to be open and take writes. Raises what routing or encoding refuses,
+        ``ProducerClosed`` once closing, and ``Timeout`` with no time left.
+        """
+        bodies = request.bodies
+        if routes is not None:
+            if self._migration is not None:
+                routes = choose_side(routes, request.sharding_key, self._migration)
+            request.target, address = choose_target(
+                routes, request.sharding_key, request.partition, self._router, self._classic,
+                self._rr)
+            request.address = address
+            # (check_features has nothing to refuse without headers or a delay)
+            if request.ext is not None or request.delay_ms is not None \
+                    or (bodies is not None and request.exts is not None):
+                check_features(routes, request.ext is not None or request.exts is not None,
+                               request.delay_ms, self._classic)
+            if address is None:
+                return None
+        else:
+            address = request.address
+            assert address is not None
+        conn = self._pool.connection(address)
+        if conn is None or conn.writing_paused:
+            return None
+        if self._closed:  # closing: nothing new goes on the wire
+            raise ProducerClosed("the producer is closed")
+        if request.deadline <= now:
+            # no attempt with no time left: it would time out at once, and close the shared
+            # connection with it
+            after = f" after: {request.error}" if request.error is not None else ""
+            raise Timeout(f"no time left for attempt {request.attempt}{after}")
+        topic = request.topic
+        youzan = conn.is_youzan
+        # a traced answer (a receipt) from a youzan node: for a pinned publish with
+        # sharded_receipts, or with the topic's trace log on
+        receipt = False
+        if youzan:
+            if self._receipts and (request.sharding_key is not None
+                                   or request.partition is not None):
+                receipt = True
+            elif self._trace_default or self._trace_topics:
+                receipt = bool(self._trace_topics.get(topic, self._trace_default))
+        if self._lingering or self._linger:
+            key = (topic, request.target, address)
+            if slot is not None and self._linger and not receipt and request.ext is None \
+                    and request.trace_id is None and request.delay_ms is None \
+                    and request.timeout >= LINGER_TIMEOUTS * self._linger:
+                self._hold(key, slot, conn)
+                return slot  # type: ignore[return-value]  # (an answer slot: not awaited)
+            if key in self._lingering:
+                # the batch held for this partition goes first: the wire keeps call order
+                self._flush_batch(key)
+        if bodies is None:
+            data, command, request.traced = encode_one(
+                youzan, address, topic, request.target, request.body, request.trace_id,
+                request.ext, request.delay_ms, receipt, self._classic)
+        else:
+            data, command, request.traced = encode_batch(
+                youzan, address, topic, request.target, bodies, request.traces,
+                request.exts, receipt, self._checks.max_body, self._classic)
+        request.command = command
+        until = answer_deadline(request.deadline, now, self._request_timeout)
+        try:
+            answer = conn.submit(data, command, until - now, alone=True, slot=slot,
+                                 deadline=until)
+        except ConnectionFailed:  # closed since the pool handed it out: wait for a new one
+            return None
+        request.stage = SEND
+        self._on_wire += 1
+        return answer
+
+    @overload
+    def _settle(self, request: Request, answer: bytes) -> PublishResult | BatchResult: ...
+
+    @overload
+    def _settle(self, request: Request, answer: None) -> None: ...
+
+    def _settle(self, request: Request,
+                answer: bytes | None) -> PublishResult | BatchResult | None:
+        """The end of a written attempt, for every call: off the wire (close() may be waiting
+        for it), and with the server's ``answer`` (None: it failed, or no one reads it)
+        the call's result by the topic's trace mode, counted for ``stats()``. Raises for
+        an unreadable answer, which is then off the wire and not counted."""
+        self._on_wire -= 1
+        if self._drained is not None and not self._on_wire and not self._drained.done():
+            self._drained.set_result(None)
+        if answer is None:
+            return None
+        topics = self._trace_topics
+        result = self._results.of(request, answer, topics.get(request.topic, self._trace_default)
+                                  if topics else self._trace_default)
+        # PublishMeter.ok, inline (the call alone was over 1% of a pipelined publish's CPU;
+        # tests/unit/test_producer_settle.py holds the two to the same counts)
+        try:
+            counts = self._meter.topics[request.topic][request.target]
+        except KeyError:
+            counts = self._meter.counts(request.topic, request.target)
+        if request.bodies is None:
+            counts.published += 1
+        else:
+            counts.published += len(request.bodies)
+        skip = counts.skip
+        if skip:
+            counts.skip = skip - 1
+        else:
+            self._meter.timed(counts, request.start, self._now)
+        return result
+
+    def _failed(self, request: NowaitRequest, error: BaseException) -> None:
+        """A ``publish_nowait`` call's first attempt failed: its retry decision, carried out
+        (the future fails, or the retry loop goes on in a task). Never raises."""
+        result = request.result
+        try:
+            decision = self._decide(request, error)
+            if decision.next is Next.GIVE_UP:
+                assert decision.error is not None
+                result.set_exception(decision.error)
+                return
+            self._later(self._loop, request, result, decision)
+        except Exception as exc:  # a fault of ours
+            if not result.done():
+                result.set_exception(exc)
+
+    # -- linger -----------------------------------------------------------------------------
 
     def _hold(self, key: tuple[str, int | None, Address], request: NowaitRequest,
               conn: Connection) -> None:
@@ -480,7 +573,6 @@ class Producer:
         batch.add(request)
         request.command = MPUB
         request.traced = False
-        request.attempt = 1
         request.stage = SEND
         self._on_wire += 1
 
@@ -504,60 +596,18 @@ class Producer:
         except Exception as exc:  # closed meanwhile, or no time left: each decides
             batch.set_exception(exc)
 
-    def _unroute(self, request: Request) -> None:
-        """Take back the round-robin step of a first attempt that was routed but not sent:
-        the retry loop routes it again, and unpinned publishes must stay evenly spread."""
-        if request.partition is None and request.sharding_key is None:
-            self._rr[request.topic] -= 1  # (an address was found: the step was taken)
-
-    def _answered(self, request: NowaitRequest, answer: bytes,
-                  error: BaseException | None) -> None:
-        """A publish_nowait's first answer (from inside the connection's read, deadline
-        check or close): settle its future, or go on retrying in a task. Never raises into
-        the connection."""
-        self._on_wire -= 1  # (what _written() does, inline: this runs once per publish)
-        if self._drained is not None and not self._on_wire and not self._drained.done():
-            self._drained.set_result(None)
-        result = request.result
-        if result.done():  # cancelled by the caller: the answer is discarded
-            return
-        try:
-            if error is None:
-                # (the meter's ok, inline: the call alone was over 1% of this path's CPU)
-                try:
-                    counts = self._meter.topics[request.topic][request.target]
-                except KeyError:
-                    counts = self._meter.counts(request.topic, request.target)
-                counts.published += 1
-                skip = counts.skip
-                if skip:
-                    counts.skip = skip - 1
-                else:
-                    self._meter.timed(counts, request.start, self._now)
-                topics = self._trace_topics  # (_result, inline: once a publish)
-                result.set_result(self._results.of(  # type: ignore[arg-type]
-                    request, answer, topics.get(request.topic, self._trace_default) if topics
-                    else self._trace_default))
-                return
-            decision = self._decide(request, error)
-            if decision.next is Next.GIVE_UP:
-                assert decision.error is not None
-                result.set_exception(decision.error)
-                return
-            self._later(self._loop, request, result, decision)
-        except Exception as exc:  # an unreadable receipt, or a fault of ours
-            if not result.done():
-                result.set_exception(exc)
+    # -- the slow path of publish_nowait ------------------------------------------------------
 
     def _later(self, loop: asyncio.AbstractEventLoop, request: Request,
                result: asyncio.Future[PublishResult] | None = None,
-               decision: Decision | None = None) -> asyncio.Future[PublishResult]:
+               decision: Decision | None = None,
+               routed: bool = False) -> asyncio.Future[PublishResult]:
         """The slow path of publish_nowait: publish()'s retry loop in a task, settling
         ``result`` (a new future if None); ``decision``: what the failed first attempt
-        decided."""
+        decided; ``routed``: the first attempt is routed and waits for its connection."""
         if result is None:
             result = loop.create_future()
-        task = loop.create_task(self._publish_later(request, decision))
+        task = loop.create_task(self._publish_later(request, decision, routed))
         self._tasks.add(task)
         slow = self._slow
         topic = request.topic
@@ -590,56 +640,27 @@ class Producer:
         result.add_done_callback(abandoned)
         return result
 
-    async def _publish_later(self, request: Request,
-                             decision: Decision | None) -> PublishResult:
-        if decision is None:  # nothing sent yet: exactly publish() after its validation
-            if not self._started or self._closed:
-                await self._ensure_started(request)
-        else:
+    async def _publish_later(self, request: Request, decision: Decision | None,
+                             routed: bool) -> PublishResult:
+        if decision is not None:
             await self._wait(request, decision)
-        return await self._send(request)  # type: ignore[return-value]
-
-    async def publish_many(self, topic: str, bodies: Iterable[bytes], *,
-                           sharding_key: ShardingKey | None = None,
-                           partition: int | None = None,
-                           trace_id: int | Sequence[int] | None = None,
-                           headers: Mapping[str, str] | Sequence[Mapping[str, str] | None]
-                           | None = None,
-                           timeout: float | None = None) -> BatchResult:
-        """Publish a batch to one partition in one command (MPUB, MPUB_TRACE or MPUB_EXT).
-
-        The batch is written all at once or not at all. ``trace_id``: one id for every message
-        or one per message; ``headers``: one mapping for all or one (or ``None``) per message.
-        The batch must fit ``max_body_size``; split bigger ones yourself.
-        """
-        items, traces, exts = self._checks.batch(topic, bodies, sharding_key, partition,
-                                                 trace_id, headers)
-        timeout = timeout_seconds(timeout, self._timeout)
-        request = BatchRequest(topic, items, traces, exts, sharding_key, partition, timeout,
-                               asyncio.get_running_loop().time())
-        if not self._started or self._closed:
-            await self._ensure_started(request)
-        return await self._send(request)  # type: ignore[return-value]
+        elif not routed and (not self._started or self._closed):
+            await self._ensure_started(request)  # nothing sent yet: as publish() does
+        return await self._send(request, routed=routed)  # type: ignore[return-value]
 
     # -- the retry loop ---------------------------------------------------------------------
 
-    async def _send(self, request: Request,
-                    failed: Exception | None = None) -> PublishResult | BatchResult:
-        """Attempts until one is acknowledged or ``retry.decide`` gives up; ``failed``: how
-        the attempt made before (the fast path's) failed."""
+    async def _send(self, request: Request, failed: Exception | None = None,
+                    routed: bool = False) -> PublishResult | BatchResult:
+        """Attempts until one is acknowledged or ``retry.decide`` gives up. ``failed``: how
+        the call's first attempt failed, outside this loop; ``routed``: that attempt was
+        routed outside it and waits here for its leader or connection."""
         while True:
             if failed is None:
                 try:
-                    result = await self._attempt(request)
+                    return await self._attempt(request, routed)
                 except Exception as exc:
                     failed = exc
-                else:
-                    if request.attempt > 1:  # back after a refusal: wake the others waiting
-                        self._pool.writable(request.topic, request.target)
-                    self._meter.ok(request.topic, request.target,
-                                   1 if request.bodies is None else len(request.bodies),
-                                   request.start, self._now)
-                    return result
             decision = self._decide(request, failed)
             if decision.next is Next.GIVE_UP:
                 assert decision.error is not None
@@ -647,6 +668,7 @@ class Producer:
                     raise failed
                 raise decision.error from decision.error.__cause__
             failed = None
+            routed = False
             await self._wait(request, decision)
 
     def _decide(self, request: Request, error: BaseException) -> Decision:
@@ -657,12 +679,13 @@ class Producer:
                           closing=self._closed, topic=request.topic, timeout=request.timeout,
                           retry_delay=config.retry_delay, retry_delay_max=config.retry_delay_max)
         count = self._meter.failed if decision.next is Next.GIVE_UP else self._meter.retried
-        count(request.topic, getattr(request, "target", None), error)  # (for stats())
+        count(request.topic, request.target, error)  # (for stats())
         return decision
 
     async def _wait(self, request: Request, decision: Decision) -> None:
         """Carry out a retry decision: the route book learns what failed and says how long to
-        wait (:meth:`smartnsq.discovery.route_book.RouteBook.after_failure`), then the wait."""
+        wait (:meth:`smartnsq.discovery.route_book.RouteBook.after_failure`), then the wait;
+        the next attempt begins after it."""
         error = request.error
         if decision.keep_partition and request.partition is None \
                 and request.target is not None and self._migration is None:
@@ -681,62 +704,56 @@ class Producer:
         if request.deadline - self._loop.time() < least_time(request.timeout):
             assert error is not None  # (too little left for an answer to come back in)
             late = timed_out(request.topic, request.timeout, error)
-            self._meter.failed(request.topic, getattr(request, "target", None), late)
+            self._meter.failed(request.topic, request.target, late)
             raise late
         if self._closed:
-            self._meter.failed(request.topic, getattr(request, "target", None),
-                               ProducerClosed())
+            self._meter.failed(request.topic, request.target, ProducerClosed())
             raise ProducerClosed("the producer is closed") from error
+        request.attempt += 1
+        self.retry_count += 1
 
-    async def _attempt(self, request: Request) -> PublishResult | BatchResult:
-        """One attempt: routes, connection, send, answer. Raises what went wrong."""
+    async def _attempt(self, request: Request,
+                       routed: bool = False) -> PublishResult | BatchResult:
+        """One attempt: routes, connection, send, answer. Raises what went wrong.
+        ``routed``: the call's first attempt, routed outside the loop (no second routing:
+        a round-robin step or a migration chooser's draw is taken once per attempt)."""
         pool = self._pool
         loop = self._loop
-        request.attempt += 1
-        request.stage = ROUTE
-        request.address = None
-        if request.attempt > 1:
-            self.retry_count += 1
-        if self._closed:  # closing: no new attempt (the last one was not accepted)
-            raise ProducerClosed("the producer is closed")
-        routes = pool.routes(request.topic)
-        if routes is None:
-            routes = await self._load_routes(request)
-        routes, address = self._route(routes, request)
-        if address is None:
-            raise await self._no_leader(request)
-        # -- the connection (one closed since is caught by submit: ConnectionClosed, retried)
-        request.stage = CONNECT
-        conn = pool.connection(address)
-        if conn is None:
+        if routed:
+            answer = None
+        else:
+            request.stage = ROUTE
+            request.address = None
+            if self._closed:  # closing: no new attempt (the last one was not accepted)
+                raise ProducerClosed("the producer is closed")
+            routes = pool.routes(request.topic)
+            if routes is None:
+                routes = await self._load_routes(request)
+            answer = self._submit(request, routes, None, loop.time())
+        while answer is None:  # what the attempt waits for: a leader, the connection, room
+            address = request.address
+            if address is None:
+                raise await self._no_leader(request)
+            request.stage = CONNECT
             conn = await pool.acquire(address, request.deadline - loop.time())
-        # -- encode and send
-        data = self._encode(conn, request)
-        request.stage = SEND
-        if conn.writing_paused:  # back-pressure: wait, within the deadline
-            try:
-                await asyncio.wait_for(conn.drain(), max(request.deadline - loop.time(), 0.0))
-            except asyncio.TimeoutError:
-                raise Timeout(f"{request.node} took no more writes before the deadline") \
-                    from None
-        if self._closed:  # closing: nothing new goes on the wire
-            raise ProducerClosed("the producer is closed")
-        # no attempt with no time left: what the awaits above took may have used it up (a
-        # request given a deadline already past would time out at once, and close the
-        # shared connection with it)
-        now = loop.time()
-        if request.deadline <= now:
-            after = f" after: {request.error}" if request.error is not None else ""
-            raise Timeout(f"no time left for attempt {request.attempt}{after}")
-        until = answer_deadline(request.deadline, now, self._request_timeout)
-        answer_future = conn.submit(data, request.command, until - now, alone=True,
-                                    deadline=until)
-        self._on_wire += 1
+            if conn.writing_paused:  # back-pressure: wait, within the deadline
+                request.stage = SEND
+                try:
+                    await asyncio.wait_for(conn.drain(),
+                                           max(request.deadline - loop.time(), 0.0))
+                except asyncio.TimeoutError:
+                    raise Timeout(f"{request.node} took no more writes before the deadline") \
+                        from None
+            answer = self._submit(request, None, None, loop.time())
         try:
-            answer = await answer_future
-        finally:
-            self._written()
-        return self._result(request, answer)
+            data = await answer
+        except BaseException:
+            self._settle(request, None)
+            raise
+        result = self._settle(request, data)
+        if request.attempt > 1:  # back after a refusal: wake the others waiting
+            self._pool.writable(request.topic, request.target)
+        return result
 
     async def _no_leader(self, request: Request) -> NoLeader:
         """Why the routes have no leader for this attempt: a pinned partition whose leader is
@@ -771,12 +788,6 @@ class Producer:
         return NoLeader(f"partition {target} of {topic!r} has no writable leader in lookup now "
                         f"(whether its leader is up was not checked: {unchecked})")
 
-    def _written(self) -> None:
-        """A publish on the wire was answered (or failed): close() may be waiting for it."""
-        self._on_wire -= 1
-        if self._drained is not None and not self._on_wire and not self._drained.done():
-            self._drained.set_result(None)
-
     async def _load_routes(self, request: Request) -> TopicRoutes:
         remaining = request.deadline - self._loop.time()
         if remaining <= 0:
@@ -799,48 +810,3 @@ class Producer:
         except Exception:  # a route source of the caller's own: nothing to add
             return ""
         return f"; lookupd errors: {'; '.join(errors)}" if errors else ""
-
-    def _route(self, routes: TopicRoutes, request: Request,
-               ) -> tuple[TopicRoutes, tuple[str, int] | None]:
-        """Where this attempt goes (sets ``request.target``/``address``); checks what the
-        routes may refuse."""
-        if self._migration is not None:
-            routes = choose_side(routes, request.sharding_key, self._migration)
-        request.target, address = choose_target(
-            routes, request.sharding_key, request.partition, self._router, self._classic,
-            self._rr)
-        request.address = address
-        if request.bodies is not None or request.ext is not None \
-                or request.trace_id is not None or request.delay_ms is not None:
-            check_features(routes, request.ext is not None or request.exts is not None,
-                                   request.delay_ms, self._classic)
-        return routes, address
-
-    def _receipt(self, request: Request) -> bool:
-        """Whether to ask a youzan node for a traced answer (beyond a given trace id): a
-        pinned publish with ``sharded_receipts``, or the topic's trace log on."""
-        return (request.pinned and self._receipts) \
-            or bool(self._trace_topics.get(request.topic, self._trace_default))
-
-    def _encode(self, conn: Connection, request: Request) -> bytes:
-        """The bytes for ``conn``'s kind of node (sets ``request.command``/``traced``)."""
-        topic = request.topic
-        youzan = conn.is_youzan
-        address = request.address
-        assert address is not None
-        receipt = youzan and self._receipt(request)
-        if request.bodies is None:
-            data, request.command, request.traced = encode_one(
-                youzan, address, topic, request.target, request.body,
-                request.trace_id, request.ext, request.delay_ms, receipt, self._classic)
-        else:
-            data, request.command, request.traced = encode_batch(
-                youzan, address, topic, request.target, request.bodies,
-                request.traces, request.exts, receipt, self._checks.max_body, self._classic)
-        return data
-
-    def _result(self, request: Request, answer: bytes) -> PublishResult | BatchResult:
-        """The call's result (from ``Results``, the one maker), by the topic's trace mode."""
-        topics = self._trace_topics
-        mode = topics.get(request.topic, self._trace_default) if topics else self._trace_default
-        return self._results.of(request, answer, mode)

@@ -13,7 +13,7 @@ so that this module does not import the producer (no import circle).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, overload
 
 from ..model.routes import Address
 from ..model.sharding import ShardingKey
@@ -22,16 +22,22 @@ from .retry import ROUTE
 if TYPE_CHECKING:
     import asyncio
 
-    from .results import PublishResult
+    from .results import BatchResult, PublishResult
 
 __all__ = ["Answers", "BatchRequest", "NowaitRequest", "Request"]
 
 
 class Answers(Protocol):
-    """Who settles a ``publish_nowait`` call from its first attempt's answer (the producer)."""
+    """What a ``publish_nowait`` call's first attempt is settled with (the producer's own
+    ending of every attempt, and its retry decision)."""
 
-    def _answered(self, request: NowaitRequest, answer: bytes,
-                  error: BaseException | None) -> None: ...
+    @overload
+    def _settle(self, request: Request, answer: bytes) -> PublishResult | BatchResult: ...
+
+    @overload
+    def _settle(self, request: Request, answer: None) -> None: ...
+
+    def _failed(self, request: NowaitRequest, error: BaseException) -> None: ...
 
 
 class Request:
@@ -40,16 +46,16 @@ class Request:
     ``partition`` is where the call pins the message; ``target`` and ``address`` are where
     the last attempt went (``None`` until routing sets them: a failed lookup leaves them so;
     ``command`` and ``traced`` are set by encoding before anything reads them); ``attempt``
-    counts the attempts made, ``stage`` says how far the last one got and ``error`` how it
-    failed.
+    numbers the attempt under way (1 for the first), ``stage`` says how far the last one got
+    and ``error`` how it failed.
     """
 
-    __slots__ = ("address", "attempt", "body", "command", "deadline", "delay_ms", "error",
-                 "ext", "partition", "sharding_key", "stage", "start", "target", "timeout",
-                 "topic", "trace_id", "traced")
+    __slots__ = ("address", "attempt", "bodies", "body", "command", "deadline", "delay_ms",
+                 "error", "ext", "partition", "sharding_key", "stage", "start", "target",
+                 "timeout", "topic", "trace_id", "traced")
 
-    # a single message has none of a batch's fields (BatchRequest's slots override these)
-    bodies: list[bytes] | None = None
+    # a single message has none of a batch's other fields (BatchRequest's slots override
+    # these; ``bodies``, read by every attempt, is a slot of its own: a plain slot read)
     traces: list[int] | None = None
     exts: list[bytes] | None = None
 
@@ -67,13 +73,14 @@ class Request:
         self.timeout = timeout
         self.start = start  # the loop time the call began (its latency is measured from it)
         self.deadline = start + timeout
-        self.attempt = 0
+        self.attempt = 1  # the first attempt begins with the call; retry.decide counts from it
         self.stage = ROUTE
         self.address: Address | None = None
         self.error: BaseException | None = None
         # read by the retry decision even when no attempt got as far as routing (a lookup
         # that failed): None until routing sets it
         self.target: int | None = None
+        self.bodies: list[bytes] | None = None  # (a batch's: BatchRequest sets them)
         self.command: str
         self.traced: bool
 
@@ -91,7 +98,7 @@ class Request:
 class BatchRequest(Request):
     """A batch (MPUB family): its bodies, per-message trace ids and encoded ext headers."""
 
-    __slots__ = ("bodies", "exts", "traces")
+    __slots__ = ("exts", "traces")
 
     def __init__(self, topic: str, bodies: list[bytes], traces: list[int] | None,
                  exts: list[bytes] | None, sharding_key: ShardingKey | None,
@@ -114,13 +121,24 @@ class NowaitRequest(Request):
     result: asyncio.Future[PublishResult]
     answered: bool
 
+    # the connection settles the slot from inside its read, deadline check or close: these
+    # never raise into it
+
     def done(self) -> bool:
         return self.answered
 
     def set_result(self, answer: bytes, /) -> None:
         self.answered = True
-        self.owner._answered(self, answer, None)
+        if self.result.done():  # cancelled by the caller: the answer is discarded
+            self.owner._settle(self, None)
+            return
+        try:
+            self.result.set_result(self.owner._settle(self, answer))  # type: ignore[arg-type]
+        except Exception as exc:  # an unreadable answer (off the wire already)
+            self.owner._failed(self, exc)
 
     def set_exception(self, error: BaseException, /) -> None:
         self.answered = True
-        self.owner._answered(self, b"", error)
+        self.owner._settle(self, None)
+        if not self.result.done():
+            self.owner._failed(self, error)

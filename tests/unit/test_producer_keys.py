@@ -3,7 +3,12 @@ once escaped as UnicodeEncodeError)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from smartnsq.errors import InvalidArgument
 from smartnsq.model import sharding
@@ -54,3 +59,27 @@ def test_common_keys_are_checked_without_building_their_bytes(
     assert built == ["caf\u00e9"]
     with pytest.raises(InvalidArgument, match="sharding_key"):
         checks.target(1.5, None)  # type: ignore[arg-type]
+
+
+keys = st.one_of(st.text(), st.binary(), st.integers(), st.booleans(), st.floats(),
+                 st.none(), st.builds(bytearray, st.binary()), st.tuples(st.integers()))
+
+
+@given(key=keys, key_check=st.booleans())
+def test_a_publish_refuses_exactly_the_keys_check_key_refuses(key: object,
+                                                              key_check: bool) -> None:
+    """``Checks.one`` lets the common keys through without calling ``check_key`` (once a
+    publish); what it accepts and refuses must be what the full check does."""
+    checks = Checks(100, 100, key_check)
+
+    def refused(check: Callable[[], object]) -> bool:
+        try:
+            check()
+        except InvalidArgument:
+            return True
+        return False
+
+    sharding_key: Any = key
+    full = refused(lambda: checks.target(sharding_key, None))
+    one = refused(lambda: checks.one("t", b"x", sharding_key, None, None, None, None))
+    assert one == full
