@@ -47,7 +47,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from smartnsq import sync
 from smartnsq.config import ConnectionConfig
@@ -61,6 +61,9 @@ from smartnsq.producer.results import BatchResult, PublishResult
 from smartnsq.protocol.numbers import check_int, is_real
 from smartnsq.protocol.validate import check_channel, check_topic
 from smartnsq.transport import loop_thread
+
+if TYPE_CHECKING:
+    from smartnsq.observability.stats import ConsumerStats
 
 __all__ = ["Error", "Message", "Reader", "SendError", "Writer", "run", "stop"]
 
@@ -942,8 +945,8 @@ class Reader:
                                    strict=False):
             self._thread.call_soon(consumer.set_max_in_flight, share)
 
-    def stats(self) -> list[dict[str, Any]]:
-        """smartnsq's consumer statistics (one dict per source)."""
+    def stats(self) -> list[ConsumerStats]:
+        """smartnsq's consumer statistics, one snapshot per source."""
         return list(self._on_network_loop(lambda cs: [c.stats() for c in cs]))
 
     def _on_network_loop(self, read: Callable[[list[Consumer]], T]) -> T:

@@ -79,8 +79,8 @@ async def main(args: argparse.Namespace) -> None:
     for customer in customers:
         print(f"{customer}: {seen[customer]}")
         assert seen[customer] == list(range(events_per_customer)), seen[customer]
-    print(f"consumed {count} events over {stats['connections']} partition connections; "
-          f"every customer's events in publish order; order errors: {stats['order_errors']}")
+    print(f"consumed {count} events over {stats.connections} partition connections; "
+          f"every customer's events in publish order; order errors: {stats.order_errors}")
 
 
 if __name__ == "__main__":

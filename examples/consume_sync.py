@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> None:
         finally:
             signal.signal(signal.SIGINT, previous)
     print(f"handled {handled} messages with 8 threads; stopped and drained: {finished}; "
-          f"finished {stats['finished']}, requeued {stats['requeued']}")
+          f"finished {stats.finished}, requeued {stats.requeued}")
 
 
 if __name__ == "__main__":

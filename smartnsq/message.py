@@ -131,12 +131,16 @@ class CopyFins:
 
 
 class Responder(Protocol):
-    """What a message needs from the subscription that delivered it (the consumer's side)."""
+    """The subscription's link that delivered a message: where its answers go. The handler's
+    answers come through :meth:`answer` and :meth:`touch` (from any thread); the consumer's
+    own (auto-answers, give-ups, drain) through :meth:`settle` and :meth:`give_back`, on the
+    event loop's thread, where no claim is needed."""
 
     topic: str
     channel: str
     node: str
     ordered: bool
+    dead: bool  # the connection is gone: answers can no longer reach the server
 
     def answer(self, message: Message, state: int, delay: float | None,
                backoff: bool) -> None:
@@ -145,6 +149,15 @@ class Responder(Protocol):
         ...
 
     def touch(self, message: Message) -> None: ...
+
+    def settle(self, message: Message, state: int, delay: float | None,
+               backoff: bool) -> None:
+        """Settle a message still PENDING (the event loop's thread) and send the answer."""
+        ...
+
+    def give_back(self, message: Message) -> None:
+        """Requeue at once, without back-off, a message nobody will handle."""
+        ...
 
 
 class Message(frames.MessageFrame):

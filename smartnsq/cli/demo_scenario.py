@@ -573,7 +573,7 @@ class _Demo:
                     r.timed_out = True
                     r.problems.append(f"not everything arrived within {limit:.0f} s after "
                                       "publishing ended")
-                regressions = orders.stats().get("order_errors", 0)
+                regressions = orders.stats().order_errors
                 if regressions:
                     r.problems.append(f"the consumer saw internal ids or queue offsets go "
                                       f"backwards {regressions} times")

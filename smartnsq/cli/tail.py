@@ -22,7 +22,7 @@ import string
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .util import (
     CLIError,
@@ -36,6 +36,9 @@ from .util import (
     lookup_manager,
     topic_missing,
 )
+
+if TYPE_CHECKING:
+    from ..consumer.core import Consumer
 
 __all__ = ["parse_start", "register", "run_tail"]
 
@@ -296,25 +299,23 @@ async def _position_channel(view: Any, channel: str, start: Any,
                 raise CLIError(f"positioning the channel on partition {pid}: {exc}") from None
 
 
-def _check_subscribed(consumer: Any, topic: str, timeout: float | None,
+def _check_subscribed(consumer: Consumer, topic: str, timeout: float | None,
                       direct: bool = False) -> None:
     """Fail with the servers' reason when no subscription has worked for a while.
 
     ``timeout`` given: the command's deadline has passed, so a subscription still on its
     way (a node that accepted the connection and said nothing) is a failure too.
     """
-    stats = consumer.stats()
-    subs = stats.get("subscriptions") or stats.get("subs") or {}
-    if not isinstance(subs, dict):
+    subs = consumer.stats().subscriptions
+    if any(s.connected for s in subs):
         return
-    if any(s.get("connected") for s in subs.values()):
-        return
-    errors = [s.get("last_error") for s in subs.values() if s.get("last_error")]
+    errors = [s.last_error for s in subs if s.last_error]
     hint = " (hint: --nsqd takes nsqd's TCP address, port 4150 by default)" if direct else ""
     if errors:
         raise CLIError(f"cannot subscribe to {topic!r}: {errors[0]}"
                        + (hint if timeout is not None else ""))
     if timeout is not None:
-        where = ", ".join(sorted(subs)) or "any node"
+        where = ", ".join(sorted(s.node if s.partition is None else f"{s.node}/{s.partition}"
+                                 for s in subs)) or "any node"
         raise CLIError(f"cannot subscribe to {topic!r}: no answer from {where} within "
                        f"{timeout:g} s{hint}")

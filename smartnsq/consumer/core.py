@@ -4,10 +4,10 @@ A consumer holds one subscription per (nsqd, partition) it reads from (``subscri
 with ``lookupd=[...]`` the partitions' leaders from ``access=r`` lookups (``discovery.py``; a
 youzan nsqd serves a partition's consumers only on its leader) plus the plain nodes of a
 classic topic; with ``nsqd=[...]`` each given node, for each of ``partitions`` (or its default
-partition). Messages go from the links (``link.py``) through one queue to a fixed set of
-workers (``dispatch.py``); RDY is spread by the flow control (``flow.py`` over
-``smartnsq.model.rdy``). Everything these parts share is one :class:`~.dispatch.Runtime`, handed to
-each.
+partition). Messages go from the links (``link.py``) through one queue (``dispatch.py``) to a
+fixed set of workers (``handling.py``); RDY is spread by the flow control (``flow.py``
+over ``smartnsq.model.rdy``). Everything these parts share is one :class:`~.runtime.Runtime`,
+handed to each.
 
 Closing is one deadline (``close(timeout)``, default ``drain_timeout``): RDY 0, what was
 received but not started requeued, running handlers given until shortly before the deadline,
@@ -34,9 +34,11 @@ from ..protocol.numbers import check_int
 from ..transport.connection import Connection
 from .config import ConsumerConfig, Handler, build_config
 from .discovery import Discovery
-from .dispatch import Dispatch, Runtime, inline_runner, is_async, iterate, worker
+from .dispatch import Dispatch
 from .flow import Flow
+from .handling import inline_runner, is_async, iterate, worker
 from .link import link_of
+from .runtime import Runtime
 from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
 from .targets import static_targets
 
@@ -384,13 +386,12 @@ class Consumer:
 
     def stats(self) -> ConsumerStats:
         """A typed snapshot (:class:`smartnsq.observability.stats.ConsumerStats`): totals, gauges,
-        the handler's time and one entry per partition, plus the last :meth:`lag` reading.
-        ``stats()["finished"]`` and the other plain keys work too."""
+        the handler's time, one entry per partition and per subscription, plus the last
+        :meth:`lag` reading."""
         from .observe import snapshot  # (the snapshot types load when one is taken)
 
         lookup = self._discovery.lookup if self._discovery is not None else self._lookup
-        return snapshot(self._rt, self._subs, lookup, self._legacy_stats(),
-                        self._max_in_flight, self._lag)
+        return snapshot(self._rt, self._subs, lookup, self._max_in_flight, self._lag)
 
     async def lag(self, timeout: float = 5.0) -> ChannelLag:
         """Read the channel's backlog from the nodes this consumer reads (nsqd ``/stats``):
@@ -400,33 +401,6 @@ class Consumer:
 
         self._lag = await read_lag(self.topic, self.channel, lag_nodes(self._subs), timeout)
         return self._lag
-
-    def _legacy_stats(self) -> dict[str, Any]:
-        """Counters, the flow-control state and the subscriptions: the snapshot's dict keys."""
-        rt = self._rt
-        subs = self._subs.subs.values() if self._subs is not None else ()
-        return {
-            "topic": self.topic,
-            "channel": self.channel,
-            "connections": self.connection_count,
-            "subscriptions": {s.name: s.stats() for s in subs},
-            "in_flight": rt.in_flight,
-            "received": rt.received,
-            "finished": rt.finished,
-            "requeued": rt.requeued,
-            "handled": rt.handled,
-            "handler_errors": rt.handler_errors,
-            "give_ups": rt.give_ups,
-            "order_errors": rt.order_errors,
-            "duplicates_dropped": rt.duplicates,
-            "server_errors": rt.server_errors,
-            "lost_answers": rt.lost_answers,
-            "stale_dropped": rt.stale,
-            "subscribe_failures": rt.sub_failures,
-            "queued": len(rt.queue) if rt.queue is not None else 0,
-            "starved": self.is_starved(),
-            "flow": rt.flow.ctl.stats() if rt.flow is not None else {},
-        }
 
     @property
     def closed(self) -> bool:

@@ -13,16 +13,15 @@ from typing import Any, Protocol
 
 from ..model.backoff import BackoffPolicy
 from ..model.partitions import rdy_ceiling
-from ..model.rdy import NOTHING, RdyController
+from ..model.rdy import RdyController
 from ..transport.connection import Connection, loop_clock
 
-__all__ = ["Flow"]
+__all__ = ["Flow", "RdyTarget"]
 
 
-class Link(Protocol):
-    """What flow control needs of a subscribed connection
-    (:class:`smartnsq.consumer.link.Link`): named here, so that this module does not import
-    the link module (the imports go one way: link -> dispatch -> flow)."""
+class RdyTarget(Protocol):
+    """What flow control needs of a subscribed connection (the consumer's link): named here,
+    so that this module imports none of the consumer's other modules."""
 
     ordered: bool
     rdy_cap: int | None
@@ -34,7 +33,12 @@ class Link(Protocol):
 
 
 class Flow:
-    """Drives ``RdyController`` from the event loop for one consumer."""
+    """Drives ``RdyController`` from the event loop for one consumer.
+
+    The per-message events (a delivery, a FIN or REQ) have no method here: the link calls
+    ``ctl.on_message`` and ``ctl.on_finished`` itself and hands what they return to
+    :meth:`apply` or :meth:`answered` only when there is something to do, so a message that
+    changes no RDY costs no call of this class."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_in_flight: int,
                  backoff: BackoffPolicy | None, tick_interval: float,
@@ -50,50 +54,36 @@ class Flow:
         self.frozen = False  # draining: RDY stays 0
 
     @staticmethod
-    def _apply(commands_: list[tuple[Any, int]]) -> None:
+    def apply(commands_: list[tuple[Any, int]]) -> None:
+        """Send the RDY commands the controller returned."""
         for link, count in commands_:
             link.send_rdy(count)
 
-    apply = _apply  # (the links call the controller directly on the per-message path)
-
-    def add(self, link: Link) -> None:
+    def add(self, link: RdyTarget) -> None:
         max_rdy = rdy_ceiling(link.ordered, link.conn.max_rdy_count)
         if link.rdy_cap is not None:
             max_rdy = max(1, min(max_rdy, link.rdy_cap))
         # an ordered partition backs off on its own: a poison message stops only its partition
-        self._apply(self.ctl.add(link, max_rdy, self._loop.time(), own_backoff=link.ordered))
+        self.apply(self.ctl.add(link, max_rdy, self._loop.time(), own_backoff=link.ordered))
         self._arm()
 
-    def remove(self, link: Link) -> None:
-        self._apply(self.ctl.remove(link, self._loop.time()))
-
-    def on_message(self, link: Link, now: float) -> None:
-        """A message arrived on ``link`` at ``now`` (loop time: the read that brought it)."""
-        cmds = self.ctl.on_message(link, now)
-        if cmds:
-            self._apply(cmds)
-
-    def on_answer(self, link: Link, success: bool | None) -> None:
-        """FIN (True), REQ counted for back-off (False) or a deliberate REQ (None)."""
-        cmds = self.ctl.on_finished(link, self.now(), success=bool(success),
-                                    backoff=success is not None)
-        if cmds is not NOTHING:
-            self.answered(cmds)
+    def remove(self, link: RdyTarget) -> None:
+        self.apply(self.ctl.remove(link, self._loop.time()))
 
     def answered(self, cmds: list[tuple[Any, int]]) -> None:
         """What ``ctl.on_finished`` returned when it was not ``NOTHING``: send the RDYs and
         arm the next deadline (a back-off window, an ordered partition's own, may have
         started)."""
         if cmds:
-            self._apply(cmds)
+            self.apply(cmds)
         self._arm_deadline()
 
-    def on_ordered_requeue(self, link: Link, hold: float, backoff: bool) -> None:
+    def on_ordered_requeue(self, link: RdyTarget, hold: float, backoff: bool) -> None:
         """A REQ on an ordered link, about to be sent: the server ignores its delay, so the
         partition is held at RDY 0 for ``hold`` seconds instead. Call it before sending the
         REQ, so the RDY 0 leaves first and the server cannot redeliver at once."""
-        self._apply(self.ctl.on_finished(link, self._loop.time(), success=False,
-                                         backoff=backoff, hold=hold))
+        self.apply(self.ctl.on_finished(link, self._loop.time(), success=False,
+                                        backoff=backoff, hold=hold))
         self._arm_deadline()
 
     def _arm_deadline(self) -> None:
@@ -104,7 +94,7 @@ class Flow:
     def set_max_in_flight(self, n: int) -> None:
         if self.frozen:
             return
-        self._apply(self.ctl.set_max_in_flight(n, self._loop.time()))
+        self.apply(self.ctl.set_max_in_flight(n, self._loop.time()))
 
     def is_starved(self) -> bool:
         return self.ctl.is_starved()
@@ -112,7 +102,7 @@ class Flow:
     def freeze(self) -> None:
         """RDY 0 everywhere, for good (draining)."""
         self.frozen = True
-        self._apply(self.ctl.set_max_in_flight(0, self._loop.time()))
+        self.apply(self.ctl.set_max_in_flight(0, self._loop.time()))
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -133,7 +123,7 @@ class Flow:
         self._timer = None
         if self.frozen:
             return
-        self._apply(self.ctl.tick(self._loop.time()))
+        self.apply(self.ctl.tick(self._loop.time()))
         deadline = self.ctl.next_deadline()
         self._arm(deadline)
         if deadline is not None and self._timer_at > self._loop.time() + self._tick_interval:

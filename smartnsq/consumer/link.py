@@ -38,7 +38,7 @@ from ..model.rdy import NOTHING
 from ..observability import trace as tracing
 from ..protocol import commands
 from ..transport.connection import Connection
-from .dispatch import Runtime
+from .runtime import Runtime
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -141,11 +141,10 @@ class Link:
         self.in_flight += 1
         rt.in_flight += 1
         self.counts.received += 1  # (the consumer's total is the partitions' sum)
-        # Flow.on_message, inline (every message's path): the controller directly
-        flow = rt.flow
-        cmds = flow.ctl.on_message(self, self.conn.last_receive)
+        # the controller directly (flow.Flow has no per-message method)
+        cmds = rt.flow.ctl.on_message(self, self.conn.last_receive)
         if cmds:
-            flow.apply(cmds)
+            rt.flow.apply(cmds)
         trace = rt.trace
         if trace is not False and (trace or (msg.youzan and msg.id[8:] != _NO_TRACE)) \
                 and trace_log.isEnabledFor(_INFO):
@@ -216,7 +215,6 @@ class Link:
                       self.node, msg)
             self.last = msg
             return False
-        self.rt.duplicates += 1
         self.counts.duplicates += 1
         if state != FINISHED:
             # PENDING, or claimed by another thread but not sent yet: no FIN has left, so the
@@ -334,6 +332,7 @@ class Link:
             return
         self.in_flight -= 1
         rt.in_flight -= 1
+        flow = rt.flow
         if finish:
             rt.finished += 1
             # no is_closed check first (a property call per message): the write refuses a
@@ -342,29 +341,28 @@ class Link:
                 self._send_now(self._fin(message.id))
             except ConnectionClosed:
                 self._lost_answer("FIN")
+            # the controller directly (flow.Flow has no per-message method)
+            cmds = flow.ctl.on_finished(self, flow.now(), success=True)
         else:
             rt.requeued += 1
             self.counts.requeued += 1
             if self.conn.is_closed:
                 self._lost_answer("REQ")
+                cmds = flow.ctl.on_finished(self, flow.now(), success=False, backoff=backoff)
+            elif self.ordered:
+                # the server ignores a delayed REQ on ordered channels: the partition is held
+                # at RDY 0 for the delay instead, sent before the REQ so nothing slips through
+                flow.on_ordered_requeue(self, rt.requeue_delay(message) if delay is None
+                                        else delay, backoff)
+                self._send(self._req(message.id, 0))
+                cmds = NOTHING  # (on_ordered_requeue sent the RDY and armed the deadline)
             else:
                 wait = rt.requeue_delay(message) if delay is None else delay
-                if self.ordered:
-                    # the server ignores a delayed REQ on ordered channels: the partition is
-                    # held at RDY 0 for the delay instead, sent before the REQ so nothing
-                    # slips through
-                    rt.flow.on_ordered_requeue(self, wait, backoff)
-                    self._send(self._req(message.id, 0))
-                    self._next_in_lane()
-                    return
                 self._send(self._req(message.id, _ms(wait)))
-        # Flow.on_answer, inline (every message's path): the controller directly
-        flow = rt.flow
-        cmds = flow.ctl.on_finished(self, flow.now(), success=finish,
-                                    backoff=finish or backoff)
+                cmds = flow.ctl.on_finished(self, flow.now(), success=False, backoff=backoff)
         if cmds is not NOTHING:
             flow.answered(cmds)
-        if self.ordered:  # _next_in_lane, inline: this is every message's path
+        if self.ordered:  # the partition's next message, waiting behind this one
             lane = self.lane
             if lane:
                 rt.queue.push(lane.popleft())
@@ -377,17 +375,6 @@ class Link:
         self.rt.lost_answers += 1
         log.debug("%s: %s of a message after its connection closed; the server redelivers it",
                   self.node, what)
-
-    def _next_in_lane(self) -> None:
-        rt = self.rt
-        if self.ordered:
-            lane = self.lane
-            if lane:
-                rt.queue.push(lane.popleft())
-            else:
-                self.lane_busy = False
-        if rt.in_flight == 0 and rt.idle_waiter is not None:
-            rt.check_idle()
 
     def touch(self, message: Message) -> None:
         rt = self.rt

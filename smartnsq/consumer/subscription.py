@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Final
 
 from ..errors import Action, InvalidArgument, NSQError, ProtocolError, ServerError
 from ..message import Message
@@ -30,8 +30,8 @@ from ..protocol import commands
 from ..protocol.frames import MessageLayout
 from ..transport.connection import Connection
 from .config import ConsumerConfig
-from .dispatch import Runtime
 from .link import Link
+from .runtime import Runtime
 from .setoffset import set_offset
 from .targets import Starts, Target, sub_command
 
@@ -305,23 +305,11 @@ class Subscription:
 
     def _report(self, error: ServerError) -> None:
         """Count and log a server error that is nobody's expected refusal."""
-        self.rt.server_errors += 1
         self.rt.meter.server_error(self.target.partition, error.code)  # (observability.stats)
         if error.refresh_lookup:
             self.owner.refresh()
         level = logging.WARNING if error.fatal else logging.INFO
         log.log(level, "%s: %s", self.name, error)
-
-    def stats(self) -> dict[str, Any]:
-        link = self.link
-        return {
-            "connected": link is not None and link.alive,
-            "ordered": link.ordered if link is not None else None,
-            "in_flight": link.in_flight if link is not None else 0,
-            "rdy": link.rdy if link is not None else 0,
-            "failures": self.failures,
-            "last_error": None if self.last_error is None else str(self.last_error),
-        }
 
 
 def unworkable(exc: BaseException) -> bool:
@@ -375,7 +363,7 @@ class Subscriptions:
 
     def subscribe_failed(self, sub: Subscription, exc: BaseException) -> None:
         rt = self.rt
-        rt.sub_failures += 1
+        rt.meter.partition(sub.target.partition).subscribe_failures += 1
         refresh = isinstance(exc, ServerError) and exc.action is Action.REFRESH_AND_RETRY
         if isinstance(exc, ServerError) and exc.action is Action.GIVE_UP:
             log.error("%s: subscribing to %s/%s refused: %s", sub.name, rt.topic,

@@ -154,12 +154,7 @@ class PublishMeter:
             counts.warm -= 1
         else:
             counts.skip = PUBLISH_SAMPLE - 1
-        seconds = clock() - start
-        latency = counts.latency  # (Histogram.observe, inline)
-        latency.buckets[bisect_left(latency.bounds, seconds)] += 1
-        latency.sum += seconds
-        if seconds > latency.max:
-            latency.max = seconds
+        counts.latency.observe(clock() - start)
 
     def failed(self, topic: str, partition: int | None, error: BaseException | None) -> None:
         failed = self.counts(topic, partition).failed
@@ -181,11 +176,12 @@ class PublishMeter:
 
 class PartitionCounts:
     """What one partition's deliveries did, over every connection it was read on (mutable,
-    owned by the consumer's event loop). The links increment ``received``, ``requeued`` and
-    ``lost`` (in flight on a connection that closed); finished is derived."""
+    owned by the consumer's event loop). The links increment ``received``, ``requeued``,
+    ``lost`` (in flight on a connection that closed) and ``duplicates``; finished is derived.
+    The consumer's totals are the partitions' sums."""
 
     __slots__ = ("duplicates", "errors", "leader_changes", "lost", "node", "received",
-                 "requeued")
+                 "requeued", "subscribe_failures")
 
     def __init__(self) -> None:
         self.received = 0
@@ -193,6 +189,7 @@ class PartitionCounts:
         self.lost = 0
         self.duplicates = 0
         self.errors: dict[str, int] = {}
+        self.subscribe_failures = 0  # attempts to subscribe that failed (each counted once)
         self.leader_changes = 0
         self.node: str | None = None
 

@@ -6,7 +6,7 @@ safe to keep, compare, print or export (``smartnsq.observability.prometheus`` tu
 metrics at scrape time, so nothing is done per message for an exporter).
 
 The counters the snapshots are read from live in ``smartnsq.observability.counters`` (what the hot
-paths touch; ``docs/observability.md`` has the measured cost); their names are re-exported here.
+paths touch, with the sampling constants; ``docs/observability.md`` has the measured cost).
 The clients import this module only when a snapshot is taken.
 
 Pure values and decisions (floor 1): no I/O, no clock of its own (callers pass times).
@@ -16,23 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from .counters import (
-    HANDLER_SAMPLE,
-    LATENCY_BOUNDS,
-    PUBLISH_SAMPLE,
-    TIMED_OUT_CODES,
-    Histogram,
-    PublishMeter,
-)
+from .counters import LATENCY_BOUNDS, Histogram, PublishMeter
 
 __all__ = [
-    "HANDLER_SAMPLE",
-    "LATENCY_BOUNDS",
-    "PUBLISH_SAMPLE",
-    "TIMED_OUT_CODES",
     "ChannelLag",
     "ConsumerPartitionStats",
     "ConsumerStats",
@@ -42,6 +31,7 @@ __all__ = [
     "PartitionLag",
     "ProducerPartitionStats",
     "ProducerStats",
+    "SubscriptionStats",
     "latency_summary",
 ]
 
@@ -163,8 +153,9 @@ class ProducerPartitionStats:
     ``published`` counts messages acknowledged (a ``publish_many`` of 100 counts 100);
     ``failed``/``retried`` count calls and attempts by reason (the server's error code, or
     the exception's class name); ``publish_seconds``: from a call to its acknowledgement,
-    retries included, observed on one acknowledged call in :data:`PUBLISH_SAMPLE` of the
-    partition, the first included (a batch is one call): the counts above are exact."""
+    retries included, observed on one acknowledged call in
+    :data:`~smartnsq.observability.counters.PUBLISH_SAMPLE` of the partition, the first
+    included (a batch is one call): the counts above are exact."""
 
     topic: str
     partition: int | None
@@ -236,11 +227,13 @@ class ConsumerPartitionStats:
 
     Counts are over every connection the partition was read on: ``received`` (deliveries
     handed on), ``finished`` (FIN sent), ``requeued`` (REQ sent), ``timed_out`` (answers the
-    server refused as too late: :data:`TIMED_OUT_CODES`), ``duplicates_dropped`` (the ordered
-    first delivery the server sends twice), ``lost`` (in flight when their connection
-    closed: the server redelivers them). Gauges are the live subscription's: ``node`` (the
-    leader it reads from), ``connected``, ``in_flight``, ``rdy``, ``backoff`` (``normal``,
-    ``backing_off``, ``probing``... on an ordered partition; the consumer's own otherwise)."""
+    server refused as too late: :data:`~smartnsq.observability.counters.TIMED_OUT_CODES`),
+    ``duplicates_dropped`` (the ordered first delivery the server sends twice), ``lost`` (in
+    flight when their connection closed: the server redelivers them),
+    ``subscribe_failures`` (attempts to subscribe that failed). Gauges are the live
+    subscriptions': ``node`` (the leader it reads from), ``connected``, ``in_flight``,
+    ``rdy``, ``backoff`` (``normal``, ``backing_off``, ``probing``... on an ordered partition;
+    the consumer's own otherwise), ``last_error``."""
 
     partition: int | None
     node: str | None = None
@@ -258,6 +251,27 @@ class ConsumerPartitionStats:
     backoff: str = "normal"
     subscribe_failures: int = 0
     leader_changes: int = 0
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class SubscriptionStats:
+    """One (nsqd, partition) the consumer keeps subscribed, now: on a classic topic read from
+    several nodes, a partition's entry (``None``) covers them all, and this tells them apart.
+
+    ``node``: ``"host:port"`` (TCP); ``connected``: subscribed now; ``ordered``: what the live
+    subscription is (``None`` while not connected); ``in_flight`` and ``rdy`` on its
+    connection; ``failures``: failed attempts and lost connections since it last subscribed
+    (what its reconnect delay grows with; 0 once subscribed); ``last_error``: the last
+    failure, kept after a success."""
+
+    node: str
+    partition: int | None
+    connected: bool = False
+    ordered: bool | None = None
+    in_flight: int = 0
+    rdy: int = 0
+    failures: int = 0
     last_error: str | None = None
 
 
@@ -306,25 +320,23 @@ class ChannelLag:
         return sum(p.in_flight for p in self.partitions)
 
 
-@dataclass(frozen=True, eq=False)
-class ConsumerStats(dict[str, Any]):
-    """``Consumer.stats()``: totals, gauges, then one entry per partition.
+@dataclass(frozen=True)
+class ConsumerStats:
+    """``Consumer.stats()``: totals, gauges, then one entry per partition and per subscription.
 
     Totals: ``received``, ``finished``, ``requeued``, ``handled`` (handlers that returned,
     plus messages iterated), ``handler_errors``, ``give_ups`` (``max_attempts`` exceeded),
     ``timed_out``, ``duplicates_dropped``, ``discarded`` (received on a connection that closed
     before a handler started: left to the server), ``lost`` (in flight when their connection
-    closed), ``order_errors``, ``server_errors`` by code, ``subscribe_failures``,
-    ``leader_changes``. Gauges: ``connections``, ``in_flight``, ``queued`` (waiting for a
-    handler), ``max_in_flight``, ``rdy`` (the RDY in force, summed), ``backoff`` (the
-    consumer's back-off state), ``starved``. ``handler_seconds``: the handler's time, on the
-    first :data:`HANDLER_SAMPLE` handler calls, then on one in :data:`HANDLER_SAMPLE`.
-    ``lag``: the last :meth:`Consumer.lag` reading
-    (``None`` if never read). ``lookup``: the lookup manager (``None`` with ``nsqd=``).
-
-    The snapshot is also a dict of the counters, the flow-control state and each
-    subscription's details (``stats["finished"]``, ``stats["subscriptions"]``,
-    ``stats.get(...)``; :meth:`as_dict` for a plain copy); the attributes are typed."""
+    closed), ``lost_answers`` (FIN or REQ given after the message's connection closed: the
+    server redelivers the message), ``order_errors``, ``server_errors`` by code,
+    ``subscribe_failures``, ``leader_changes``. Gauges: ``connections``, ``in_flight``,
+    ``queued`` (waiting for a handler), ``max_in_flight``, ``rdy`` (the RDY in force, summed),
+    ``backoff`` (the consumer's back-off state), ``starved``. ``handler_seconds``: the
+    handler's time, on the first
+    :data:`~smartnsq.observability.counters.HANDLER_SAMPLE` handler calls, then on one in
+    that many. ``lag``: the last :meth:`Consumer.lag` reading (``None`` if never read).
+    ``lookup``: the lookup manager (``None`` with ``nsqd=``)."""
 
     at: float
     topic: str
@@ -340,6 +352,7 @@ class ConsumerStats(dict[str, Any]):
     duplicates_dropped: int
     discarded: int
     lost: int
+    lost_answers: int
     order_errors: int
     server_errors: Mapping[str, int]
     subscribe_failures: int
@@ -352,17 +365,9 @@ class ConsumerStats(dict[str, Any]):
     starved: bool
     handler_seconds: LatencySummary
     partitions: tuple[ConsumerPartitionStats, ...]
+    subscriptions: tuple[SubscriptionStats, ...] = ()
     lookup: LookupStats | None = None
     lag: ChannelLag | None = None
-    legacy: InitVar[Mapping[str, Any] | None] = None
-
-    def __post_init__(self, legacy: Mapping[str, Any] | None) -> None:
-        if legacy:
-            dict.update(self, legacy)
 
     def partition(self, partition: int | None) -> ConsumerPartitionStats | None:
         return next((p for p in self.partitions if p.partition == partition), None)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The snapshot's dict keys as a plain dict (a copy)."""
-        return dict(self)

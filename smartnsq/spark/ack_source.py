@@ -253,8 +253,7 @@ class NSQAckStreamReader(DataSourceStreamReader):
         waited = now - self._unconnected_since
         if waited < self._options.connect_timeout:
             return
-        errors = [sub["last_error"] for sub in consumer.stats()["subscriptions"].values()
-                  if sub["last_error"]]
+        errors = [sub.last_error for sub in consumer.stats().subscriptions if sub.last_error]
         where = ("lookupd " + ",".join(self._options.cluster.lookupd)
                  if self._options.cluster.lookupd
                  else "nsqd " + ",".join(self._options.cluster.nsqd))

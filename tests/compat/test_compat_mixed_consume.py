@@ -109,7 +109,6 @@ async def test_best_effort_order_on_classic(nsq_cluster: Any) -> None:
                         ordered=True, max_in_flight=10,
                         classic=ClassicPolicy(best_effort_order=True)) as consumer:
         got = await collect(consumer, 5)
-        subs = consumer.stats()["subscriptions"]
-        subs = subs.values() if isinstance(subs, dict) else subs
-        assert all(s["rdy"] <= 1 for s in subs)  # RDY 1 per classic node
+        subs = consumer.stats().subscriptions
+        assert subs and all(s.rdy <= 1 for s in subs)  # RDY 1 per classic node
     assert [m.body for m in got] == [b"%d" % i for i in range(5)]

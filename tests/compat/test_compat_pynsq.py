@@ -329,7 +329,7 @@ def test_answers_by_hand_and_both_sources(cluster_of: Callable[..., DevCluster])
                         max_in_flight=3)
     run_until(done)
     assert seen == [1, 2] and len(refused) == 1 and reader.message_handler is handler
-    assert [s["topic"] for s in reader.stats()] == ["t", "t"]  # one consumer per source
+    assert [s.topic for s in reader.stats()] == ["t", "t"]  # one consumer per source
     assert nsq._split(3, 2) == [2, 1] and nsq._split(1, 2) == [1, 1]
     assert nsq._split(0, 2) == [0, 0] and nsq._split(7, 1) == [7]
     reader.close().result(10)

@@ -91,8 +91,8 @@ async def test_consume_finishes_every_message(nsq_cluster: Any) -> None:
         await channel_reaches(channel, lambda: channel.finish_count == 50 and not channel.in_flight)
         stats = consumer.stats()
     assert sorted(m.body for m in got.messages) == sorted(bodies)
-    assert stats["finished"] == 50  # the client counts a FIN when it sends it
-    assert stats["requeued"] == 0 and stats["in_flight"] == 0
+    assert stats.finished == 50  # the client counts a FIN when it sends it
+    assert stats.requeued == 0 and stats.in_flight == 0
     first = got.messages[0]
     assert first.topic == "basic" and first.channel == "ch" and first.partition == 0
     assert first.node == leader_address(nsq_cluster, "basic")
@@ -124,8 +124,8 @@ async def test_handler_error_requeues_and_redelivers_with_attempts_plus_one(
     assert first.id == second.id and first.body == second.body == b"once"
     assert (first.attempts, second.attempts) == (1, 2)
     assert first.requeued and second.finished
-    assert stats["finished"] == 1
-    assert stats["requeued"] == 1 and stats["handler_errors"] == 1
+    assert stats.finished == 1
+    assert stats.requeued == 1 and stats.handler_errors == 1
     assert (channel.requeue_count, channel.finish_count, channel.in_flight) == (1, 1, 0)
 
 
@@ -147,7 +147,7 @@ async def test_max_attempts_calls_the_give_up_hook_then_fins(nsq_cluster: Any) -
         await asyncio.wait_for(gave_up.wait(), WAIT)
         channel = channel_of(nsq_cluster, "poison", "ch")
         await channel_reaches(channel, lambda: channel.finish_count == 1)
-        assert consumer.stats()["give_ups"] == 1
+        assert consumer.stats().give_ups == 1
     assert [m.attempts for m in got.messages] == [1, 2]
     assert given_up[0].attempts == 3 and given_up[0].finished
     assert channel.in_flight == 0 and channel.depth == 0
@@ -177,7 +177,7 @@ async def test_manual_answers_without_auto_finish(nsq_cluster: Any) -> None:
                         handler=got, auto_finish=False, **fast_retry()) as consumer:
         await got.wait()
         channel = channel_of(nsq_cluster, "manual", "ch")
-        assert consumer.stats()["in_flight"] == 2
+        assert consumer.stats().in_flight == 2
         a, b = sorted(got.messages, key=lambda m: m.body)
         assert not a.has_responded
         a.touch()
@@ -260,10 +260,10 @@ async def test_graceful_close_finishes_running_handlers_and_requeues_the_rest(
     await asyncio.wait_for(all_started.wait(), WAIT)
     channel = channel_of(nsq_cluster, "drain", "ch")
     # what the client took in is its own state, which nothing signals: polled
-    await wait_until(lambda: consumer.stats()["received"] == 10)
+    await wait_until(lambda: consumer.stats().received == 10)
     closing = asyncio.ensure_future(consumer.close(timeout=WAIT))
     await channel_reaches(channel, lambda: channel.requeue_count == 7)
-    assert consumer.stats()["requeued"] == 7
+    assert consumer.stats().requeued == 7
     assert not closing.done()
     release.set()
     await asyncio.wait_for(closing, WAIT)
@@ -271,7 +271,7 @@ async def test_graceful_close_finishes_running_handlers_and_requeues_the_rest(
     await channel_reaches(channel, lambda: channel.in_flight == 0)
     assert channel.finish_count == 3 and channel.requeue_count == 7
     assert channel.depth == 17  # nothing lost: every unhandled message is back in the queue
-    assert consumer.closed and consumer.stats()["in_flight"] == 0
+    assert consumer.closed and consumer.stats().in_flight == 0
 
 
 # -- ext, tags, advanced subscriptions, tracing --------------------------------------------
@@ -395,7 +395,7 @@ async def test_requeued_messages_are_not_order_regressions_on_advanced_subscript
                         handler=got, start=StartPosition.message_count(0),
                         **fast_retry()) as consumer:
         await got.wait()
-        assert consumer.stats()["order_errors"] == 0
+        assert consumer.stats().order_errors == 0
     assert [m.attempts for m in got.messages if m.body == b"1"] == [1, 2]
 
 
@@ -407,6 +407,7 @@ async def test_ordered_topic_is_learnt_from_the_server_without_meta(nsq_cluster:
     async with Consumer("ordlearn", "ch", nsqd=[leader_address(nsq_cluster, "ordlearn")],
                         partitions=[0], handler=got) as consumer:
         await got.wait()
-        assert all(s["ordered"] for s in consumer.stats()["subscriptions"].values())
+        subs = consumer.stats().subscriptions
+        assert subs and all(s.ordered for s in subs)
     assert [m.body for m in got.messages] == [b"a", b"b", b"c"]
     assert all(m.queue_offset is not None for m in got.messages)

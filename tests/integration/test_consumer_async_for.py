@@ -47,7 +47,7 @@ async def test_leaving_an_async_for_requeues_the_unanswered_message(nsq_cluster:
         await iterator.aclose()  # type: ignore[attr-defined]
         assert first.requeued
         stats = consumer.stats()
-        assert stats["requeued"] == 1 and stats["in_flight"] == 0
+        assert stats.requeued == 1 and stats.in_flight == 0
 
         # a body that raises: the abandoned message is requeued too
         got: list[Message] = []
@@ -62,7 +62,7 @@ async def test_leaving_an_async_for_requeues_the_unanswered_message(nsq_cluster:
     finally:
         await asyncio.wait_for(consumer.close(), WAIT)
     assert got and got[0].requeued
-    assert consumer.stats()["in_flight"] == 0
+    assert consumer.stats().in_flight == 0
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
@@ -82,7 +82,7 @@ async def test_breaking_out_of_async_for_does_not_hold_up_close(nsq_cluster: Any
     await asyncio.wait_for(read(), WAIT)
     await asyncio.wait_for(consumer.close(), WAIT)
     assert taken[0].requeued
-    assert consumer.stats()["requeued"] == 1
+    assert consumer.stats().requeued == 1
 
 
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1)

@@ -97,7 +97,7 @@ async def test_close_with_slow_handlers_in_flight_keeps_its_deadline_and_fins_no
         await consumer.close(timeout=2.0)
     release.set()  # too late: the connections are gone
     await asyncio.sleep(0)
-    assert consumer.closed and consumer.stats()["finished"] == 0
+    assert consumer.closed and consumer.stats().finished == 0
     nsq_cluster.resume()
     await _redelivered(nsq_cluster, "slow", bodies)
 
@@ -127,7 +127,7 @@ async def test_handlers_that_succeed_during_the_drain_are_fined_the_others_redel
         for body in done:
             started[body].set()
         await closing
-    assert consumer.stats()["finished"] == len(done)
+    assert consumer.stats().finished == len(done)
     await _redelivered(nsq_cluster, "half", bodies - set(done))
 
 
@@ -204,7 +204,7 @@ async def test_close_with_no_time_left_aborts_at_once(nsq_cluster: Any) -> None:
     nsq_cluster.stall()
     async with bounded(0.0):
         await consumer.close(timeout=0)
-    assert consumer.closed and consumer.stats()["finished"] == 0
+    assert consumer.closed and consumer.stats().finished == 0
     nsq_cluster.resume()
     await _redelivered(nsq_cluster, "zero", bodies)
 
@@ -238,7 +238,7 @@ async def test_sync_consumer_close_keeps_its_deadline(nsq_cluster: Any) -> None:
     finally:
         gate.set()
         nsq_cluster.resume()
-    assert consumer.async_consumer.stats()["finished"] == 0
+    assert consumer.async_consumer.stats().finished == 0
     await _redelivered(nsq_cluster, "blocking", bodies)
 
 

@@ -86,8 +86,8 @@ async def test_ordered_topic_keeps_per_key_order_with_concurrency(nsq_cluster: A
     assert None not in offsets, "a message without a partition"
     assert all(None not in o for o in offsets.values()), "a message without a queue offset"
     assert all(o == sorted(o) for o in offsets.values())
-    assert stats["order_errors"] == 0
-    assert all(s["ordered"] for s in stats["subscriptions"].values())
+    assert stats.order_errors == 0
+    assert stats.subscriptions and all(s.ordered for s in stats.subscriptions)
 
 
 async def test_leader_move_mid_stream_loses_nothing(nsq_cluster: Any) -> None:
@@ -174,7 +174,7 @@ async def test_start_position_on_every_partition_when_a_node_leads_several(
         channels = [p.channels["late"] for p in nsq_cluster.state.topics["rewind"].partitions]
         await watch_channels(Watch(), *channels).until(
             lambda: sum(c.finish_count for c in channels) == 12, WAIT)
-        assert consumer.stats()["finished"] == 12
+        assert consumer.stats().finished == 12
     assert sorted(m.body for m in seen) == sorted(b"p%d-%d" % (p, i) for p in range(4)
                                                   for i in range(2, 5))
     assert all(m.body.startswith(b"p%d-" % (m.partition or 0)) for m in seen)

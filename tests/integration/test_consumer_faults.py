@@ -136,7 +136,7 @@ async def test_ordered_failure_is_retried_after_its_delay_and_never_skipped(
         stats = consumer.stats()
     assert handled == [(b"0", 1), (b"1", 1), (b"2", 1), (b"2", 2), (b"2", 3), (b"2", 4),
                        (b"3", 1), (b"4", 1)]
-    assert stats["give_ups"] == 2 and stats["order_errors"] == 0
+    assert stats.give_ups == 2 and stats.order_errors == 0
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
@@ -195,7 +195,7 @@ async def test_order_regression_is_reported(nsq_cluster: Any) -> None:
                 content=b"msgcount:2")  # counted from 1, as the real nsqd
             assert answer.status_code == 200
         await changed.until(lambda: len(seen) == 7, WAIT)
-        assert consumer.stats()["order_errors"] == 1
+        assert consumer.stats().order_errors == 1
     assert len(reported) == 1 and "order regression" in reported[0]
     assert [m.body for m in seen] == [b"0", b"1", b"2", b"3", b"1", b"2", b"3"]
 
@@ -247,7 +247,7 @@ async def test_failures_back_off_with_rdy_zero(nsq_cluster: Any) -> None:
         channel = channel_of(nsq_cluster, "backoff", "ch")
         await channel_reaches(channel, lambda: all(c.rdy == 0 for c in channel.consumers), WAIT)
         stats = consumer.stats()
-        assert stats["flow"]["backoff"] == "backing_off" and stats["requeued"] == 1
+        assert stats.backoff == "backing_off" and stats.requeued == 1
         assert channel.depth == 1  # requeued at once, but not taken while backing off
 
 

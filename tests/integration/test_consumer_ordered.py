@@ -79,8 +79,8 @@ async def test_the_duplicate_first_delivery_never_reaches_the_handler(nsq_cluste
                               WAIT, "every message finished")
         assert dict(seen) == {"0": [0, 1, 2, 3, 4], "1": [0, 1, 2, 3, 4]}
         stats = consumer.stats()
-        assert stats["duplicates_dropped"] == 2 and stats["order_errors"] == 0
-        assert stats["server_errors"] == 0  # the copy was not FINed (E_FIN_FAILED)
+        assert stats.duplicates_dropped == 2 and stats.order_errors == 0
+        assert stats.server_errors == {}  # the copy was not FINed (E_FIN_FAILED)
     finally:
         await close(consumer)
 
@@ -206,8 +206,8 @@ async def test_a_copy_after_the_fin_is_answered_and_the_drain_does_not_stall(
         assert [c.timeout_count for c in channels] == [0, 0]
         stats = consumer.stats()
         copies = 4 if mode == "both" else 2  # "both": one copy of each kind per partition
-        assert stats["duplicates_dropped"] == copies and stats["order_errors"] == 0
-        assert stats["handled"] == 20 and stats["finished"] == 20
+        assert stats.duplicates_dropped == copies and stats.order_errors == 0
+        assert stats.handled == 20 and stats.finished == 20
         assert not stats.server_errors and stats.timed_out == 0, stats.server_errors
     finally:
         await close(consumer)
@@ -252,7 +252,7 @@ async def test_a_copy_fined_in_vain_is_quiet(nsq_cluster: Any,
                     if r.levelno >= logging.WARNING and r.name.startswith("smartnsq")]
         assert sorted(handled) == sorted(f"{p}:{i}".encode() for p in (0, 1) for i in range(5))
         stats = consumer.stats()
-        assert stats["duplicates_dropped"] == 2 and stats["server_errors"] == 0
+        assert stats.duplicates_dropped == 2 and stats.server_errors == {}
     finally:
         await close(consumer)
 
@@ -286,15 +286,15 @@ async def test_a_copy_is_never_fined_before_the_originals_handler_succeeded(
         with poke_on_log(watch, "smartnsq.consumer"):
             async with bounded(WAIT):
                 await watch.until(lambda: calls == [b"first"]
-                                  and consumer.stats()["duplicates_dropped"] == 1,
+                                  and consumer.stats().duplicates_dropped == 1,
                                   WAIT, "the early copy came while the handler runs")
-        assert channel.finish_count == 0 and consumer.stats()["finished"] == 0
+        assert channel.finish_count == 0 and consumer.stats().finished == 0
         release.set()
         await _drained(watch, [channel], 2)
         assert calls == [b"first", b"second"]
         assert channel.timeout_count == 0
         stats = consumer.stats()
-        assert stats["duplicates_dropped"] == 2 and stats["server_errors"] == 0
+        assert stats.duplicates_dropped == 2 and stats.server_errors == {}
     finally:
         await close(consumer)
 
@@ -329,6 +329,6 @@ async def test_a_copy_after_the_originals_req_is_handled_as_a_delivery(
         assert calls == [(b"first", 1), (b"first", 1), (b"first", 2), (b"second", 1)]
         assert channel.timeout_count == 0 and channel.requeue_count == 1
         stats = consumer.stats()
-        assert stats["order_errors"] == 0 and stats["server_errors"] == 0
+        assert stats.order_errors == 0 and stats.server_errors == {}
     finally:
         await close(consumer)

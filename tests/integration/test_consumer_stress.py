@@ -158,5 +158,5 @@ async def test_ordered_stream_keeps_per_key_order_through_faults(nsq_cluster: An
     for key, seqs in seen.items():
         collapsed = [s for i, s in enumerate(seqs) if i == 0 or s != seqs[i - 1]]
         assert collapsed == list(range(per_key)), (key, seqs)
-    assert stats["order_errors"] == 0
+    assert stats.order_errors == 0
     print(f"ordered stress: {total} messages, {count - total} redelivered")

@@ -67,7 +67,7 @@ async def test_blocking_handlers_run_in_threads_until_stop(nsq_cluster: Any) -> 
     assert not problems
     assert sorted(seen) == sorted(bodies)
     assert all(name.startswith("smartnsq-handler-sync") for name in threads)
-    assert stats["finished"] == len(bodies) and stats["in_flight"] == 0
+    assert stats.finished == len(bodies) and stats.in_flight == 0
     channel = channel_of(nsq_cluster, "sync")
     await channel_reaches(channel,
                           lambda: channel.finish_count == len(bodies) and channel.in_flight == 0)
@@ -159,6 +159,6 @@ async def test_answers_later_from_another_thread_and_close_is_refused_in_handler
     stats = await asyncio.to_thread(run)
     assert not closed_from_handler
     assert len(refused) == 1 and "stop()" in str(refused[0])
-    assert stats["finished"] == 1 and stats["in_flight"] == 0
+    assert stats.finished == 1 and stats.in_flight == 0
     channel = channel_of(nsq_cluster, "synclater")
     await channel_reaches(channel, lambda: channel.finish_count == 1 and channel.in_flight == 0)

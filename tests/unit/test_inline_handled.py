@@ -8,13 +8,16 @@ import asyncio
 from typing import Any
 
 from smartnsq.consumer.config import ConsumerConfig
-from smartnsq.consumer.dispatch import Dispatch, Runtime, inline_runner
+from smartnsq.consumer.dispatch import Dispatch
+from smartnsq.consumer.handling import inline_runner
+from smartnsq.consumer.runtime import Runtime
 from smartnsq.message import FINISHED, PENDING, Message
 from smartnsq.observability.counters import HANDLER_SAMPLE, PartitionCounts
 
 
 class FakeLink:
-    """The Responder the runner answers through: records the answers."""
+    """The link the runner answers through (what it calls of a ``smartnsq.message.Responder``):
+    records the answers."""
 
     dead = False
     ordered = False

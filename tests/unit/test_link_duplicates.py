@@ -1,6 +1,6 @@
 """The duplicated first delivery of a fresh ordered channel, as the subscription's link answers
-it. The link is real; its connection is a list of sent commands, its
-flow control and dispatch queue are stand-ins that record what reaches them.
+it. The link, its flow control and its dispatch queue are real (on an event loop that does
+not run); its connection is a list of the answers sent (RDY apart).
 
 The rule (nsqd records a message in flight before writing it, and writes it even when the id
 is in flight already): a copy that comes before any answer to the original left is not in
@@ -10,17 +10,20 @@ one that comes after its REQ may be, and is handled as a delivery.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from smartnsq.consumer.config import ConsumerConfig
-from smartnsq.consumer.dispatch import Runtime
+from smartnsq.consumer.dispatch import Dispatch
+from smartnsq.consumer.flow import Flow
 from smartnsq.consumer.link import Link
+from smartnsq.consumer.runtime import Runtime
 from smartnsq.errors import error_from_payload
 from smartnsq.message import FINISHED, PENDING, REQUEUED, Message, claimed
-from smartnsq.model.rdy import NOTHING
 from smartnsq.protocol import commands
 
 ID = bytes([0, 0, 0, 0, 0, 0, 0, 2]) + bytes(8)
@@ -33,27 +36,41 @@ REFUSED = error_from_payload(b"E_FIN_FAILED FIN [0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0
 class Harness:
     def __init__(self) -> None:
         self.sent: list[bytes] = []
-        self.queued: list[Message] = []
-        rt = Runtime("t", "c", ConsumerConfig())
+        self.loop = asyncio.new_event_loop()
+        cfg = ConsumerConfig()
+        rt = Runtime("t", "c", cfg)
         rt.trace = False
+        rt.loop = self.loop
         rt.loop_thread_id = -1
-        rt.flow = SimpleNamespace(  # type: ignore[assignment]
-            on_message=lambda *a: None, on_answer=lambda *a: None,
-            on_ordered_requeue=lambda *a: None, now=lambda: 0.0,
-            ctl=SimpleNamespace(on_message=lambda *a: [],
-                                on_finished=lambda *a, **k: NOTHING))
-        rt.queue = SimpleNamespace(push=self.queued.append, pending=0)  # type: ignore[assignment]
+        rt.flow = Flow(self.loop, 10, cfg.backoff_policy, cfg.rdy_tick_interval,
+                       cfg.low_rdy_idle_timeout)
+        rt.queue = Dispatch(self.loop)
         self.rt = rt
 
         def send(data: bytes, now: bool = False) -> None:
-            self.sent.append(data)
+            if not data.startswith(b"RDY "):
+                self.sent.append(data)
 
         conn: Any = SimpleNamespace(send=send, send_now=send, address_text="127.0.0.1:4150",
                                     is_youzan=True,
                                     local_address="127.0.0.1:1", is_closed=False,
-                                    last_receive=0.0)
+                                    last_receive=0.0, max_rdy_count=2500)
         self.reported: list[Any] = []  # server errors the link hands the subscription
         self.link = Link(rt, conn, 0, ordered=True, detail=True, report=self.reported.append)
+        rt.flow.add(self.link)
+
+    @property
+    def queued(self) -> list[Message]:
+        """What waits in the dispatch queue for a worker."""
+        return list(self.rt.queue.pending)
+
+    @property
+    def duplicates(self) -> int:
+        return self.link.counts.duplicates
+
+    def close(self) -> None:
+        self.rt.flow.close()
+        self.loop.close()
 
     def deliver(self, attempts: int = 1, msg_id: bytes = ID, offset: int = 0) -> Message:
         msg = Message(0, attempts, msg_id, b"body", queue_offset=offset, raw_size=34)
@@ -62,15 +79,17 @@ class Harness:
 
 
 @pytest.fixture
-def h() -> Harness:
-    return Harness()
+def h() -> Iterator[Harness]:
+    harness = Harness()
+    yield harness
+    harness.close()
 
 
 def test_a_copy_while_the_original_is_pending_is_not_answered(h: Harness) -> None:
     original = h.deliver()
     assert h.queued == [original]
     h.deliver()  # the copy: same id, same attempts
-    assert h.queued == [original] and h.sent == [] and h.rt.duplicates == 1
+    assert h.queued == [original] and h.sent == [] and h.duplicates == 1
     assert original._state == PENDING and h.link.in_flight == 1
     h.link.settle(original, FINISHED, None, False)  # the handler succeeded
     assert h.sent == [commands.fin(ID)]  # one FIN: the original's
@@ -104,7 +123,7 @@ def test_a_copy_while_another_thread_claims_the_original_is_not_answered(h: Harn
     original = h.deliver()
     original._state = claimed(FINISHED)
     h.deliver()
-    assert h.sent == [] and h.rt.duplicates == 1
+    assert h.sent == [] and h.duplicates == 1
 
 
 def test_a_copy_after_the_fin_is_fined_and_its_failure_is_expected(h: Harness) -> None:
@@ -112,7 +131,7 @@ def test_a_copy_after_the_fin_is_fined_and_its_failure_is_expected(h: Harness) -
     h.link.settle(original, FINISHED, None, False)
     h.deliver()
     assert h.sent == [commands.fin(ID), commands.fin(ID)]
-    assert h.queued == [original] and h.rt.duplicates == 1 and h.link.in_flight == 0
+    assert h.queued == [original] and h.duplicates == 1 and h.link.in_flight == 0
     assert h.rt.finished == 1  # the copy's FIN is not an answer to a delivery
     youzan = error_from_payload(b"E_FIN_FAILED FIN [0 0 0 0 0 0 0 2 0 0 0 0 0 0 0 0] failed "
                                 b"ErrType:7 ErrCode:0 : Message ID not in flight", "FIN")
@@ -133,7 +152,7 @@ def test_a_copy_after_the_req_is_handled_as_a_delivery(h: Harness) -> None:
     original = h.deliver()
     h.link.settle(original, REQUEUED, 0.0, False)
     copy = h.deliver()
-    assert h.queued == [original, copy] and h.rt.duplicates == 0
+    assert h.queued == [original, copy] and h.duplicates == 0
     assert copy._state == PENDING and h.link.in_flight == 1
     again = h.deliver(attempts=2)  # the requeued original, once the copy was answered
     h.link.settle(copy, FINISHED, None, False)
@@ -145,7 +164,7 @@ def test_a_redelivery_after_a_timeout_is_handled(h: Harness) -> None:
     h.link.settle(original, FINISHED, None, False)
     h.deliver()  # the late copy, FINed
     redelivered = h.deliver(attempts=2)  # (had the copy timed out)
-    assert redelivered in h.queued and h.rt.duplicates == 1
+    assert redelivered in h.queued and h.duplicates == 1
 
 
 # -- the reset: the original's FIN refused before its copy comes (real server, ~1 in 100) --------
@@ -159,7 +178,7 @@ def test_a_refusal_before_the_copy_is_the_duplicates_not_a_server_error(h: Harne
     h.link.settle(original, FINISHED, None, False)
     assert h.link.expected_error(REFUSED) and h.reported == []
     h.deliver()  # the copy
-    assert h.sent == [commands.fin(ID), commands.fin(ID)] and h.rt.duplicates == 1
+    assert h.sent == [commands.fin(ID), commands.fin(ID)] and h.duplicates == 1
     assert h.link.copy_fins.held is None
     h.deliver(msg_id=NEXT, offset=1)
     assert h.reported == []
@@ -174,7 +193,7 @@ def test_a_fin_that_came_too_late_is_reported_when_the_message_comes_back(h: Har
     h.link.settle(original, FINISHED, None, False)
     assert h.link.expected_error(REFUSED) and h.reported == []
     again = h.deliver(attempts=2)
-    assert h.reported == [REFUSED] and again in h.queued and h.rt.duplicates == 0
+    assert h.reported == [REFUSED] and again in h.queued and h.duplicates == 0
 
 
 def test_a_held_refusal_is_reported_when_the_connection_closes(h: Harness) -> None:

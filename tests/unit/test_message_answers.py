@@ -1,23 +1,25 @@
 """Answers to a message from several threads: the first one wins atomically, exactly one FIN
-or REQ leaves. The subscription's link is real; its connection is a list of sent commands and
-its event loop runs in a thread, as under ``smartnsq.sync.Consumer``."""
+or REQ leaves. The subscription's link, flow control and dispatch queue are real; its
+connection is a list of the answers sent and its event loop runs in a thread, as under
+``smartnsq.sync.Consumer``."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from smartnsq.consumer.config import ConsumerConfig
-from smartnsq.consumer.dispatch import Runtime
+from smartnsq.consumer.dispatch import Dispatch
+from smartnsq.consumer.flow import Flow
 from smartnsq.consumer.link import Link
+from smartnsq.consumer.runtime import Runtime
 from smartnsq.errors import AlreadyResponded
 from smartnsq.message import REQUEUED, Message
-from smartnsq.model.rdy import NOTHING
 
 _STATE_SLOT: Any = Message.__dict__["_state"]
 
@@ -48,6 +50,24 @@ class PausingMessage(Message):
 @pytest.fixture
 def link() -> Iterator[tuple[Link, list[bytes], asyncio.AbstractEventLoop]]:
     loop = asyncio.new_event_loop()
+    cfg = ConsumerConfig()
+    rt = Runtime("t", "c", cfg)
+    rt.trace = False
+    rt.loop = loop
+    rt.queue = Dispatch(loop)
+    rt.flow = Flow(loop, 10, cfg.backoff_policy, cfg.rdy_tick_interval,
+                   cfg.low_rdy_idle_timeout)
+    sent: list[bytes] = []
+
+    def send(data: bytes, now: bool = False) -> None:
+        if not data.startswith(b"RDY "):
+            sent.append(data)
+
+    conn: Any = SimpleNamespace(send=send, send_now=send, address_text="127.0.0.1:4150",
+                                is_youzan=True, local_address="127.0.0.1:1", is_closed=False,
+                                last_receive=0.0, max_rdy_count=2500)
+    responder = Link(rt, conn, 0, ordered=False, detail=False)
+    rt.flow.add(responder)  # (before the loop runs: nothing else touches it yet)
     ready = threading.Event()
     ident: list[int] = []
 
@@ -60,40 +80,39 @@ def link() -> Iterator[tuple[Link, list[bytes], asyncio.AbstractEventLoop]]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     ready.wait(5)
-    rt = Runtime("t", "c", ConsumerConfig())
-    rt.loop = loop
     rt.loop_thread_id = ident[0]
-    rt.flow = SimpleNamespace(  # type: ignore[assignment]
-        on_answer=lambda *a: None, now=lambda: 0.0,
-        ctl=SimpleNamespace(on_finished=lambda *a, **k: NOTHING))
-    sent: list[bytes] = []
-    conn = SimpleNamespace(send=sent.append, address_text="127.0.0.1:4150", is_youzan=True,
-                           local_address="127.0.0.1:1", is_closed=False)
-    yield Link(rt, conn, 0, ordered=False, detail=False), sent, loop  # type: ignore[arg-type]
+    yield responder, sent, loop
+    loop.call_soon_threadsafe(rt.flow.close)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
     loop.close()
 
 
+def on_loop(loop: asyncio.AbstractEventLoop, call: Callable[[], Any]) -> Any:
+    """``call()`` on the loop's thread, its result here."""
+    async def run() -> Any:
+        return call()
+
+    return asyncio.run_coroutine_threadsafe(run(), loop).result(5)
+
+
 def flush(loop: asyncio.AbstractEventLoop) -> None:
     """Let the loop run what threads handed to it."""
-    async def nothing() -> None:
-        return None
-
-    asyncio.run_coroutine_threadsafe(nothing(), loop).result(5)
+    on_loop(loop, lambda: None)
 
 
-def deliver(link: Link, cls: type[Message] = Message) -> Any:
+def deliver(link: Link, loop: asyncio.AbstractEventLoop, cls: type[Message] = Message) -> Any:
+    """A message delivered on ``link`` as the connection delivers it (on the loop), then
+    taken from the dispatch queue as a worker would."""
     msg = cls(1, 1, b"\x00" * 7 + b"\x01" + b"\x00" * 8, b"body")
-    msg._responder = link
-    msg._state = 0
-    msg._auto = True
+    on_loop(loop, lambda: link.on_message(msg))
+    assert on_loop(loop, link.rt.queue.pending.popleft) is msg
     return msg
 
 
 def test_two_threads_answering_at_once_send_one_answer(link: Any) -> None:
     responder, sent, loop = link
-    msg = deliver(responder, PausingMessage)
+    msg = deliver(responder, loop, PausingMessage)
     msg.other_done = threading.Event()
     msg.paused = threading.Event()
     outcomes: dict[str, str] = {}
@@ -135,7 +154,7 @@ def test_two_threads_answering_at_once_send_one_answer(link: Any) -> None:
 
 def test_an_answer_from_a_thread_is_visible_at_once_and_a_second_one_raises(link: Any) -> None:
     responder, sent, loop = link
-    msg = deliver(responder)
+    msg = deliver(responder, loop)
     worker = threading.Thread(target=msg.fin)
     worker.start()
     worker.join(5)
@@ -149,7 +168,7 @@ def test_an_answer_from_a_thread_is_visible_at_once_and_a_second_one_raises(link
 
 def test_a_claim_the_loop_overtook_is_dropped(link: Any) -> None:
     responder, sent, loop = link
-    msg = deliver(responder)
+    msg = deliver(responder, loop)
 
     def on_loop() -> None:
         # a thread claims the message, then the loop answers on its own before the hop runs

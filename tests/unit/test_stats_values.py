@@ -9,10 +9,15 @@ from typing import Any
 import pytest
 
 from smartnsq.errors import ServerError
-from smartnsq.observability.counters import ConsumeMeter, Histogram, PublishMeter, reason_of
-from smartnsq.observability.stats import (
+from smartnsq.observability.counters import (
     LATENCY_BOUNDS,
     PUBLISH_SAMPLE,
+    ConsumeMeter,
+    Histogram,
+    PublishMeter,
+    reason_of,
+)
+from smartnsq.observability.stats import (
     ConsumerStats,
     LatencySummary,
     ProducerStats,
@@ -102,12 +107,14 @@ def test_consume_meter_counts_leader_moves() -> None:
     assert latency_summary(meter.handler).count == 1
 
 
-def test_consumer_stats_is_the_old_dict_too() -> None:
-    legacy: dict[str, Any] = {"finished": 3, "subscriptions": {}}
-    fields = {f.name: 0 for f in dataclasses.fields(ConsumerStats)}
+def test_consumer_stats_is_a_plain_frozen_value() -> None:
+    fields: dict[str, Any] = {f.name: 0 for f in dataclasses.fields(ConsumerStats)}
     fields.update(topic="t", channel="c", server_errors={}, backoff="normal", starved=False,
-                  handler_seconds=LatencySummary(), partitions=(), at=1.0)
-    stats = ConsumerStats(**fields, legacy=legacy)  # type: ignore[arg-type]
-    assert stats["finished"] == 3 and stats.get("missing", 7) == 7
-    assert dict(stats) == legacy and stats.as_dict() == legacy
-    assert stats.topic == "t" and stats.partition(0) is None
+                  handler_seconds=LatencySummary(), partitions=(), subscriptions=(),
+                  lookup=None, lag=None, at=1.0)
+    stats = ConsumerStats(**fields)
+    assert not isinstance(stats, dict) and not hasattr(stats, "as_dict")
+    assert stats.topic == "t" and stats.partition(0) is None and stats.subscriptions == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.finished = 1  # type: ignore[misc]
+    assert "stale_dropped" not in {f.name for f in dataclasses.fields(ConsumerStats)}

@@ -1,0 +1,263 @@
+"""Running the handler on each message: the worker tasks, the inline path, ``async for``,
+failures and give-ups.
+
+A fixed set of workers (``concurrency``) reads the consumer's :class:`~.dispatch.Dispatch`
+queue, or the user's ``async for`` does: no task per message. A plain-function handler skips
+the queue when it can (:func:`inline_runner`): with nothing queued ahead and a slot free, the
+link runs it on the message inside ``data_received``, where a worker would have run it one
+loop turn later (a plain function blocks the loop wherever it runs, so nothing else changes).
+
+A handler's return finishes the message (FIN), a raise requeues it (REQ with the requeue
+policy's delay, counted as a failure for back-off). Nothing is FINed before its handler
+succeeded. ``max_attempts`` gives up on messages delivered too often (``on_give_up``;
+default: log and FIN), except on ordered subscriptions, where a blocked message is never
+skipped unless the hook answers it explicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from ..message import FINISHED, PENDING, REQUEUED, Message, Responder
+from ..observability.counters import HANDLER_SAMPLE
+from ..observability.logs import summary
+from .config import Handler
+from .runtime import Runtime
+
+__all__ = ["failed", "give_up", "inline_runner", "is_async", "iterate", "worker"]
+
+log = logging.getLogger("smartnsq.consumer")
+
+_UNTIMED = HANDLER_SAMPLE - 1  # the handler's time is sampled (smartnsq.observability.counters)
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 - callable objects
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+async def worker(rt: Runtime, handler: Handler) -> None:
+    """One of the ``concurrency`` tasks running the handler on queued messages."""
+    dispatch = rt.queue
+    pending = dispatch.pending
+    idle = dispatch.idle  # (the same deque for the queue's life)
+    started = dispatch.started
+    max_attempts = rt.config.max_attempts
+    async_handler = is_async(handler)
+    sample = 0  # this worker's handler calls modulo HANDLER_SAMPLE: 0 is timed
+    warm = HANDLER_SAMPLE  # its first calls are all timed (a quiet consumer is measured too)
+    while True:
+        if pending and not idle:
+            # what Dispatch.get does when no worker waits (nobody to wake), without awaiting
+            # a coroutine: every queued message's path
+            msg = pending.popleft()
+        else:
+            got = await dispatch.get()
+            if got is None:
+                return
+            msg = got
+        link = msg._responder
+        # a plain handler that began inline (Dispatch.hand_over): only its awaitable is left
+        result = started.pop(msg, None) if started else None
+        if result is None:
+            if link.dead:
+                rt.discarded += 1
+                continue
+            if max_attempts and msg.attempts > max_attempts:
+                rt.suspended += 1  # the hook may wait: the slot stays taken meanwhile
+                try:
+                    if await give_up(rt, msg, link):
+                        continue
+                finally:
+                    rt.suspended -= 1
+        # (kept below HANDLER_SAMPLE: a small int, no allocation per message)
+        sample = (sample + 1) & _UNTIMED
+        if warm:
+            warm -= 1
+            sample = 0
+        try:
+            if async_handler:
+                if sample:
+                    await handler(msg)
+                else:
+                    await rt.meter.timed_async(handler, msg)
+            else:
+                if result is None:
+                    result = handler(msg) if sample else rt.meter.timed(handler, msg)
+                if result is not None and inspect.isawaitable(result):
+                    rt.suspended += 1
+                    try:
+                        await result
+                    finally:
+                        rt.suspended -= 1
+        except asyncio.CancelledError:
+            link.give_back(msg)
+            raise
+        except Exception as exc:
+            failed(rt, msg, link, exc)
+            continue
+        rt.handled_queued += 1
+        if msg._state == PENDING and msg._auto:
+            link.settle(msg, FINISHED, None, False)
+
+
+def _label(msg: Message) -> str:
+    """The id logs name a message by: youzan's internal id, classic's 16-character id."""
+    if msg.youzan:
+        return str(msg.internal_id)
+    return msg.id.decode("ascii", "replace")
+
+
+def failed(rt: Runtime, msg: Message, link: Responder, exc: BaseException) -> None:
+    """The handler raised: REQ with the requeue policy's delay, counted for back-off (unless
+    the handler answered the message itself or took the answer over).
+
+    One WARNING line per failed attempt (topic, channel, partition, message id, attempt, the
+    exception in one line); the traceback once, with the attempt ``max_attempts`` allows last
+    (ERROR), and on every attempt at DEBUG.
+    """
+    rt.handler_errors += 1
+    max_attempts = rt.config.max_attempts
+    where = f"{rt.topic}/{rt.channel}"
+    partition = "-" if msg.partition is None else msg.partition
+    if max_attempts and msg.attempts >= max_attempts:
+        then = ("not skipped (ordered): handled again" if link.ordered
+                else "given up on at its next delivery")
+        log.error("%s partition %s: handler failed on message %s, attempt %d of %d: %s; %s",
+                  where, partition, _label(msg), msg.attempts, max_attempts, summary(exc),
+                  then, exc_info=exc)
+    else:
+        log.warning("%s partition %s: handler failed on message %s, attempt %d: %s; requeued",
+                    where, partition, _label(msg), msg.attempts, summary(exc))
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s partition %s: message %s, attempt %d: the handler's traceback",
+                      where, partition, _label(msg), msg.attempts, exc_info=exc)
+    if msg._state == PENDING and msg._auto:
+        link.settle(msg, REQUEUED, None, True)
+
+
+def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Responder], None]:
+    """``Runtime.run_now`` for a plain-function handler: run it on a message inside
+    ``data_received`` and answer at once, as a worker would (return: FIN; raise: REQ, counted
+    for back-off). The link calls it only with nothing queued ahead and fewer than
+    ``concurrency`` handlers suspended, so the concurrency and (with the lane) per-partition
+    order hold. A message over ``max_attempts`` goes to the workers (its give-up hook may
+    wait). When the handler returns an awaitable, a worker awaits it (it takes that worker's
+    slot, as if the handler had started there)."""
+    max_attempts = rt.config.max_attempts
+    # the handler's time sample: the first HANDLER_SAMPLE calls (``warm``), then one in
+    # HANDLER_SAMPLE, by a small-int countdown in this closure (``skip``: calls to let pass
+    # untimed), which costs fewer bytecodes than a test of the partition's count
+    skip = 0
+    warm = HANDLER_SAMPLE
+    # ``Runtime.handled``'s inline part comes from the same countdown: the calls are the timed
+    # ones plus _UNTIMED per countdown started less what is left of it; those that did not
+    # return to be answered here (raised, or handed an awaitable to a worker) are counted
+    # apart, rarely
+    timed = cycles = unhandled = 0
+    before = rt.inline_handled()  # a runner made earlier for this runtime
+
+    def handled() -> int:
+        return before + timed + cycles * _UNTIMED - skip - unhandled
+
+    rt.inline_handled = handled
+
+    def run(msg: Message, link: Responder) -> None:
+        nonlocal skip, warm, timed, cycles, unhandled
+        if max_attempts and msg.attempts > max_attempts:
+            rt.queue.push(msg)
+            return
+        try:
+            if skip:
+                skip -= 1
+                result = handler(msg)
+            else:
+                timed += 1
+                if warm:
+                    warm -= 1
+                else:
+                    skip = _UNTIMED
+                    cycles += 1
+                result = rt.meter.timed(handler, msg)
+        except Exception as exc:
+            unhandled += 1
+            failed(rt, msg, link, exc)
+            return
+        except BaseException:
+            unhandled += 1
+            link.give_back(msg)
+            raise
+        if result is not None and inspect.isawaitable(result):
+            unhandled += 1  # the worker that awaits it counts it
+            rt.queue.hand_over(msg, result)
+            return
+        if msg._state == PENDING and msg._auto:
+            link.settle(msg, FINISHED, None, False)
+
+    return run
+
+
+async def give_up(rt: Runtime, msg: Message, link: Responder) -> bool:
+    """``max_attempts`` exceeded: true when the message is settled and must not be handled.
+    Ordered subscriptions never skip unless the hook answered the message."""
+    rt.give_ups += 1
+    hook = rt.config.on_give_up
+    if hook is None:
+        if link.ordered:
+            log.error("%s/%s partition %s: ordered message %s delivered %d times "
+                      "(max_attempts %d); not skipped, handling it again", rt.topic,
+                      rt.channel, "-" if msg.partition is None else msg.partition,
+                      _label(msg), msg.attempts, rt.config.max_attempts)
+            return False
+        log.warning("%s/%s partition %s: giving up on message %s, delivered %d times "
+                    "(max_attempts %d): FIN", rt.topic, rt.channel,
+                    "-" if msg.partition is None else msg.partition, _label(msg),
+                    msg.attempts, rt.config.max_attempts)
+        link.settle(msg, FINISHED, None, False)
+        return True
+    try:
+        result = hook(msg)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("%s/%s: on_give_up failed on %r", rt.topic, rt.channel, msg)
+    if msg._state != PENDING:
+        return True
+    if link.ordered:
+        return False  # the hook did not skip it: handle it again
+    link.settle(msg, FINISHED, None, False)
+    return True
+
+
+async def iterate(rt: Runtime, begin: Callable[[], Awaitable[Any]],
+                  fatal: Callable[[], BaseException | None]) -> AsyncIterator[Message]:
+    """``async for message in consumer``: ``begin()`` (start the consumer), then messages
+    until the consumer closes (raising the error that closed it, if any)."""
+    await begin()
+    queue = rt.queue
+    while True:
+        msg = await queue.get()
+        if msg is None:
+            error = fatal()
+            if error is not None:
+                raise error
+            return
+        link = msg._responder
+        if link.dead:
+            rt.discarded += 1
+            continue
+        rt.handled_queued += 1
+        try:
+            yield msg
+        except BaseException:
+            # the loop body raised, broke out or was cancelled (GeneratorExit or the
+            # exception thrown in here): a message it never answered would hold up
+            # close() for the whole drain_timeout, so give it back now
+            link.give_back(msg)
+            raise
