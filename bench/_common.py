@@ -394,15 +394,58 @@ def cluster_server(server: str | ServerSpec, mode: str = "classic") -> Iterator[
 
 # -- workers: one client per interpreter ----------------------------------------------------
 
+# A client (or youzan item) named with this suffix runs the same worker from another checkout
+# of the project (``--baseline DIR``): the tree before a change, measured in the same run and
+# against the same server as the tree after it, interleaved with it.
+BASELINE_SUFFIX = "@base"
+BASELINE_ENV = "SMARTNSQ_BENCH_BASELINE"
+
+
+def set_baseline(tree: str) -> Path:
+    """Where the ``@base`` workers come from (checked here: a typo must not measure nothing)."""
+    path = Path(tree).resolve()
+    if not (path / "bench").is_dir() or not (path / "smartnsq").is_dir():
+        raise SystemExit(f"--baseline {tree}: not a checkout of smartnsq (no bench/, smartnsq/)")
+    os.environ[BASELINE_ENV] = str(path)
+    return path
+
+
+def baseline_name(name: str) -> str:
+    """The worker's own name for a ``@base`` client or item (the name without the suffix)."""
+    return name[:-len(BASELINE_SUFFIX)] if name.endswith(BASELINE_SUFFIX) else name
+
+
+def with_baseline(clients: Sequence[str]) -> list[str]:
+    """``clients`` with each smartnsq client's ``@base`` twin right after it."""
+    out: list[str] = []
+    for client in clients:
+        out.append(client)
+        if client.startswith("smartnsq"):
+            out.append(client + BASELINE_SUFFIX)
+    return out
+
+
+def topic_part(name: str) -> str:
+    """A client's or item's name as part of a topic name (``-`` and ``@`` are not allowed)."""
+    return name.replace("-", "_").replace(BASELINE_SUFFIX, "_base")
+
+
 def run_worker(script: str, args: Sequence[str], timeout: float = 300,
                prefix: Sequence[str] = (), python_flags: Sequence[str] = ()) -> dict[str, Any]:
     """Run ``script --worker ...`` in a fresh interpreter; its last stdout line is JSON.
 
     ``prefix``: a command the interpreter runs under (``valgrind --tool=callgrind ...``);
-    ``python_flags``: the interpreter's own (``-O``)."""
-    cmd = [*prefix, sys.executable, *python_flags, str(BENCH_DIR / script), "--worker", *args]
+    ``python_flags``: the interpreter's own (``-O``). A first argument ending in ``@base``
+    runs the baseline checkout's own copy of ``script`` (its ``bench/`` puts its tree first on
+    ``sys.path``), with the suffix removed."""
+    root = ROOT
+    if args and args[0].endswith(BASELINE_SUFFIX):
+        root = Path(os.environ[BASELINE_ENV])
+        args = [baseline_name(args[0]), *args[1:]]
+    cmd = [*prefix, sys.executable, *python_flags, str(root / "bench" / script), "--worker",
+           *args]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root,
                              check=False, env=worker_env())
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:g} s"}

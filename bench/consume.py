@@ -87,7 +87,10 @@ from _common import (
     peer_available,
     run_worker,
     server_arg,
+    set_baseline,
     table,
+    topic_part,
+    with_baseline,
 )
 
 from smartnsq.protocol.frames import CLASSIC_LAYOUT, YOUZAN_LAYOUT
@@ -886,6 +889,10 @@ def main() -> int:
     parser.add_argument("--go-procs", type=int, default=1,
                         help="--server real: GOMAXPROCS of bench_reader (one connection per "
                              "proc; default 1)")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="another checkout of smartnsq (the tree before a change): its "
+                             "smartnsq rows run beside this tree's, named CLIENT@base, in the "
+                             "same run and interleaved")
     args = parser.parse_args()
     if args.server == "real":
         return main_real(args)
@@ -913,12 +920,15 @@ def main() -> int:
         if why:
             unavailable[peer] = why
     clients = [c for c in clients if c not in unavailable]
+    if args.instructions and args.clients == ",".join(CLIENTS):
+        clients = ["smartnsq", "smartnsq-conn"]
+    if args.baseline:
+        print(f"baseline (rows CLIENT@base): {set_baseline(args.baseline)}")
+        clients = with_baseline(clients)
 
     if args.instructions:
         if not minimal:
             parser.error("--instructions runs on the minimal endpoint")
-        if args.clients == ",".join(CLIENTS):
-            clients = ["smartnsq", "smartnsq-conn"]
         print(f"consume, user-space instructions per message: {args.body}-byte bodies "
               f"pushed by bench/_endpoint.py, max_in_flight {args.max_in_flight}; asyncio "
               f"clients on {args.loop}\n")
@@ -955,7 +965,7 @@ def main_devcluster(args: argparse.Namespace, clients: list[str], count: int, ro
             for client in clients[shift:] + clients[:shift]:
                 if "error" in best.get(client, {}):
                     continue  # failed once: a client that cannot consume here will not later
-                topic = f"bench_sub_{client.replace('-', '_')}"
+                topic = f"bench_sub_{topic_part(client)}"
                 cluster.fresh_topic(topic, CHANNEL)
                 youzan = args.cluster == "youzan"
                 loader = RawClient(cluster.tcp, YOUZAN_LAYOUT if youzan else CLASSIC_LAYOUT)

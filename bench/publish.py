@@ -88,7 +88,10 @@ from _common import (
     peer_available,
     run_worker,
     server_arg,
+    set_baseline,
     table,
+    topic_part,
+    with_baseline,
 )
 
 MODES = {"seq": "sequential", "pipe": "pipelined", "mpub": "MPUB x100"}
@@ -932,6 +935,10 @@ def main() -> int:
     parser.add_argument("--go-procs", type=int, default=1,
                         help="--server real: GOMAXPROCS of bench_writer (its connections: one "
                              "per proc; default 1, one connection like the other clients)")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="another checkout of smartnsq (the tree before a change): its "
+                             "smartnsq rows run beside this tree's, named CLIENT@base, in the "
+                             "same run and interleaved")
     args = parser.parse_args()
     if args.server == "real":
         return main_real(args)
@@ -962,6 +969,9 @@ def main() -> int:
         if why:
             unavailable[peer] = why
     clients = [c for c in clients if c not in unavailable]
+    if args.baseline:
+        print(f"baseline (rows CLIENT@base): {set_baseline(args.baseline)}")
+        clients = with_baseline(clients)
 
     best: dict[tuple[str, str, int], dict[str, Any]] = {}
     with server(args.server, args.cluster) as srv:
@@ -982,7 +992,7 @@ def main() -> int:
                         key = (client, mode, body)
                         if (client, mode) in SKIP or "error" in best.get(key, {}):
                             continue
-                        topic = f"bench_pub_{client.replace('-', '_')}_{mode}"
+                        topic = f"bench_pub_{topic_part(client)}_{mode}"
                         srv.before(topic)
                         result = run_worker("publish.py", [
                             client, mode, srv.tcp,

@@ -585,14 +585,17 @@ class Runner:
     def item(self, item: str, count: int, flags: str = "-",
              prefix: list[str] | None = None) -> dict[str, Any]:
         cluster = self.cluster
+        from _common import baseline_name, topic_part
+
         drains = ("drain", "ordered", "ordered-floor")
-        if item in ("ordered", "ordered-floor"):
+        kind = baseline_name(item)  # (an ``@base`` item: the same work, the baseline's tree)
+        if kind in ("ordered", "ordered-floor"):
             count -= count % KEYS
-        topic = f"bench_yz_{item.replace('-', '_')}"
+        topic = f"bench_yz_{topic_part(item)}"
         cluster.fresh_topic(topic, CHANNEL, partitions=PARTITIONS, replicas=REPLICAS)
         try:
-            if item in drains:
-                load = "ordered" if item == "ordered-floor" else item  # the same messages
+            if kind in drains:
+                load = "ordered" if kind == "ordered-floor" else kind  # the same messages
                 loaded = self.run_worker("youzan.py", [f"preload-{load}", self.lookupd, topic,
                                                        str(count), self.loop, "-"],
                                          timeout=300, python_flags=self.opt)
@@ -606,7 +609,7 @@ class Runner:
                 return result
             if cpu is not None:
                 result["server_us"] = cpu.used() / count * 1e6
-            if item in drains:
+            if kind in drains:
                 result["left"] = left_in_channel(cluster, topic)
                 result["verified"] = result["left"] == 0
             else:
@@ -698,12 +701,12 @@ def instructions(run: Runner, items: list[str], notes: list[str], flags: str = "
     """User-space instructions per message: two callgrind runs, N and 3N, by difference."""
     import tempfile
 
-    from _common import table
+    from _common import baseline_name, table
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="smartnsq-callgrind-") as tmp:
         for item in items:
-            n1 = INSTRUCTION_ITEMS.get(item)
+            n1 = INSTRUCTION_ITEMS.get(baseline_name(item))
             if n1 is None:
                 notes.append(f"{item}: not counted (many in flight: under valgrind the client "
                              "reads one by one what it would read in batches)")
@@ -720,8 +723,8 @@ def instructions(run: Runner, items: list[str], notes: list[str], flags: str = "
                     totals.append(int(next(ln for ln in f if ln.startswith("totals:"))
                                       .split()[1]))
             if len(totals) == 2:
-                rows.append([item, ITEMS[item]["label"], f"{n1:,} / {3 * n1:,}",
-                             f"{totals[0]:,} / {totals[1]:,}",
+                rows.append([item, ITEMS[baseline_name(item)]["label"],
+                             f"{n1:,} / {3 * n1:,}", f"{totals[0]:,} / {totals[1]:,}",
                              f"{(totals[1] - totals[0]) / (2 * n1):,.0f}"])
     print(table(["item", "work", "N", "instructions (whole process)",
                  "user-space instructions per message"], rows))
@@ -811,7 +814,16 @@ def main() -> int:
     import argparse
     import shlex
 
-    from _common import command_line, dev_cluster, environment, fmt_kib, run_worker, table
+    from _common import (
+        baseline_name,
+        command_line,
+        dev_cluster,
+        environment,
+        fmt_kib,
+        run_worker,
+        set_baseline,
+        table,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages (about 30 s)")
@@ -851,6 +863,10 @@ def main() -> int:
                         help="--server real: yzgo's handler goroutines (default: one per "
                              "partition)")
     parser.add_argument("--no-go", action="store_true", help="--server real: skip yzgo")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="another checkout of smartnsq (the tree before a change): each "
+                             "item also runs from it, named ITEM@base, in the same run and "
+                             "interleaved")
     args = parser.parse_args()
     real = args.server == "real"
     items = [i for i in args.items.split(",") if i]
@@ -859,6 +875,9 @@ def main() -> int:
             parser.error(f"unknown item {i!r}")
     if args.count and args.loop != "asyncio":
         parser.error("--count needs the asyncio loop")
+    if args.baseline:
+        print(f"baseline (items ITEM@base): {set_baseline(args.baseline)}")
+        items = [i for item in items for i in (item, item + "@base")]
     flags = ",".join(f for f, on in (("count", args.count), ("profile", False),
                                      ("otel", args.otel)) if on) or "-"
 
@@ -895,7 +914,7 @@ def main() -> int:
             return 0
         for rnd in range(args.rounds):
             for item in items[rnd % len(items):] + items[:rnd % len(items)]:
-                count = args.messages or COUNTS[item][1 if args.quick else 0]
+                count = args.messages or COUNTS[baseline_name(item)][1 if args.quick else 0]
                 item_flags = flags
                 if args.profile == item:
                     item_flags = ",".join(f for f in (flags, "profile") if f != "-")
@@ -920,7 +939,7 @@ def main() -> int:
 
     rows = []
     for item in items:
-        spec = ITEMS[item]
+        spec = ITEMS[baseline_name(item)]
         r = best.get(item)
         if r is None or "error" in r:
             rows.append([item, spec["label"], "failed", "-", "-", "-", "-", "-", "-"])
@@ -936,7 +955,7 @@ def main() -> int:
                      "-" if target is None else f"<= {target:g}", verdict,
                      f"{fmt_kib(r['peak_kib'])} ({fmt_kib(r['import_kib'])} after import)",
                      fmt_ref(spec["go"]), fmt_ref(spec["real"])])
-        if item == "ordered":
+        if baseline_name(item) == "ordered":
             notes.append(f"ordered: {r.get('redelivered', 0)} redelivered (a key's message "
                          f"seen again after it was handled), {r.get('order_errors', 0)} per-key "
                          f"order errors, {r.get('handled', 0)} handler calls")
