@@ -50,9 +50,8 @@ def _partitions_check(name: str, value: Any, obj: Any) -> None:
 
 
 def _tag_check(name: str, value: Any, obj: Any) -> None:
-    if value is not None and (not isinstance(value, str)
-                              or len(value) > v.MAX_DESIRED_TAG_LENGTH):
-        raise InvalidArgument(name, "must be a str of at most 100 characters", value)
+    if value is not None:
+        v.check_tag(value)
 
 
 def _ext_filter_check(name: str, value: Any, obj: Any) -> None:
@@ -86,7 +85,7 @@ def _mapping_check(name: str, value: Any, obj: Any) -> None:
 
 
 _PARTITIONS = Rule("non-empty set of partition numbers or None", _partitions_check)
-_TAG = Rule("str of at most 100 characters or None", _tag_check)
+_TAG = Rule("str of at most 100 bytes of [a-zA-Z0-9_-], or None", _tag_check)
 _EXT_FILTER = Rule("JSON-encodable dict or None", _ext_filter_check)
 _CALLABLE = Rule("callable or None", _callable_check)
 _START = Rule("StartPosition or None", _start_check)

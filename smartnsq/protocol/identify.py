@@ -53,8 +53,7 @@ class IdentifyOptions:
             raise InvalidArgument("compression", "choose snappy or deflate, not both")
         # youzan uses the level as sent (0 would mean no compression): always send 1..9
         v.check_count("deflate_level", self.deflate_level, 1, 9)
-        if len(self.desired_tag) > v.MAX_DESIRED_TAG_LENGTH:
-            raise InvalidArgument("desired_tag", "at most 100 characters", self.desired_tag)
+        v.check_tag(self.desired_tag)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {}

@@ -68,7 +68,7 @@ _NOT_FOUND_TEXTS = frozenset({"TOPIC_NOT_FOUND", "Key not found"})
 _NO_CHANNEL_PREFIX = "Topic has no channel"
 _NO_ROUTE_TEXT = "NOT_FOUND"  # nsqd's (and any Go NSQ daemon's) answer to an unknown path
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})"
-                        r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?$")
+                        r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?\Z")
 
 
 def valid_host(host: str) -> bool:

@@ -24,6 +24,7 @@ TRACE_ID_HEADER = "##trace_id"  # the ext header carrying a trace id (PUB_EXT an
 # \Z, not $: "$" also matches before a trailing "\n", which would end the command line early
 _NAME_RE = re.compile(r"^[.a-zA-Z0-9_-]+(#ephemeral)?\Z")
 _HEADER_NAME_RE = re.compile(r"^[!-~]+\Z")  # printable ASCII, no spaces
+_TAG_RE = re.compile(r"[a-zA-Z0-9_-]*\Z")  # youzan nsqd's tag rule (empty: no tag)
 
 
 def ascii_int(text: str, *, signed: bool = False) -> int | None:
@@ -48,6 +49,19 @@ def check_name(kind: str, name: str) -> str:
     if _NAME_RE.match(name) is None:
         raise InvalidArgument(kind, "must match ^[.a-zA-Z0-9_-]+(#ephemeral)?$", name)
     return name
+
+
+def check_tag(tag: str) -> str:
+    """A youzan ``desired_tag``: at most 100 bytes of ``[a-zA-Z0-9_-]``, as youzan nsqd
+    checks it at IDENTIFY (refused there, the connection fails; checked here, the caller
+    hears why before anything is sent)."""
+    if not isinstance(tag, str):
+        raise InvalidArgument("desired_tag", "must be a str", tag)
+    if len(tag.encode()) > MAX_DESIRED_TAG_LENGTH:
+        raise InvalidArgument("desired_tag", f"at most {MAX_DESIRED_TAG_LENGTH} bytes", tag)
+    if _TAG_RE.match(tag) is None:
+        raise InvalidArgument("desired_tag", "letters, digits, '_' and '-' only", tag)
+    return tag
 
 
 def check_topic(name: str) -> str:

@@ -397,3 +397,14 @@ def test_limits_are_inclusive() -> None:
     IdentifyOptions(heartbeat_interval=-1, output_buffer_size=-1, output_buffer_timeout=-1,
                     deflate_level=9, msg_timeout=900_000, sample_rate=99,
                     desired_tag="x" * 100)
+
+
+@pytest.mark.parametrize("tag", ["blue\n", "bad tag", "tag.1", "é", "x" * 101, "é" * 51])
+def test_a_desired_tag_youzan_would_refuse_is_refused_before_sending(tag: str) -> None:
+    with pytest.raises(InvalidArgument, match="desired_tag"):
+        IdentifyOptions(desired_tag=tag)
+
+
+@pytest.mark.parametrize("tag", ["", "blue", "A-z_09", "x" * 100])
+def test_the_tags_youzan_accepts_are_accepted(tag: str) -> None:
+    assert IdentifyOptions(desired_tag=tag).desired_tag == tag

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 __all__ = ["IdentifyData", "IdentifyLimits", "decode_identify"]
 
-_TAG_RE: Final = re.compile(r"^[a-zA-Z0-9_-]+$")
+_TAG_RE: Final = re.compile(r"[a-zA-Z0-9_-]+\Z")  # (\Z: Go's $ matches no newline)
 MAX_TAG_LEN: Final = 100
 
 # field name -> (kind, bits) as declared in the Go struct
