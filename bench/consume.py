@@ -347,9 +347,11 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
     from types import SimpleNamespace
 
     from smartnsq.consumer.config import ConsumerConfig
-    from smartnsq.consumer.dispatch import Dispatch, Runtime, inline_runner
+    from smartnsq.consumer.dispatch import Dispatch
     from smartnsq.consumer.flow import Flow
+    from smartnsq.consumer.handling import inline_runner
     from smartnsq.consumer.link import Link
+    from smartnsq.consumer.runtime import Runtime
     from smartnsq.message import Message
 
     loop = asyncio.new_event_loop()
