@@ -1,0 +1,303 @@
+"""The replay source's driver side, planned and read without a SparkSession.
+
+What a Spark query relies on, driven directly on the reader objects against the shared dev
+cluster: initial and latest offsets (``earliest``/``latest``/explicit, limits shared by
+backlog), the ranges planned for a batch (a partition added since the start offsets, data
+removed by retention, ``minPartitions``, ordered ranges read over several channels in
+queue order), the checks of offsets given by the user, the stream's wait for a partition
+whose leader is missing or behind (and its failure past ``leaderTimeout``), lag metrics,
+``commitChannel`` moving a real channel's cursor, and what travels to the executors.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from smartnsq import sync
+from smartnsq.errors import ClusterError, DataLoss, InvalidArgument, PartitionUnavailable
+from smartnsq.spark.options import SourceOptions, parse_offsets
+from smartnsq.spark.source import NSQBatchReader, NSQRangePartition, NSQStreamReader, _read
+
+pytestmark = pytest.mark.spark
+
+
+def publish(nsq: Any, topic: str, count: int, partition: int = 0, prefix: str = "m") \
+        -> list[bytes]:
+    bodies = [f"{prefix}{i}".encode() for i in range(count)]
+    with sync.Producer(lookupd=nsq.lookupd.split(",")) as producer:
+        for start in range(0, count, 200):
+            producer.publish_many(topic, bodies[start:start + 200], partition=partition)
+    return bodies
+
+
+def rows_of(options: SourceOptions, parts: Any) -> list[dict[str, Any]]:
+    return [row for part in parts for batch in _read(options, part)
+            for row in batch.to_pylist()]
+
+
+def source(nsq: Any, topic: str, streaming: bool = True, **options: str) -> SourceOptions:
+    return SourceOptions.parse({"lookupd": nsq.lookupd, "topic": topic, **options},
+                               streaming=streaming)
+
+
+@pytest.fixture
+def stream_reader() -> Iterator[list[NSQStreamReader]]:
+    """Stream readers the test builds, stopped after it (their HTTP clients)."""
+    readers: list[NSQStreamReader] = []
+    yield readers
+    for reader in readers:
+        reader.stop()
+
+
+def stream(readers: list[NSQStreamReader], options: SourceOptions) -> NSQStreamReader:
+    reader = NSQStreamReader(options)
+    readers.append(reader)
+    return reader
+
+
+# -- bounded reads --------------------------------------------------------------------------------
+
+def test_a_bounded_read_plans_one_range_per_partition_and_reads_it_all(nsq: Any) -> None:
+    nsq.create_topic("plan_bounded", partitions=2)
+    zero = publish(nsq, "plan_bounded", 5, partition=0, prefix="a")
+    one = publish(nsq, "plan_bounded", 3, partition=1, prefix="b")
+    options = source(nsq, "plan_bounded", streaming=False)
+    reader = NSQBatchReader(options)
+    parts = reader.partitions()
+    assert [(p.topic, p.partition, p.start) for p in parts] == \
+        [("plan_bounded", 0, 0), ("plan_bounded", 1, 0)]
+    assert all(isinstance(p, NSQRangePartition) and p.end > p.start for p in parts)
+    rows = [row for part in parts for batch in reader.read(part) for row in batch.to_pylist()]
+    assert [r["body"] for r in rows if r["partition"] == 0] == zero
+    assert [r["body"] for r in rows if r["partition"] == 1] == one
+
+
+def test_user_offsets_are_checked_against_the_queues(nsq: Any) -> None:
+    nsq.create_topic("plan_checked", partitions=1)
+    publish(nsq, "plan_checked", 4)
+    end = NSQBatchReader(source(nsq, "plan_checked", streaming=False)).partitions()[0].end
+
+    def plan(**options: str) -> Any:
+        return NSQBatchReader(source(nsq, "plan_checked", streaming=False,
+                                     **options)).partitions()
+
+    with pytest.raises(InvalidArgument, match="outside the queue") as outside:
+        plan(startingOffsets=json.dumps({"plan_checked": {"0": end + 1000}}))
+    assert outside.value.field == "startingOffsets"
+    with pytest.raises(InvalidArgument, match="has no partition") as unknown:
+        plan(startingOffsets='{"plan_checked": {"7": 0}}')
+    assert unknown.value.field == "startingOffsets"
+    with pytest.raises(InvalidArgument, match="before its start") as backwards:
+        plan(startingOffsets=json.dumps({"plan_checked": {"0": end}}),
+             endingOffsets='{"plan_checked": {"0": 0}}')
+    assert backwards.value.field == "endingOffsets"
+    # an explicit end for the one partition: exactly that range; nothing at start == end
+    (part,) = plan(endingOffsets=json.dumps({"plan_checked": {"0": end}}))
+    assert (part.start, part.end) == (0, end)
+    assert plan(startingOffsets="latest") == []
+
+
+@pytest.mark.xfail(strict=True, raises=StopIteration, reason="refresh_all() looks for a "
+                   "topic without a layout to wait for and finds none when the layout was "
+                   "read but refresh() then failed (here the partitions check): the user gets "
+                   "StopIteration instead of the InvalidArgument naming the option")
+def test_a_partitions_option_naming_a_missing_partition_is_refused(nsq: Any) -> None:
+    nsq.create_topic("plan_chosen", partitions=1)
+    reader = NSQBatchReader(source(nsq, "plan_chosen", streaming=False, partitions="0,3"))
+    with pytest.raises(InvalidArgument, match="has no partition") as chosen:
+        reader.partitions()
+    assert chosen.value.field == "partitions"
+
+
+def test_min_partitions_cuts_a_range_at_message_boundaries(nsq: Any) -> None:
+    nsq.create_topic("plan_split", partitions=1)
+    bodies = publish(nsq, "plan_split", 120)
+    options = source(nsq, "plan_split", streaming=False, minPartitions="4")
+    parts = NSQBatchReader(options).partitions()
+    assert len(parts) == 4
+    assert [p.start for p in parts[1:]] == [p.end for p in parts[:-1]]  # no gap, no overlap
+    rows = rows_of(options, parts)
+    assert [r["body"] for r in rows] == bodies
+    assert {r["queue_offset"] for r in rows} >= {p.start for p in parts}  # cut at a message
+
+
+def test_an_ordered_range_is_read_over_several_channels_in_queue_order(nsq: Any) -> None:
+    nsq.create_topic("plan_ordered", partitions=1, ordered=True)
+    bodies = publish(nsq, "plan_ordered", 600)
+    options = source(nsq, "plan_ordered", streaming=False, orderedReadChannels="2")
+    (part,) = NSQBatchReader(options).partitions()
+    assert part.ordered and len(part.splits) == 1 and part.start < part.splits[0] < part.end
+    rows = rows_of(options, [part])
+    assert [r["body"] for r in rows] == bodies
+    offsets = [r["queue_offset"] for r in rows]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 600
+
+
+# -- streams ---------------------------------------------------------------------------------------
+
+def test_a_stream_plans_limited_batches_and_reports_its_lag(
+        nsq: Any, stream_reader: list[NSQStreamReader]) -> None:
+    nsq.create_topic("plan_stream", partitions=2)
+    publish(nsq, "plan_stream", 30, partition=0)
+    publish(nsq, "plan_stream", 10, partition=1)
+    options = source(nsq, "plan_stream", startingOffsets="earliest",
+                     maxMessagesPerTrigger="8")
+    reader = stream(stream_reader, options)
+    start = reader.initialOffset()
+    assert start == {"plan_stream": {"0": 0, "1": 0}}
+    end = reader.latestOffset()  # from the last end Spark saw: the initial offsets
+    latest = reader.reportLatestOffset()
+    assert latest is not None and all(latest["plan_stream"][p] > 0 for p in ("0", "1"))
+    parts = reader.partitions(start, end)
+    rows = rows_of(options, parts)
+    by_partition = {p: [r for r in rows if r["partition"] == p] for p in (0, 1)}
+    assert len(rows) == 8  # the limit, shared by backlog
+    assert len(by_partition[0]) > len(by_partition[1]) >= 1
+    metrics = reader.metrics()
+    assert metrics["offsetsBehindLatest"]["plan_stream"] == \
+        sum(latest["plan_stream"][p] - end["plan_stream"][p] for p in ("0", "1"))
+    assert metrics["partitionsWithoutLeader"] == []
+    assert reader.metrics(latest)["offsetsBehindLatest"] == {"plan_stream": 0}
+
+
+def test_available_now_stops_at_the_ends_seen_when_it_began(
+        nsq: Any, stream_reader: list[NSQStreamReader]) -> None:
+    nsq.create_topic("plan_now", partitions=1)
+    publish(nsq, "plan_now", 5)
+    reader = stream(stream_reader, source(nsq, "plan_now", startingOffsets="earliest"))
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    first_end = reader.latestOffset(start, None)
+    publish(nsq, "plan_now", 5, prefix="late")
+    assert reader.latestOffset(start, None) == first_end
+    fresh = stream(stream_reader, source(nsq, "plan_now"))
+    assert fresh.latestOffset(start, None)["plan_now"]["0"] > first_end["plan_now"]["0"]
+
+
+def test_a_partition_added_after_the_start_offsets_is_read_from_its_beginning(
+        nsq: Any, stream_reader: list[NSQStreamReader]) -> None:
+    nsq.create_topic("plan_added", partitions=2)
+    publish(nsq, "plan_added", 3, partition=0, prefix="a")
+    later = publish(nsq, "plan_added", 2, partition=1, prefix="b")
+    options = source(nsq, "plan_added", startingOffsets="earliest")
+    reader = stream(stream_reader, options)
+    end = reader.latestOffset({"plan_added": {"0": 0}})
+    parts = reader.partitions({"plan_added": {"0": 0}}, end)
+    assert [(p.partition, p.start) for p in parts] == [(0, 0), (1, 0)]
+    assert [r["body"] for r in rows_of(options, parts) if r["partition"] == 1] == later
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_planned_start_that_retention_removed(
+        nsq: Any, stream_reader: list[NSQStreamReader], fail: bool) -> None:
+    topic = f"plan_retained_{str(fail).lower()}"
+    nsq.create_topic(topic, partitions=1)
+    publish(nsq, topic, 4)
+    reader = stream(stream_reader, source(nsq, topic, failOnDataLoss=str(fail).lower()))
+    end = reader.latestOffset({topic: {"0": 0}})
+    stop = end[topic]["0"]
+    first = stop // 2  # as a refresh would see it once retention removed the first half
+    reader.planner.bounds[topic][0] = (first, stop)
+    if fail:
+        with pytest.raises(DataLoss, match=f"{topic}/0: offsets 0\\.\\."):
+            reader.partitions({topic: {"0": 0}}, end)
+    else:
+        (part,) = reader.partitions({topic: {"0": 0}}, end)
+        assert (part.start, part.end) == (first, stop)
+
+
+def test_a_leader_behind_the_offsets_read_is_waited_for(
+        nsq: Any, stream_reader: list[NSQStreamReader]) -> None:
+    """Never go back: an end before what was read keeps the offset read, the partition is
+    reported without a usable leader, and past ``leaderTimeout`` the query fails."""
+    nsq.create_topic("plan_behind", partitions=1)
+    publish(nsq, "plan_behind", 2)
+    reader = stream(stream_reader, source(nsq, "plan_behind", leaderTimeout="30"))
+    ahead = {"plan_behind": {"0": 10_000_000}}
+    assert reader.latestOffset(ahead, None) == ahead
+    assert reader.metrics()["partitionsWithoutLeader"] == ["plan_behind/0"]
+    assert "queue ends at" in reader.planner.down[("plan_behind", 0)]
+    reader._down_since[("plan_behind", 0)] -= 31  # as if down since more than the timeout
+    with pytest.raises(PartitionUnavailable, match="plan_behind"):
+        reader.latestOffset(ahead, None)
+    start = {"plan_behind": {"0": 0}}
+    assert reader.latestOffset(start, None)["plan_behind"]["0"] > 0  # caught up: fine again
+    assert reader.metrics()["partitionsWithoutLeader"] == []
+
+
+def test_no_lookupd_answering_keeps_every_offset(
+        nsq: Any, stream_reader: list[NSQStreamReader],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    nsq.create_topic("plan_dark", partitions=2)
+    publish(nsq, "plan_dark", 2)
+    reader = stream(stream_reader, source(nsq, "plan_dark"))
+    start = reader.initialOffset()
+    client = reader.planner.client
+
+    def unreachable(topic: str) -> Any:
+        raise ClusterError("no lookupd answers", transient=True)
+
+    monkeypatch.setattr(client, "layout", unreachable)
+    assert reader.latestOffset(start, None) == start
+    assert reader.metrics()["partitionsWithoutLeader"] == ["plan_dark/0", "plan_dark/1"]
+
+    def broken(topic: str) -> Any:
+        raise ClusterError("lookupd refuses the topic name")
+
+    monkeypatch.setattr(client, "layout", broken)
+    with pytest.raises(ClusterError, match="refuses"):
+        reader.latestOffset(start, None)
+
+
+def test_initial_offsets_wait_only_for_a_condition_that_can_pass(
+        nsq: Any, stream_reader: list[NSQStreamReader],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reader = stream(stream_reader, source(nsq, "plan_never_made", leaderTimeout="0.05"))
+
+    def refused(topic: str) -> Any:
+        raise ClusterError("no leader in lookup", transient=True)
+
+    monkeypatch.setattr(reader.planner.client, "layout", refused)
+    with pytest.raises(PartitionUnavailable, match="plan_never_made"):
+        reader.initialOffset()
+
+
+def test_commit_moves_the_commit_channel_to_the_batch_end(
+        nsq: Any, stream_reader: list[NSQStreamReader]) -> None:
+    nsq.create_topic("plan_commit", partitions=1, channels=["audit"])
+    publish(nsq, "plan_commit", 6)
+    reader = stream(stream_reader, source(nsq, "plan_commit", startingOffsets="earliest",
+                                          commitChannel="audit"))
+    start = reader.initialOffset()
+    planner = reader.planner
+    leader = planner.layout("plan_commit").leaders[0]
+    deadline = time.monotonic() + 10
+    while planner.client.channel_depth("plan_commit", 0, leader, "audit") < 6:
+        assert time.monotonic() < deadline, "the channel never saw the messages"
+    end = reader.latestOffset(start, None)
+    reader.commit(end)
+    assert planner.client.channel_depth("plan_commit", 0, leader, "audit") == 0
+    stream(stream_reader, source(nsq, "plan_commit")).commit(end)  # no commitChannel: no-op
+
+
+def test_what_travels_to_the_executors_is_the_options_only(
+        nsq: Any, stream_reader: list[NSQStreamReader]) -> None:
+    nsq.create_topic("plan_pickle", partitions=1)
+    options = source(nsq, "plan_pickle")
+    reader = stream(stream_reader, options)
+    reader.initialOffset()
+    copy = pickle.loads(pickle.dumps(reader))
+    stream_reader.append(copy)
+    assert copy._options == options and copy._planner is None and copy._last_end is None
+    part = NSQRangePartition("plan_pickle", 0, 0, 10, None, False, False, (5,))
+    assert pickle.loads(pickle.dumps(part)) == part
+    assert parse_offsets("latest", "startingOffsets", "earliest") == "latest"
