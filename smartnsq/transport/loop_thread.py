@@ -66,12 +66,22 @@ class _Call(concurrent.futures.Future[T]):
     asyncio future it returned (so a caller giving up can cancel the work)."""
 
     def __init__(self, fn: Callable[..., asyncio.Future[T]], args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> None:
+                 kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
+        self.loop = loop
         self.source: asyncio.Future[T] | None = None
+
+    def cancel(self) -> bool:
+        """Cancel the result and the work: the asyncio future, once started, is cancelled on
+        the loop (not started yet, the drain skips ``fn``)."""
+        if not super().cancel():
+            return False
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs any more
+            self.loop.call_soon_threadsafe(_abandon, self)
+        return True
 
     def settle(self, source: asyncio.Future[T]) -> None:
         """Copy the asyncio future's outcome (a done callback, on the loop thread)."""
@@ -79,7 +89,7 @@ class _Call(concurrent.futures.Future[T]):
         error = None if source.cancelled() else source.exception()
         try:
             if source.cancelled():
-                self.cancel()
+                concurrent.futures.Future.cancel(self)  # (the work is over: nothing to abandon)
             elif not self.set_running_or_notify_cancel():
                 return  # the caller cancelled (gave up) meanwhile
             elif error is not None:
@@ -264,7 +274,10 @@ class LoopThread:
         if threading.current_thread() is thread:
             loop.call_soon(loop.stop)  # cannot join ourselves; the thread ends after this step
             return
-        loop.call_soon_threadsafe(loop.stop)
+        try:
+            loop.call_soon_threadsafe(loop.stop)
+        except RuntimeError:  # the loop died (SystemExit in a call): its thread is ending
+            self._fail_calls()
         thread.join(timeout)
         if thread.is_alive():
             log.warning("%s: loop thread did not stop within %gs", self.name, timeout)
@@ -330,7 +343,7 @@ class LoopThread:
         the loop thread stops first, the future fails with ``RuntimeError``.
         """
         loop = self._check()
-        call: _Call[T] = _Call(fn, args, kwargs)
+        call: _Call[T] = _Call(fn, args, kwargs, loop)
         with self._lock:
             if self._stopped:
                 raise RuntimeError(f"{self.name}: the loop thread is stopped")
@@ -410,9 +423,7 @@ class LoopThread:
                     loop.call_soon_threadsafe(future.cancel)
             return
         assert isinstance(future, concurrent.futures.Future)
-        if future.cancel() and isinstance(future, _Call) and loop is not None and self.running:
-            with contextlib.suppress(RuntimeError):  # stopped meanwhile: nothing runs any more
-                loop.call_soon_threadsafe(_abandon, future)
+        future.cancel()  # (a call_future's cancel cancels its work on the loop too)
 
     def _drain(self) -> None:
         """On the loop: start every queued call (one wake-up served the whole batch)."""
