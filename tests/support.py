@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import os
+import socket
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -359,3 +361,37 @@ def slow_topic_creation(cluster: Any, sends_needed: int,
 
     state.create_topic = create_topic
     return sends
+
+
+# -- what the dev cluster stored, and ports nobody listens on --------------------------------
+
+def stored(cluster: Any, topic: str) -> dict[bytes, list[int]]:
+    """body -> the partitions of a youzan topic it is stored in (the dev cluster's logs)."""
+    where: dict[bytes, list[int]] = {}
+    for part in cluster.state.topics[topic].partitions:
+        for msg in part.log.messages:
+            where.setdefault(msg.body, []).append(part.partition)
+    return where
+
+
+def classic_bodies(cluster: Any, topic: str) -> list[bytes]:
+    """Every body a classic topic holds, over the dev cluster's nodes."""
+    out: list[bytes] = []
+    for i in range(len(cluster.nodes)):
+        copy = cluster.state.classic_partition(topic, cluster.node_info(i).node_id,
+                                               create=False)
+        if copy is not None:
+            out.extend(m.body for m in copy.log.messages)
+    return out
+
+
+def closed_port() -> int:
+    """A loopback port that was free a moment ago (nothing listens on it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rows(text: str) -> list[dict[str, Any]]:
+    """The JSON lines of a command's output."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

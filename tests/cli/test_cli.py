@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import socket
 from typing import Any
 
 import pytest
+from support import closed_port, rows
 
 from smartnsq.cli import main
 from smartnsq.cli.util import CLIError
@@ -38,16 +38,6 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
     assert len(lines) == 1, err
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rows(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 # -- usage ------------------------------------------------------------------------------------

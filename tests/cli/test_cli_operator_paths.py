@@ -16,11 +16,10 @@ import asyncio
 import io
 import json
 import re
-import socket
 from datetime import datetime, timezone
-from typing import Any
 
 import pytest
+from support import closed_port, rows
 
 from smartnsq import Consumer, Producer
 from smartnsq.cli import main
@@ -50,16 +49,6 @@ def one_line_error(code: int, err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     return lines[0]
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rows(text: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 async def publish(cluster: DevCluster, topic: str, bodies: list[bytes],

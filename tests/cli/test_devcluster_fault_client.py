@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from support import closed_port
 
 from smartnsq.cli import main
 from smartnsq.cli.devcluster import render_status
@@ -73,12 +74,6 @@ class Endpoint:
 async def endpoint(nsq_cluster: DevCluster) -> AsyncIterator[Endpoint]:
     async with AdminServer(nsq_cluster) as server:
         yield Endpoint(nsq_cluster, server.address)
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- fault actions answer in sentences ----------------------------------------------------------

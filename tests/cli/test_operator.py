@@ -11,13 +11,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import closed_port
 
 from smartnsq.cli import build_parser
 from smartnsq.cli.devcluster import build_fault_parser
@@ -47,12 +47,6 @@ async def smartnsq(*argv: str, stdin: str = "") -> tuple[int, str, str]:
             await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_options_and_positionals_in_any_order(nsq_cluster: Any, tmp_path: Path) -> None:

@@ -11,22 +11,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from support import classic_bodies
 
 from smartnsq import Producer
 from smartnsq.compat import MigrationChooser, MigrationPolicy
 from smartnsq.compat.migration import split_routes
 from smartnsq.errors import InvalidArgument, TopicNotFound
 from smartnsq.model.routes import TopicRoutes
-
-
-def classic_bodies(cluster: Any, topic: str) -> list[bytes]:
-    out: list[bytes] = []
-    for i in range(len(cluster.nodes)):
-        copy = cluster.state.classic_partition(topic, cluster.node_info(i).node_id,
-                                               create=False)
-        if copy is not None:
-            out.extend(m.body for m in copy.log.messages)
-    return out
 
 
 def youzan_bodies(cluster: Any, topic: str) -> list[bytes]:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from support import Watch, bounded, poke_on_log
+from support import Watch, bounded, poke_on_log, stored
 
 from smartnsq import Producer
 from smartnsq.errors import InvalidArgument, NSQError, Timeout
@@ -31,15 +31,6 @@ def producer(cluster: Any, **options: Any) -> Producer:
 def key_for(partition: int, partitions: int) -> str:
     return next(k for k in (f"key-{i}" for i in range(1000))
                 if murmur3_partition(k, partitions) == partition)
-
-
-def stored(cluster: Any, topic: str) -> dict[bytes, list[int]]:
-    """body -> the partitions it is stored in."""
-    where: dict[bytes, list[int]] = {}
-    for part in cluster.state.topics[topic].partitions:
-        for msg in part.log.messages:
-            where.setdefault(msg.body, []).append(part.partition)
-    return where
 
 
 CALLS = ("publish", "publish_nowait", "publish_many")

@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from support import WAIT
+from support import WAIT, stored
 
 from smartnsq import Producer, PublishResult
 from smartnsq.errors import InvalidArgument, NSQError
@@ -22,15 +22,6 @@ TIMEOUT = 5.0  # each publish's own deadline in the fault tests
 
 def producer(cluster: Any, **options: Any) -> Producer:
     return Producer(lookupd=cluster.lookupd_http_addresses, **options)
-
-
-def stored(cluster: Any, topic: str) -> dict[bytes, list[int]]:
-    """body -> the partitions it is stored in."""
-    where: dict[bytes, list[int]] = {}
-    for part in cluster.state.topics[topic].partitions:
-        for msg in part.log.messages:
-            where.setdefault(msg.body, []).append(part.partition)
-    return where
 
 
 async def settle(futures: list[asyncio.Future[PublishResult]]) -> list[Any]:

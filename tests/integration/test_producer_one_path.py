@@ -14,29 +14,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from support import WAIT
+from support import WAIT, classic_bodies, stored
 
 from smartnsq import Producer, PublishResult
 from smartnsq.compat import MigrationChooser, MigrationPolicy
-
-
-def stored(cluster: Any, topic: str) -> dict[bytes, list[int]]:
-    """body -> the partitions it is stored in (youzan)."""
-    where: dict[bytes, list[int]] = {}
-    for part in cluster.state.topics[topic].partitions:
-        for msg in part.log.messages:
-            where.setdefault(msg.body, []).append(part.partition)
-    return where
-
-
-def classic_bodies(cluster: Any, topic: str) -> list[bytes]:
-    out: list[bytes] = []
-    for i in range(len(cluster.nodes)):
-        copy = cluster.state.classic_partition(topic, cluster.node_info(i).node_id,
-                                               create=False)
-        if copy is not None:
-            out.extend(m.body for m in copy.log.messages)
-    return out
 
 
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1)
