@@ -10,7 +10,9 @@ gets. At the end:
 * every **acknowledged** publish must have been delivered (else it is **lost**);
 * nothing delivered may be unknown (**phantom**: never published, not even attempted);
 * **duplicated**: delivered more than once (allowed, at-least-once, but counted);
-* **order violations** (ordered topic): a key's messages first delivered out of publish order;
+* **order violations** (ordered topic): a key's acknowledged messages first delivered out of
+  publish order (an unacknowledged one, stored after all, has no place in that order: the
+  publisher was told it failed and went on with the key's next message);
 * the **longest pause** per partition: the longest time without an acknowledged publish.
 
 A publish that failed (timeout, refused) is *unacknowledged*: it may or may not show up, and
@@ -215,8 +217,10 @@ class _Ledger:
         lost = sorted(self.acked - delivered)
         order = 0
         if self.ordered:
-            for seqs in self.first_order.values():
-                order += sum(1 for a, b in itertools.pairwise(seqs) if b < a)
+            acked = self.acked
+            for key, seqs in self.first_order.items():
+                kept = [seq for seq in seqs if f"{key}:{seq}" in acked]
+                order += sum(1 for a, b in itertools.pairwise(kept) if b < a)
         pauses = {}
         for partition, times in self.acks.items():
             edges = [started, *sorted(times), ended]
