@@ -433,9 +433,11 @@ def work_smartnsq_path(count: int, mif: int, ordered: bool, variant: str = "") -
 # ("1pct": a parent-based 1-in-100 ratio sampler instead of every message)
 VARIANTS = {f"smartnsq-{v}": v for v in ("otel", "span", "otel1pct", "span1pct")}
 # What each worker imports before its baseline memory reading (see publish.py).
-PREIMPORT = {"smartnsq": "smartnsq.consumer", "smartnsq-conn": "smartnsq.transport.connection",
-             **{client: "smartnsq.consumer" for client in VARIANTS},
-             **{f"smartnsq-path{o}{v}": "smartnsq.consumer" for o in ("", "-ordered")
+# (the modules themselves: the packages' __init__ import nothing)
+PREIMPORT = {"smartnsq": "smartnsq.consumer.core",
+             "smartnsq-conn": "smartnsq.transport.connection",
+             **{client: "smartnsq.consumer.core" for client in VARIANTS},
+             **{f"smartnsq-path{o}{v}": "smartnsq.consumer.core" for o in ("", "-ordered")
                 for v in ("", "-otel", "-span", "-otel1pct", "-span1pct", "-metrics",
                           "-metricsall")},
              "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq"}

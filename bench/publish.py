@@ -484,7 +484,8 @@ def work_blocking_floor(mode: str, addr: str, topic: str, count: int, body: byte
 
 # What each worker imports before its baseline memory reading: the library's entry points,
 # so that the peak it reports is what publishing costs, not what importing costs.
-PREIMPORT = {"smartnsq": "smartnsq.producer", "smartnsq-sync": "smartnsq.sync",
+# (the producer module itself: the package's __init__ imports nothing)
+PREIMPORT = {"smartnsq": "smartnsq.producer.producer", "smartnsq-sync": "smartnsq.sync",
              "pynsq": "nsq", "ansq": "ansq", "asyncnsq": "asyncnsq", "asyncio-floor": "asyncio",
              "blocking-floor": "socket"}
 
