@@ -62,8 +62,7 @@ _forks = 0  # how many fork()s led to this process (counted in the child: regist
 
 
 class _Call(concurrent.futures.Future[T]):
-    """One queued ``call_future``: the function to start on the loop and, once started, the
-    asyncio future it returned (so a caller giving up can cancel the work)."""
+    """One queued ``call_future``: its function and, once started, the future it returned."""
 
     def __init__(self, fn: Callable[..., asyncio.Future[T]], args: tuple[Any, ...],
                  kwargs: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
@@ -75,13 +74,16 @@ class _Call(concurrent.futures.Future[T]):
         self.source: asyncio.Future[T] | None = None
 
     def cancel(self) -> bool:
-        """Cancel the result and the work: the asyncio future, once started, is cancelled on
-        the loop (not started yet, the drain skips ``fn``)."""
+        """Cancel the result and the work (the drain skips a call not started yet)."""
         if not super().cancel():
             return False
         with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs any more
-            self.loop.call_soon_threadsafe(_abandon, self)
+            self.loop.call_soon_threadsafe(self._cancel_source)
         return True
+
+    def _cancel_source(self) -> None:  # (on the loop: a done future ignores the cancel)
+        if self.source is not None:
+            self.source.cancel()
 
     def settle(self, source: asyncio.Future[T]) -> None:
         """Copy the asyncio future's outcome (a done callback, on the loop thread)."""
@@ -201,12 +203,6 @@ class Slot(Generic[T]):
         if error is not None:
             raise error
         return self.value  # type: ignore[return-value]
-
-
-def _abandon(call: _Call[Any]) -> None:
-    """On the loop: the caller gave up on ``call``; cancel the work it started, if any."""
-    if call.source is not None and not call.source.done():
-        call.source.cancel()
 
 
 class LoopThread:
@@ -417,13 +413,11 @@ class LoopThread:
     def abandon(self, future: concurrent.futures.Future[Any] | Slot[Any]) -> None:
         """Give up on a ``call_future`` result: cancel it, and the work on the loop."""
         loop = self._loop
-        if future.__class__ is Slot:  # settled on the loop only: cancel it there
-            if loop is not None and self.running:
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(future.cancel)
-            return
-        assert isinstance(future, concurrent.futures.Future)
-        future.cancel()  # (a call_future's cancel cancels its work on the loop too)
+        if future.__class__ is not Slot:  # (a call_future's cancel cancels its work too)
+            future.cancel()
+        elif loop is not None and self.running:  # settled on the loop only: cancel it there
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(future.cancel)
 
     def _drain(self) -> None:
         """On the loop: start every queued call (one wake-up served the whole batch)."""
