@@ -36,6 +36,13 @@ __all__ = [
 OFFSET_EARLIEST = "earliest"
 OFFSET_LATEST = "latest"
 TIMESTAMP_PREFIX = "timestamp:"
+# timestamp: values from here on are refused as milliseconds (Kafka's unit): as seconds they
+# would be after the year 2286, as milliseconds they are any time since April 1970
+SECONDS_LIMIT = 10**10
+# Kafka's timestamp options (milliseconds) -> the option that takes a time here (seconds)
+_KAFKA_TIMESTAMPS = {"startingTimestamp": "startingOffsets", "endingTimestamp": "endingOffsets",
+                     "startingOffsetsByTimestamp": "startingOffsets",
+                     "endingOffsetsByTimestamp": "endingOffsets"}
 
 # Offsets as Spark stores them: {"topic": {"0": 8192, "1": 0}} (keys are strings in JSON)
 Offsets = dict[str, dict[str, int]]
@@ -237,6 +244,10 @@ def parse_offsets(raw: str | None, name: str, default: str,
             raise InvalidArgument(name, "timestamp: takes whole unix seconds", raw) from None
         if seconds < 0:
             raise InvalidArgument(name, "timestamp: takes whole unix seconds", raw)
+        if seconds >= SECONDS_LIMIT:  # taken as seconds, it would select nothing, silently
+            raise InvalidArgument(name, "looks like milliseconds: this option takes seconds "
+                                  "since the epoch; divide by 1000, e.g. "
+                                  f"{TIMESTAMP_PREFIX}{seconds // 1000}", raw)
         return f"{TIMESTAMP_PREFIX}{seconds}"
     try:
         value = json.loads(text)
@@ -245,6 +256,27 @@ def parse_offsets(raw: str | None, name: str, default: str,
                               'seconds> or JSON like {"topic": {"0": 8192, "1": 0}}',
                               raw) from None
     return check_offsets(value, name)
+
+
+def check_offset_topics(spec: OffsetSpec, topics: tuple[str, ...], name: str) -> None:
+    """Explicit offsets name only topics the source reads: a key that matches none (a typo,
+    another job's offsets) would otherwise be ignored and its topic read from the default."""
+    if not isinstance(spec, dict):
+        return
+    unknown = [topic for topic in spec if topic not in topics]
+    if unknown:
+        raise InvalidArgument(name, f"names topic(s) {', '.join(map(repr, unknown))}, but this "
+                              f"source reads {', '.join(map(repr, topics))} (the topic "
+                              "option): key the offsets by those topics", unknown)
+
+
+def _refuse_kafka_timestamps(opts: Mapping[str, str]) -> None:
+    """Kafka's timestamp options (milliseconds): name the option to use, not only "unknown"."""
+    for kafka, ours in _KAFKA_TIMESTAMPS.items():
+        if kafka.lower() in opts:
+            raise InvalidArgument(kafka, f"is Kafka's option (milliseconds); here use "
+                                  f"{ours}=timestamp:<unix seconds> (one time for every "
+                                  "partition)", opts[kafka.lower()])
 
 
 def timestamp_of_spec(spec: object) -> int | None:
@@ -438,6 +470,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         opts = _lower(options)
+        _refuse_kafka_timestamps(opts)
         _check_known(opts, SOURCE_OPTIONS, "source")
         mode = opts.get("mode", "replay").lower()
         if mode != "replay":
@@ -466,15 +499,18 @@ class SourceOptions:
             v.check_channel(commit_channel)
         prefix = opts.get("channelprefix", "spark-nsq")
         v.check_channel(prefix + "-" + "0" * 16)
+        topics = _topics(opts.get("topic"))
+        starting = parse_offsets(opts.get("startingoffsets"), "startingOffsets",
+                                 OFFSET_LATEST if streaming else OFFSET_EARLIEST)
+        ending = parse_offsets(opts.get("endingoffsets"), "endingOffsets", OFFSET_LATEST,
+                               (OFFSET_LATEST,))
+        check_offset_topics(starting, topics, "startingOffsets")
+        check_offset_topics(ending, topics, "endingOffsets")
         return cls(
             cluster=ClusterOptions(lookupd=lookupd, nsqd_http=nsqd_http,
                                    http_timeout=SOURCE["httpTimeout"].read(opts),
                                    connection=ConnectionOptions.parse(opts)),
-            topics=_topics(opts.get("topic")),
-            starting=parse_offsets(opts.get("startingoffsets"), "startingOffsets",
-                                   OFFSET_LATEST if streaming else OFFSET_EARLIEST),
-            ending=parse_offsets(opts.get("endingoffsets"), "endingOffsets", OFFSET_LATEST,
-                                 (OFFSET_LATEST,)),
+            topics=topics, starting=starting, ending=ending,
             max_messages_per_trigger=(SOURCE["maxMessagesPerTrigger"].read(opts)
                                       if limit else None),
             channel=channel,

@@ -189,7 +189,11 @@ class _Planner:
             try:
                 bounds = self.refresh()
             except Exception as exc:
-                topic = next(t for t in self.options.topics if t not in self.layouts)
+                topic = next((t for t in self.options.topics if t not in self.layouts), None)
+                if topic is None:
+                    # every layout was read, so refresh() raised what no wait for a leader
+                    # clears (a partitions option the topic lacks, a non-youzan node...)
+                    raise
                 wait = waits.setdefault((topic, None), LeaderWait(
                     topic, None, self.options.leader_timeout))
                 wait.failed(exc)  # raises unless transient and within the timeout
@@ -211,8 +215,10 @@ class _Planner:
         explicit = spec if isinstance(spec, dict) else {}
         when = timestamp_of_spec(spec)
         if when is not None:
-            return {topic: {str(p): self.offset_at(topic, p, when, last)
-                            for p, (_, last) in parts.items()}
+            # an empty queue has no message at any time: its end, without a search (the
+            # real nsqd refuses one there: "commit log end of file")
+            return {topic: {str(p): self.offset_at(topic, p, when, last) if first < last
+                            else last for p, (first, last) in parts.items()}
                     for topic, parts in bounds.items()}
         for topic, parts in bounds.items():
             given = explicit.get(topic, {})
@@ -809,6 +815,11 @@ class NSQBatchReader(DataSourceReader):
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, NSQRangePartition)
+        if not isinstance(partition, NSQRangePartition):
+            # pyspark plans one InputPartition(None) when partitions() returns none: a read
+            # that selects nothing (an empty topic, start == end) is an empty DataFrame
+            if partition.value is None:
+                return iter(())
+            raise TypeError(f"the nsq source cannot read {partition!r}")
         return _read(self._options, partition)
 

@@ -106,10 +106,6 @@ def test_user_offsets_are_checked_against_the_queues(nsq: Any) -> None:
     assert plan(startingOffsets="latest") == []
 
 
-@pytest.mark.xfail(strict=True, raises=StopIteration, reason="refresh_all() looks for a "
-                   "topic without a layout to wait for and finds none when the layout was "
-                   "read but refresh() then failed (here the partitions check): the user gets "
-                   "StopIteration instead of the InvalidArgument naming the option")
 def test_a_partitions_option_naming_a_missing_partition_is_refused(nsq: Any) -> None:
     nsq.create_topic("plan_chosen", partitions=1)
     reader = NSQBatchReader(source(nsq, "plan_chosen", streaming=False, partitions="0,3"))
