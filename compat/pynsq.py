@@ -43,17 +43,31 @@ import logging
 import signal
 import ssl
 import threading
-import warnings
+import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from smartnsq import sync
+from smartnsq.compat.pynsq_loops import (
+    loops_lock,
+    mailbox,
+    release_user_loop,
+    running_loops,
+    signals_wake,
+    stopping_loops,
+    user_entry,
+)
 from smartnsq.config import ConnectionConfig
 from smartnsq.consumer.core import Consumer
+from smartnsq.consumer.link import link_of
 from smartnsq.discovery.lookup import normalize_lookupd
-from smartnsq.errors import AlreadyResponded, ConnectionFailed, InvalidArgument
+from smartnsq.errors import (
+    AlreadyResponded,
+    ConnectionFailed,
+    InvalidArgument,
+    InvalidArgumentAssertion,
+)
 from smartnsq.message import Message as CoreMessage
 from smartnsq.model.backoff import BackoffPolicy
 from smartnsq.model.routes import parse_address
@@ -70,6 +84,11 @@ __all__ = ["Error", "Message", "Reader", "SendError", "Writer", "run", "stop"]
 log = logging.getLogger("smartnsq.compat.pynsq")
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+WATCH_INTERVAL = 1.0
+"""Seconds between a Reader's looks at its connections (for ``heartbeat()``) and at its
+``run()`` loop (closed under it: the Reader closes)."""
 
 # pynsq's AsyncConn keyword arguments (what Reader/Writer accept in **kwargs)
 CONN_ARGS = frozenset({
@@ -94,32 +113,25 @@ class SendError(Error):
     """The publish could not be delivered (pynsq's ``nsq.protocol.SendError``)."""
 
 
-# -- where handlers and callbacks run --------------------------------------------------------
+def _asserting(fn: Callable[P, T]) -> Callable[P, T]:
+    """``fn`` raising :class:`InvalidArgumentAssertion` where the core raised
+    ``InvalidArgument`` (the same fields and message, and the traceback of the check)."""
 
-class _UserLoop:
-    """A thread's run() loop and how many Readers/Writers (and run() calls) use it.
+    @functools.wraps(fn)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except InvalidArgumentAssertion:
+            raise
+        except InvalidArgument as exc:
+            error = InvalidArgumentAssertion(exc.field, exc.rule, exc.value)
+            raise error.with_traceback(exc.__traceback__) from None
 
-    The last one to let go drops it from ``_loops``; a loop this module created is then
-    closed and, on its own thread, unset as the thread's event loop (a loop the thread had
-    already, e.g. tornado's, is left as it was).
-    """
-
-    __slots__ = ("ident", "loop", "owned", "users")
-
-    def __init__(self, ident: int, loop: asyncio.AbstractEventLoop, owned: bool) -> None:
-        self.ident = ident
-        self.loop = loop
-        self.owned = owned
-        self.users = 0
+    return checked
 
 
-_loops: dict[int, _UserLoop] = {}
-_loops_lock = threading.RLock()
-# loops asked to stop by stop(): their mailboxes hand nothing more to handlers until the next
-# run(), so a handler calling stop() is the last one to run (the rest waits, or goes back to
-# the server on close())
-_stopping: set[asyncio.AbstractEventLoop] = set()
-_running: set[asyncio.AbstractEventLoop] = set()  # loops inside run()
+# -- where handlers and callbacks run (the loops: smartnsq.compat.pynsq_loops) ----------------
+
 _readers: weakref.WeakSet[Reader] = weakref.WeakSet()  # for run()'s check of the handlers
 # open Readers, held here until close(), as pynsq's IOLoop holds its Readers (through their
 # callbacks): a pynsq program may build ``nsq.Reader(...)`` without keeping a reference and
@@ -130,101 +142,14 @@ _readers: weakref.WeakSet[Reader] = weakref.WeakSet()  # for run()'s check of th
 _open_readers: set[Reader] = set()
 
 
-class _NoSetLoop(Exception):
-    """Raised by the probe in :func:`_set_loop` instead of creating a loop."""
-
-
-_probe_lock = threading.Lock()
-
-
-def _set_loop() -> asyncio.AbstractEventLoop | None:
-    """The calling thread's set event loop, without creating one.
-
-    The policy's ``get_event_loop()`` answers it, except that on the main thread it creates
-    and sets a new loop when none was ever set (Python 3.10-3.13; later versions raise). So
-    for the duration of the question, the policy's ``new_event_loop`` refuses on this thread
-    (other threads calling it meanwhile get the policy's own): only public policy methods
-    are used, whatever the policy (asyncio's, uvloop's, tornado's).
-    """
-    policy = asyncio.get_event_loop_policy()
-    me = threading.get_ident()
-    with _probe_lock:
-        original = policy.new_event_loop
-        own = vars(policy).get("new_event_loop")  # someone's instance attribute: kept
-
-        def new_event_loop() -> asyncio.AbstractEventLoop:
-            if threading.get_ident() == me:
-                raise _NoSetLoop
-            return original()
-
-        policy.new_event_loop = new_event_loop  # type: ignore[method-assign]
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                return policy.get_event_loop()
-        except (_NoSetLoop, RuntimeError):
-            return None
-        finally:
-            if own is None:
-                del policy.new_event_loop  # the class's method again
-            else:
-                policy.new_event_loop = own  # type: ignore[method-assign]
-
-
-def _user_entry(acquire: bool = False) -> _UserLoop:
-    """The calling thread's loop (pynsq binds to ``IOLoop.current()`` the same way): the
-    running one, else the thread's set one, else a new one this module owns."""
-    try:
-        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    ident = threading.get_ident()
-    with _loops_lock:
-        entry = _loops.get(ident)
-        if entry is None or entry.loop.is_closed() or \
-                (running is not None and entry.loop is not running):
-            owned = False
-            loop = running or _set_loop()
-            if loop is None or loop.is_closed():
-                loop = asyncio.new_event_loop()
-                asyncio.set_event_loop(loop)
-                owned = True
-            # a replaced entry's users keep their own reference to it, and release that
-            entry = _loops[ident] = _UserLoop(ident, loop, owned)
-        if acquire:
-            entry.users += 1
-        return entry
-
-
-def _user_loop() -> asyncio.AbstractEventLoop:
-    return _user_entry().loop
-
-
-def _release_user_loop(entry: _UserLoop) -> None:
-    """One user less; the last one cleans the loop up (see :class:`_UserLoop`)."""
-    with _loops_lock:
-        entry.users -= 1
-        if entry.users > 0:
-            return
-        if _loops.get(entry.ident) is entry:
-            del _loops[entry.ident]
-        _mailboxes.pop(entry.loop, None)
-        _stopping.discard(entry.loop)
-        loop = entry.loop
-        if not entry.owned or loop.is_running() or loop.is_closed():
-            return  # running: the run() around it holds a use and releases it on return
-        if threading.get_ident() == entry.ident and _set_loop() is loop:
-            asyncio.set_event_loop(None)
-        loop.close()  # under the lock: a new user of this thread gets a fresh loop
-
-
+@_asserting
 def run() -> None:
     """Run every Reader's handlers and Writer's callbacks until :func:`stop` (or SIGTERM/INT).
 
     As ``nsq.run()``: blocks the calling thread on its event loop. Tornado's
     ``IOLoop.current().stop()`` stops it too.
     """
-    entry = _user_entry(acquire=True)
+    entry = user_entry(acquire=True)
     loop = entry.loop
     try:
         for reader in list(_readers):
@@ -232,114 +157,45 @@ def run() -> None:
                 raise InvalidArgument("message_handler", f"Reader {reader.name} has none: "
                                       "give message_handler= or call set_message_handler() "
                                       "before run()")
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, _on_signal)
-        _stopping.discard(loop)
-        _running.add(loop)
-        try:
-            loop.run_forever()
-        finally:
-            _running.discard(loop)
-            _stopping.discard(loop)
+        with contextlib.ExitStack() as on_return:
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, _on_signal)
+                on_return.enter_context(signals_wake(loop))
+            stopping_loops.discard(loop)
+            running_loops.add(loop)
+            try:
+                loop.run_forever()
+            finally:
+                running_loops.discard(loop)
+                stopping_loops.discard(loop)
     finally:
-        _release_user_loop(entry)
+        release_user_loop(entry)
 
 
 def stop() -> None:
     """Make :func:`run` return: the calling thread's, or, from another thread, every one."""
-    with _loops_lock:
-        entry = _loops.get(threading.get_ident())
-        own = entry.loop if entry is not None else None
-        running = list(_running)
-    if own is not None and own in running:
-        targets = [own]
-    else:
+    try:  # a handler, a callback or a signal handler of a run(): that run()
+        own: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
         own = None
-        targets = running
+    with loops_lock:
+        running = list(running_loops)
+    targets = [own] if own is not None and own in running else running
     for target in targets:
-        if target.is_closed() or (target in _stopping and target.is_running()):
+        if target.is_closed() or (target in stopping_loops and target.is_running()):
             continue  # closed, or already stopping: a second stop must not end the next run
-        _stopping.add(target)
-        if target is own and target.is_running():
-            target.call_soon(target.stop)  # after what this turn scheduled (done callbacks)
-        else:
-            target.call_soon_threadsafe(target.stop)
+        stopping_loops.add(target)
+        # after what this turn scheduled (done callbacks), as call_soon would, but also
+        # waking the loop's selector: called from a signal handler (ours on SIGINT/SIGTERM,
+        # or the program's own), the loop may be idle in select() with nothing due, and a
+        # plain call_soon would wait there for the next message
+        target.call_soon_threadsafe(target.stop)
 
 
 def _on_signal(signum: int, frame: Any) -> None:
     log.info("signal %d: stopping", signum)
     stop()
-
-
-class _Mailbox:
-    """Calls handed to one event loop from other threads, one wake-up per batch.
-
-    ``call_soon_threadsafe`` per call writes to the loop's wake-up pipe every time; a burst
-    of deliveries (or publishes, or FINs) crossing threads then costs a syscall and a loop
-    iteration each. Here only the call that finds the mailbox empty wakes the loop, which then
-    runs everything queued meanwhile (up to ``BATCH`` per iteration, to stay fair).
-    """
-
-    BATCH = 2048
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._items: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
-        self._armed = False
-        self._lock = threading.Lock()
-
-    def post(self, fn: Callable[..., object], *args: Any) -> bool:
-        """Queue ``fn(*args)`` for the loop; False when the loop is closed (it will never
-        run): the caller must then answer whoever waits for that call."""
-        if self._loop.is_closed():
-            return False
-        self._items.append((fn, args))
-        if self._armed:
-            return True
-        with self._lock:
-            if self._armed:
-                return True
-            self._armed = True
-        try:
-            self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # closed meanwhile: nothing will run there any more
-            with contextlib.suppress(ValueError):
-                self._items.remove((fn, args))
-            return False
-        return True
-
-    def _drain(self) -> None:
-        with self._lock:
-            self._armed = False
-        items = self._items
-        loop = self._loop
-        for _ in range(min(len(items), self.BATCH)):
-            if loop in _stopping:
-                break  # stop() was called: the rest waits for the next run()
-            fn, args = items.popleft()
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("uncaught exception in %r", fn)
-        if items and not self._armed:
-            with self._lock:
-                if self._armed:
-                    return
-                self._armed = True
-            self._loop.call_soon(self._drain)
-
-
-_mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = \
-    weakref.WeakKeyDictionary()
-
-
-def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
-    with _loops_lock:
-        box = _mailboxes.get(loop)
-        if box is None:
-            box = _mailboxes[loop] = _Mailbox(loop)
-        return box
 
 
 # -- connection arguments ----------------------------------------------------------------------
@@ -437,6 +293,7 @@ class Writer:
     Publishes retry within the producer's timeout (10 s) before failing.
     """
 
+    @_asserting
     def __init__(self, nsqd_tcp_addresses: str | Sequence[str] | None = None,
                  reconnect_interval: float = 15.0, name: str | None = None, *,
                  lookupd_http_addresses: str | Sequence[str] | None = None,
@@ -460,7 +317,7 @@ class Writer:
         # loop will never run)
         self._pending: dict[concurrent.futures.Future[Any],
                             tuple[str, str, Callback | None]] = {}
-        entry = _user_entry(acquire=True)
+        entry = user_entry(acquire=True)
         self._loop = entry.loop
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         # the sync Producer takes the shared loop thread and gives it back on close(), on
@@ -468,14 +325,14 @@ class Writer:
         try:
             self._sync = sync.Producer(lookupd=lookupd or None, nsqd=nsqd or None, **options)
         except BaseException:
-            _release_user_loop(entry)
+            release_user_loop(entry)
             raise
-        self._finalizer = weakref.finalize(self, _release_user_loop, entry)
+        self._finalizer = weakref.finalize(self, release_user_loop, entry)
         try:
             self._thread = self._sync.loop_thread
             self._producer = self._sync.async_producer
-            self._user = _mailbox(self._loop)
-            self._net = _mailbox(self._thread.loop)
+            self._user = mailbox(self._loop)
+            self._net = mailbox(self._thread.loop)
             if nsqd:  # pynsq connects at start: so do we, rather than on the first publish
                 self._thread.submit(self._connect([parse_address(a, "nsqd") for a in nsqd]))
         except BaseException:
@@ -636,17 +493,19 @@ class Message:
 
     ``id`` (str: the hex id on classic nodes, the 16 bytes in hex on youzan), ``body``,
     ``timestamp`` (ns), ``attempts``; ``enable_async()``, ``is_async()``, ``has_responded()``,
-    ``finish()``, ``requeue(delay=None, backoff=True)``, ``touch()``. Anything else (youzan's
-    ``partition``, ``trace_id``, ``headers``...) is read from ``smartnsq``, the core message.
+    ``finish()``, ``requeue(delay=None, backoff=True)``, ``touch()``, ``is_alive()``. Anything
+    else (youzan's ``partition``, ``trace_id``, ``headers``...) is read from ``smartnsq``, the
+    core message.
     """
 
-    __slots__ = ("_async", "_reader", "_responded", "smartnsq")
+    __slots__ = ("_async", "_reader", "_responded", "_since", "smartnsq")
 
     def __init__(self, message: CoreMessage, reader: Reader) -> None:
         self.smartnsq = message
         self._reader = reader
         self._async = False
         self._responded = False
+        self._since = time.monotonic()  # delivery (built as it arrives), then the last touch
 
     @property
     def id(self) -> str:
@@ -709,7 +568,26 @@ class Message:
     def touch(self) -> None:
         if self._responded:
             raise AlreadyResponded(f"message {self.id} was already answered")
+        self._since = time.monotonic()
         self._reader._net.post(self.smartnsq.touch)
+
+    def is_alive(self) -> bool:
+        """Whether the message has *timed out*, as pynsq documents it ("whether or not this
+        message is timed out based on the msg_timeout parameter") and returns it: True once
+        the server's ``msg_timeout`` passed since delivery (or the last ``touch()``) with no
+        answer, when the server redelivers it to someone; False before, and once answered.
+        Despite the name, False is the healthy answer: pynsq programs rely on that."""
+        return self._timed_out(time.monotonic())
+
+    def _timed_out(self, now: float) -> bool:
+        return not self._responded and now - self._since >= self._msg_timeout()
+
+    def _msg_timeout(self) -> float:
+        """The delivering connection's negotiated ``msg_timeout``; the Reader's
+        ``msg_timeout=`` (else nsqd's default, 60 s) when the server did not say."""
+        conn = getattr(link_of(self.smartnsq), "conn", None)
+        negotiated = float(getattr(conn, "msg_timeout", 0.0) or 0.0)
+        return negotiated or self._reader.msg_timeout or 60.0
 
     def __repr__(self) -> str:
         return f"<Message id={self.id} attempts={self.attempts} body={self.body[:40]!r}>"
@@ -729,6 +607,7 @@ class Reader:
     ``classic``...). Connections open once ``run()`` runs, as in pynsq.
     """
 
+    @_asserting
     def __init__(self, topic: str, channel: str, message_handler: Handler | None = None,
                  name: str | None = None,
                  nsqd_tcp_addresses: str | Sequence[str] | None = None,
@@ -750,6 +629,7 @@ class Reader:
             raise InvalidArgument("nsqd_tcp_addresses", "give nsqd_tcp_addresses and/or "
                                   "lookupd_http_addresses")
         conn_options, self.requeue_delay = connection_options(dict(kwargs))
+        self.msg_timeout: float | None = conn_options.get("msg_timeout")
         self.topic = topic
         self.channel = channel
         self.name = name or f"{topic}:{channel}"
@@ -787,7 +667,7 @@ class Reader:
         # built here (a Consumer binds to no loop before start()): a bad argument raises
         # InvalidArgument from this constructor, not later inside run()'s loop
         self._consumers: list[Consumer] = [Consumer(topic, channel, **spec) for spec in specs]
-        entry = _user_entry(acquire=True)
+        entry = user_entry(acquire=True)
         self._loop = entry.loop
         self.io_loop = self._loop  # pynsq's attribute; call_later/call_soon/stop work alike
         self._closed = False
@@ -801,24 +681,25 @@ class Reader:
         try:
             self._thread = loop_thread.shared()
         except BaseException:
-            _release_user_loop(entry)
+            release_user_loop(entry)
             raise
         try:
-            self._user = _mailbox(self._loop)
-            self._net = _mailbox(self._thread.loop)
+            self._user = mailbox(self._loop)
+            self._net = mailbox(self._thread.loop)
             self._finalizer = weakref.finalize(self, loop_thread.release_shared,
                                                self._thread)
             # released by close() on the calling thread (normally the run() one, where the
             # loop can also be unset as the thread's event loop), not on the network loop
-            self._loop_finalizer = weakref.finalize(self, _release_user_loop, entry)
+            self._loop_finalizer = weakref.finalize(self, release_user_loop, entry)
             _readers.add(self)
             # a weak reference: what keeps an open Reader is _open_readers; a Reader closed
             # (and dropped) before run() must not be kept by a callback in a loop that may
             # never run
             self._loop.call_soon_threadsafe(_start_reader, weakref.ref(self))
+            self._thread.loop.call_soon_threadsafe(_watch, weakref.ref(self))
         except BaseException:
             loop_thread.release_shared(self._thread)
-            _release_user_loop(entry)
+            release_user_loop(entry)
             raise
         _open_readers.add(self)
 
@@ -905,7 +786,7 @@ class Reader:
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         finalizer = self._finalizer
 
-        def finish(inner: concurrent.futures.Future[None]) -> None:
+        def finish(inner: concurrent.futures.Future[None] | asyncio.Future[None]) -> None:
             try:
                 finalizer()
             finally:
@@ -916,8 +797,12 @@ class Reader:
                 else:
                     done.set_exception(exc)
 
+        inner: concurrent.futures.Future[None] | asyncio.Future[None]
         try:
-            inner = self._thread.submit(closing)
+            if self._thread.in_loop_thread():  # the Reader closing itself (_orphaned)
+                inner = asyncio.ensure_future(closing)
+            else:
+                inner = self._thread.submit(closing)
         except BaseException:  # the loop thread is gone: nothing is left to close there
             finalizer()
             done.set_result(None)
@@ -925,6 +810,7 @@ class Reader:
         inner.add_done_callback(finish)
         return done
 
+    @_asserting
     def set_message_handler(self, message_handler: Handler) -> None:
         if not callable(message_handler):
             raise InvalidArgument("message_handler", "must be callable", message_handler)
@@ -937,6 +823,7 @@ class Reader:
         time to process a batch being buffered by ``enable_async`` handlers)."""
         return bool(self._on_network_loop(lambda cs: any(c.is_starved() for c in cs)))
 
+    @_asserting
     def set_max_in_flight(self, max_in_flight: int) -> None:
         """Change max_in_flight at run time; 0 pauses the Reader."""
         check_int("max_in_flight", max_in_flight, 0)
@@ -977,7 +864,47 @@ class Reader:
         return True
 
     def heartbeat(self, conn: Any) -> None:
-        """Kept for subclasses; smartnsq answers heartbeats on the network loop."""
+        """Called on the ``run()`` thread for each heartbeat a connection received, with that
+        connection (a :class:`Conn`: ``id``, ``host``, ``port``), as pynsq calls it: override
+        it to watch liveness. smartnsq has already answered the heartbeat (on the network
+        loop), so a slow override delays handlers, never the connection."""
+
+    # -- the network loop's look at the Reader ---------------------------------------------------
+
+    def _listen_to_heartbeats(self) -> None:
+        """On the network loop. The Consumer has no heartbeat hook but its connections do
+        (``on_heartbeat``): each connection subscribed since the last look gets ours, and the
+        heartbeats it counted before that are passed on at once, so none is missed."""
+        for consumer in self._consumers:
+            for conn in consumer.connections():
+                if conn.on_heartbeat is not None:
+                    continue  # listened to already
+                node = Conn(conn.address_text)
+
+                def heard(node: Conn = node) -> None:
+                    self._user.post(self._heartbeat, node)
+
+                for _ in range(conn.heartbeats):
+                    heard()
+                conn.on_heartbeat = heard
+
+    def _heartbeat(self, conn: Conn) -> None:
+        """On the run() loop: the hook, whose failure is the program's to see, not a reason to
+        stop calling it."""
+        if self._closed:
+            return
+        try:
+            self.heartbeat(conn)
+        except Exception:
+            log.exception("[%s] heartbeat(%s) raised", self.name, conn.id)
+
+    def _orphaned(self) -> None:
+        """On the network loop: the run() loop was closed before this Reader, so no handler
+        will ever run again; consuming on (each message handed back at once, redelivered at
+        once) would only churn, and the Reader would outlive its loop."""
+        log.warning("[%s] its event loop was closed before the Reader: closing the Reader "
+                    "(close() Readers before the loop they were built on)", self.name)
+        self.close()
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -992,6 +919,7 @@ class Reader:
             with contextlib.suppress(KeyError):
                 self._waiting.remove(wrapped)
                 message.req(0, backoff=False)
+            self._orphaned()
 
     def _handle(self, message: Message) -> None:
         try:
@@ -1059,3 +987,16 @@ def _start_reader(ref: weakref.ref[Reader]) -> None:
     reader = ref()
     if reader is not None:
         reader._start()
+
+
+def _watch(ref: weakref.ref[Reader]) -> None:
+    """On the network loop, every :data:`WATCH_INTERVAL` until the Reader closes: its
+    connections' heartbeats reach ``heartbeat()``; a closed run() loop closes it."""
+    reader = ref()
+    if reader is None or reader._closed:
+        return
+    if reader._loop.is_closed():
+        reader._orphaned()
+        return
+    reader._listen_to_heartbeats()
+    asyncio.get_running_loop().call_later(WATCH_INTERVAL, _watch, ref)

@@ -82,6 +82,7 @@ __all__ = [
     "HttpTLSError",
     "HttpTimeout",
     "InvalidArgument",
+    "InvalidArgumentAssertion",
     "LookupFailed",
     "LookupTimeout",
     "LookupdError",
@@ -135,6 +136,16 @@ class InvalidArgument(NSQError, ValueError):
         if len(shown) > 80:
             shown = shown[:77] + "..."
         super().__init__(f"invalid {field} {shown}: {rule}")
+
+
+class InvalidArgumentAssertion(InvalidArgument, AssertionError):
+    """A bad argument to the pynsq layer (``smartnsq.compat.pynsq``): a Reader, Writer, their
+    setters or ``run()``.
+
+    pynsq checks its arguments with ``assert``, so pynsq programs catch ``AssertionError``;
+    smartnsq code catches :class:`InvalidArgument` (a ``ValueError``). Being both keeps either
+    kind of caller working.
+    """
 
 
 class ProtocolError(NSQError):

@@ -31,8 +31,13 @@ OPTIONAL = ("smartnsq.spark", "smartnsq.testing.spark")  # need pyspark
 
 
 def _modules() -> list[str]:
+    import smartnsq.compat
+
     names = [m.name for m in pkgutil.walk_packages(smartnsq.__path__, "smartnsq.")]
-    return [*sorted(n for n in names if not n.startswith(OPTIONAL)), "smartnsq"]
+    # smartnsq.compat is shipped from compat/ (package-dir): walked on its own path
+    names += [m.name for m in pkgutil.walk_packages(smartnsq.compat.__path__,
+                                                    "smartnsq.compat.")]
+    return [*sorted(set(n for n in names if not n.startswith(OPTIONAL))), "smartnsq"]
 
 
 def _root_names() -> set[str]:

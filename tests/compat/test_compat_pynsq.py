@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import smartnsq.compat.pynsq_loops as loops
 from smartnsq.compat import pynsq as nsq
 from smartnsq.devcluster import DevCluster
 from smartnsq.errors import InvalidArgument
@@ -200,7 +201,7 @@ def test_handler_semantics(cluster_of: Callable[..., DevCluster]) -> None:
 
 def run_until_with(done: threading.Event, tick: Callable[[], None]) -> None:
     """run() with ``tick`` called on the run() loop every 50 ms (for async answers)."""
-    loop = nsq._user_loop()
+    loop = loops.user_loop()
 
     def again() -> None:
         tick()

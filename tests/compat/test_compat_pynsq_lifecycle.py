@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import smartnsq.compat.pynsq_loops as loops
 from smartnsq.compat import pynsq as nsq
 from smartnsq.errors import ConnectionFailed, InvalidArgument
 from smartnsq.transport import loop_thread
@@ -151,19 +152,19 @@ def test_stats_and_starvation_are_read_on_the_network_loop() -> None:
 
 def test_the_run_loop_is_cleaned_up_with_its_last_user() -> None:
     def scenario() -> None:
-        before = nsq._set_loop()
+        before = loops.set_loop()
         writer = nsq.Writer(NOWHERE)
         reader = nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses=NOWHERE)
         loop = writer.io_loop
-        assert reader.io_loop is loop and threading.get_ident() in nsq._loops
+        assert reader.io_loop is loop and threading.get_ident() in loops.loops
         loop.call_soon(nsq.stop)
         nsq.run()
         writer.close()
-        assert threading.get_ident() in nsq._loops  # the Reader still uses it
+        assert threading.get_ident() in loops.loops  # the Reader still uses it
         reader.close().result(10)
-        assert threading.get_ident() not in nsq._loops
+        assert threading.get_ident() not in loops.loops
         expected = before if before is not None and not before.is_closed() else None
-        assert nsq._set_loop() is expected  # ours is not left set as the thread's loop
+        assert loops.set_loop() is expected  # ours is not left set as the thread's loop
         if before is None:
             assert loop.is_closed()  # it was ours
 

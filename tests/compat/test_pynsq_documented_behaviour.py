@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+import smartnsq.compat.pynsq_loops as loops
 from smartnsq import sync
 from smartnsq.compat import pynsq as nsq
 from smartnsq.errors import AlreadyResponded, ConnectionFailed, InvalidArgument
@@ -104,7 +105,7 @@ def deliver(reader: nsq.Reader, messages: Iterable[CoreMessage]) -> None:
 
 def run_until(condition: Callable[[], bool]) -> None:
     """nsq.run() until ``condition()`` holds (checked on the run() loop) or the deadline."""
-    loop = nsq._user_loop()
+    loop = loops.user_loop()
     deadline = time.monotonic() + DEADLINE
 
     def check() -> None:
@@ -297,7 +298,7 @@ def test_coroutine_handlers_answer_by_their_result(caplog: pytest.LogCaptureFixt
 def test_a_burst_larger_than_one_batch_is_all_handled_in_order() -> None:
     recorder = Recorder()
     seen: list[bytes] = []
-    count = nsq._Mailbox.BATCH + 50
+    count = loops.Mailbox.BATCH + 50
 
     def handler(message: nsq.Message) -> bool:
         seen.append(message.body)
@@ -381,8 +382,6 @@ def test_message_fields() -> None:
     assert youzan.id == bytes(range(16)).hex() and len(youzan.id) == 32
 
 
-@pytest.mark.xfail(strict=True, reason="pynsq's Message.is_alive() (documented in its "
-                   "Message class) is missing from the layer's Message")
 def test_message_is_alive_as_in_pynsq() -> None:
     reader = reader_of(lambda m: True)
     message = nsq.Message(core_message(Recorder(), b"x"), reader)
@@ -439,7 +438,7 @@ def test_connection_arguments_map_to_the_core() -> None:
 
 def test_a_failed_construction_takes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     before = loop_thread.shared_users()
-    had_loop = threading.get_ident() in nsq._loops
+    had_loop = threading.get_ident() in loops.loops
     with pytest.raises(InvalidArgument):
         nsq.Writer(NOWHERE, producer_options={"timeout": -1})
     assert loop_thread.shared_users() == before
@@ -450,7 +449,7 @@ def test_a_failed_construction_takes_nothing(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(loop_thread, "shared", no_thread)
     with pytest.raises(RuntimeError, match="no loop thread"):
         nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses=NOWHERE)
-    assert (threading.get_ident() in nsq._loops) is had_loop
+    assert (threading.get_ident() in loops.loops) is had_loop
     assert loop_thread.shared_users() == before
 
 
@@ -551,6 +550,6 @@ def test_finding_the_thread_loop_leaves_a_policys_own_factory_in_place(
         return loop
 
     monkeypatch.setattr(policy, "new_event_loop", factory, raising=False)
-    nsq._set_loop()
+    loops.set_loop()
     assert vars(policy)["new_event_loop"] is factory
     assert made == []  # asking created nothing
