@@ -99,8 +99,8 @@ async def run_lookup(args: argparse.Namespace) -> int:
         raise lookup_failure(exc, topic, lookupd, deadline.seconds) from None
     finally:
         await manager.close()
-    if not view.partitions and not view.producers:
-        raise topic_missing(topic)
+    if not view.partitions and not view.producers and not (view.meta and view.meta.known):
+        raise topic_missing(topic)  # (a youzan topic whose leaders are all down has its meta)
     replicas: dict[int, list[str]] = {}
     failed: list[str] = []
     if view.youzan and view.partitions:
@@ -143,7 +143,7 @@ async def run_lookup(args: argparse.Namespace) -> int:
                   f"{', ' + ', '.join(flags) if flags else ''}\n")
     if view.channels:
         out.write(f"channels: {', '.join(view.channels)}\n")
-    if partitions:
+    if partitions or (view.youzan and meta is not None and meta.known):
         rows = []
         for p in partitions:
             leader = p["leader"]

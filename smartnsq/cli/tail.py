@@ -177,9 +177,16 @@ async def run_tail(args: argparse.Namespace) -> int:
         except LookupFailed as exc:
             await manager.close()
             raise lookup_failure(exc, topic, lookupd, deadline.seconds) from None
-        if not view.partitions and not view.producers:
+        meta = view.meta
+        if not view.partitions and not view.producers and not (meta and meta.known):
             await manager.close()
-            raise topic_missing(topic)
+            raise topic_missing(topic)  # (a youzan topic whose leaders are down has its meta)
+        if args.partition:
+            known = set(view.partitions) | set(range(meta.partition_num if meta else 0))
+            if known and not set(args.partition) <= known:
+                await manager.close()
+                raise CLIError(f"--partition {sorted(set(args.partition) - known)}: topic "
+                               f"{topic!r} has partitions {sorted(known)}")
         options["lookup"] = manager
         if start is not None and not view.youzan:
             await manager.close()
@@ -195,12 +202,6 @@ async def run_tail(args: argparse.Namespace) -> int:
                 await manager.close()
                 raise
             start = None
-        if args.partition:
-            known = set(view.partitions)
-            if known and not set(args.partition) <= known:
-                await manager.close()
-                raise CLIError(f"--partition {sorted(set(args.partition) - known)}: topic "
-                               f"{topic!r} has partitions {sorted(known)}")
     else:
         options["nsqd"] = nsqd
         manager = None

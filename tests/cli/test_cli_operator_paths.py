@@ -96,9 +96,6 @@ async def test_tail_names_unknown_partitions(nsq_cluster: DevCluster) -> None:
         "--partition [4]: topic 'tp' has partitions [0, 1]")
 
 
-@pytest.mark.xfail(strict=True, reason="with --from on an ordered topic the channel is "
-                                       "positioned before --partition is checked, so an "
-                                       "unknown partition is reported as 'has no leader now'")
 async def test_tail_names_unknown_partitions_of_an_ordered_topic(
         nsq_cluster: DevCluster) -> None:
     await nsq_cluster.create_topic("tpo", partitions=2, ordered=True)
@@ -248,9 +245,6 @@ async def test_lookup_shows_a_partition_without_leader(nsq_cluster: DevCluster) 
     assert p0.split()[1] == nsq_cluster.node_info(nsq_cluster.leader_of("nl", 0)).tcp_address
 
 
-@pytest.mark.xfail(strict=True, reason="a youzan topic whose every partition has lost its "
-                                       "leader (lookupd still has its meta) is reported as "
-                                       "'does not exist: create it first'")
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1)
 async def test_lookup_of_a_topic_whose_only_leader_is_down(nsq_cluster: DevCluster) -> None:
     await nsq_cluster.create_topic("down", partitions=1, replicas=2, channels=[])
@@ -261,8 +255,6 @@ async def test_lookup_of_a_topic_whose_only_leader_is_down(nsq_cluster: DevClust
     assert code == 0 and "(no leader now)" in out
 
 
-@pytest.mark.xfail(strict=True, reason="tail of a youzan topic whose every partition has lost "
-                                       "its leader says 'does not exist: create it first'")
 @pytest.mark.nsq_cluster(nodes=2, lookupds=1)
 async def test_tail_of_a_topic_whose_only_leader_is_down(nsq_cluster: DevCluster) -> None:
     await nsq_cluster.create_topic("tdown", partitions=1, replicas=2, channels=[])
