@@ -22,6 +22,8 @@ the decisions of :mod:`smartnsq.model.failover` with timers:
 * **After a failed publish** (:meth:`RouteBook.after_failure`): tell the book what failed,
   then wait the delay the retry decision chose, shortened by a reheld partition or a probe
   turn, woken early by a route change.
+* **A deleted topic** (:meth:`RouteBook.forget`): once lookup says a topic a node refused
+  does not exist, its routes go, so publishes fail at their lookup rather than on the nodes.
 
 The book owns no connection: whether a node's connection is open and answering is asked of
 the pool through the two callables it is built with.
@@ -149,6 +151,18 @@ class RouteBook:
         for topic, routes in self._routes.items():
             if address in routes.addresses():
                 self.refresh(topic)
+
+    def forget(self, topic: str) -> None:
+        """Lookup says ``topic`` does not exist (deleted): drop its routes, probe turns and
+        holds. The next publish then looks it up and fails at once, instead of writing to
+        nodes that refuse it until its deadline; whoever waits on the topic wakes to find out.
+        A topic created again comes back with the lookup's next answer."""
+        self._routes.pop(topic, None)
+        for key in [k for k in (*self._probes, *self._lost) if k[0] == topic]:
+            self._probes.pop(key, None)
+            self._lost.pop(key, None)
+        for waiter, _ in self._waiters.pop(topic, ()):
+            _settle(waiter)
 
     def node_closed(self, address: Address) -> None:
         """The connection to ``address`` closed: the holds on it end with it."""

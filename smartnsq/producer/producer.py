@@ -31,10 +31,12 @@ from ..errors import (
     NoLeader,
     NotWritable,
     ProducerClosed,
+    ServerError,
     Timeout,
+    TopicNotFound,
 )
 from ..model.dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
-from ..model.routes import Address, RouteSource, TopicRoutes
+from ..model.routes import Address, RouteSource, StaticRouteSource, TopicRoutes
 from ..model.sharding import Router, ShardingKey, make_router
 from ..observability import otel, otel_metrics
 from ..observability.counters import PublishMeter
@@ -51,11 +53,14 @@ from .retry import (
     ROUTE,
     SEND,
     Decision,
+    Lookup,
     Next,
     answer_deadline,
     decide,
     least_time,
+    missing_topic,
     timed_out,
+    topic_gone,
 )
 from .routing import check_features, choose_side, choose_target, route_source
 from .validation import Checks, timeout_seconds
@@ -687,6 +692,11 @@ class Producer:
         wait (:meth:`smartnsq.discovery.route_book.RouteBook.after_failure`), then the wait;
         the next attempt begins after it."""
         error = request.error
+        if decision.check_topic and isinstance(error, ServerError):
+            gone = await self._topic_gone(request, error)
+            if gone is not None:  # (a deleted topic: no retry can succeed)
+                self._meter.failed(request.topic, request.target, gone)
+                raise gone
         if decision.keep_partition and request.partition is None \
                 and request.target is not None and self._migration is None:
             request.partition = request.target  # a sharded message is never re-routed
@@ -788,6 +798,28 @@ class Producer:
         return NoLeader(f"partition {target} of {topic!r} has no writable leader in lookup now "
                         f"(whether its leader is up was not checked: {unchecked})")
 
+    async def _topic_gone(self, request: Request, error: ServerError) -> TopicNotFound | None:
+        """A node has no such topic: does lookup still list it (asked afresh, within the
+        share of time :meth:`_no_leader` takes)? ``retry.topic_gone`` decides. A gone topic's
+        routes are forgotten: the next calls fail at their lookup, not on the nodes."""
+        lookup = getattr(self._source, "lookup", None)
+        budget = min(request.deadline - self._loop.time() - least_time(request.timeout), 1.0)
+        answer, found = Lookup.SILENT, None  # (a route source of the caller's own: retried)
+        if isinstance(self._source, StaticRouteSource):
+            answer = Lookup.NONE
+        elif lookup is not None and budget > 0:
+            try:
+                await lookup.view(request.topic, "w", refresh=True, timeout=budget)
+                answer = Lookup.LISTED
+            except TopicNotFound as exc:
+                answer, found = Lookup.GONE, exc
+            except Exception as exc:  # lookup failed or timed out: nothing more is known
+                log.debug("lookup of %r failed: %s", request.topic, summary(exc))
+        gone = topic_gone(request.topic, error, answer, node=request.node, found=found)
+        if gone is not None and answer is Lookup.GONE:
+            self._pool.book.forget(request.topic)
+        return gone
+
     async def _load_routes(self, request: Request) -> TopicRoutes:
         remaining = request.deadline - self._loop.time()
         if remaining <= 0:
@@ -797,6 +829,8 @@ class Producer:
         except asyncio.TimeoutError:
             raise Timeout(f"lookup of {request.topic!r} took longer than the call's "
                           f"{request.timeout:g}s{self._lookupd_errors()}") from None
+        except TopicNotFound as exc:  # (saying what to do: create the topic)
+            raise missing_topic(exc)  # noqa: B904  (its __cause__ is exc)
 
     def _lookupd_errors(self) -> str:
         """The lookupds' last errors, for a lookup that ran out of time (what a retried

@@ -19,6 +19,10 @@ unexpected
 pinned message                         at the partition's next probe turn (one per
                                        ``retry_delay`` per partition; the first success
                                        wakes the rest): the leader knows first
+``E_TOPIC_NOT_EXIST`` after a publish  ask lookup first (``check_topic``): gone, or no
+                                       lookup to ask (``nsqd=``: the node is the authority),
+                                       gives up with ``TopicNotFound`` (:func:`topic_gone`);
+                                       listed (being created, moving) or silent: as below
 ``REFRESH_AND_RETRY`` server error;    refresh lookup, retry after a back-off that a route
 no leader for the target               change ends early
 ``RETRY`` server error; lookup failed  retry after a back-off (a route change ends it)
@@ -64,19 +68,24 @@ from ..errors import (
 from ..model.backoff import exponential_delay
 
 NOT_WRITABLE = "E_FAILED_ON_NOT_WRITABLE"
+TOPIC_NOT_EXIST = "E_TOPIC_NOT_EXIST"
 
 __all__ = [
     "CONNECT",
     "NOT_WRITABLE",
     "ROUTE",
     "SEND",
+    "TOPIC_NOT_EXIST",
     "Decision",
+    "Lookup",
     "Next",
     "Stage",
     "answer_deadline",
     "decide",
     "incurable",
     "least_time",
+    "missing_topic",
+    "topic_gone",
 ]
 
 
@@ -107,11 +116,13 @@ class Decision:
     ``keep_partition``: the retry goes to the same partition; ``probe``: the partition's
     leader refused the write for now, so the retry takes the partition's next probe turn
     (``RouteBook.probe_delay``) when one is free within ``delay``, and wakes when another
-    publish to it succeeds; ``error``: what to raise when giving up (its ``__cause__`` already
-    set when it wraps the failure).
+    publish to it succeeds; ``check_topic``: the node has no such topic, so before retrying
+    the caller asks lookup whether the topic still exists (:func:`topic_gone` decides from
+    the answer): a deleted topic must not cost the call its whole deadline; ``error``: what
+    to raise when giving up (its ``__cause__`` already set when it wraps the failure).
     """
 
-    __slots__ = ("delay", "error", "keep_partition", "next", "probe")
+    __slots__ = ("check_topic", "delay", "error", "keep_partition", "next", "probe")
 
     def __init__(self, next: Next, delay: float = 0.0, *, keep_partition: bool = False,
                  probe: bool = False, error: BaseException | None = None) -> None:
@@ -119,12 +130,13 @@ class Decision:
         self.delay = delay
         self.keep_partition = keep_partition
         self.probe = probe
+        self.check_topic = False
         self.error = error
 
     def __repr__(self) -> str:
         return (f"Decision({self.next.name}, delay={self.delay:.3f}, "
                 f"keep_partition={self.keep_partition}, probe={self.probe}, "
-                f"error={self.error!r})")
+                f"check_topic={self.check_topic}, error={self.error!r})")
 
 
 def _give_up(error: BaseException) -> Decision:
@@ -203,9 +215,73 @@ def decide(error: BaseException, stage: Stage, attempt: int, time_left: float, *
         decision.delay = time_left
     decision.keep_partition = pinned
     # a pinned message can only wait for its own partition; an unpinned one goes elsewhere
-    decision.probe = pinned and stage is Stage.SEND and isinstance(error, ServerError) \
-        and error.code == NOT_WRITABLE
+    code = error.code if stage is Stage.SEND and isinstance(error, ServerError) else None
+    decision.probe = pinned and code == NOT_WRITABLE
+    # no such topic on the node: deleted, or not served yet (lookup tells which)
+    decision.check_topic = code == TOPIC_NOT_EXIST
     return decision
+
+
+class Lookup(enum.Enum):
+    """What the caller learned about a topic a node said it does not have."""
+
+    LISTED = "lookup lists the topic"  # being created, or its partition moved: retry
+    GONE = "lookup says the topic does not exist"
+    SILENT = "lookup did not answer in time"  # says nothing about the topic: retry
+    NONE = "no lookup to ask"  # fixed nsqd (``nsqd=``): the node's answer is the last word
+
+
+_HOW_TO_CREATE = ("create it first: smartnsq.admin.Admin.create_topic (or AsyncAdmin), "
+                  "nsqlookupd's /topic/create on a youzan cluster, or `smartnsq dev-cluster "
+                  "fault create-topic NAME:PARTITIONS:REPLICAS` on a dev cluster")
+
+
+def _not_found(topic: str, text: str) -> TopicNotFound:
+    error = TopicNotFound(topic)
+    error.args = (text,)  # (the class's own text says only "not found in lookup")
+    return error
+
+
+def missing_topic(error: TopicNotFound) -> TopicNotFound:
+    """Lookup's ``TopicNotFound`` saying what to do: create the topic. A subclass
+    (``TopicNotWritable``: no channel yet) already says what to do and is returned as is."""
+    if type(error) is not TopicNotFound:
+        return error
+    made = _not_found(error.topic, f"topic {error.topic!r} does not exist (not found in "
+                                   f"lookup): {_HOW_TO_CREATE}")
+    made.__cause__ = error
+    return made
+
+
+def topic_gone(topic: str, error: ServerError, answer: Lookup, *, node: str | None,
+               found: TopicNotFound | None = None) -> TopicNotFound | None:
+    """After ``E_TOPIC_NOT_EXIST`` from ``node`` (``error``): the ``TopicNotFound`` to give
+    up with, or None to retry as any refresh-and-retry error.
+
+    A node's "no such topic" alone is not the end: during youzan's slow creation, or while a
+    partition moves, lookup lists the topic before its nsqd serves it, so the call waits for
+    it within its deadline. Lookup saying the topic does not exist is the end (a deleted
+    topic stays deleted: waiting would only turn the cause into a ``Timeout``), and so is the
+    node's answer when there is no lookup to ask. ``found``: lookup's own ``TopicNotFound``,
+    kept when it says more (``TopicNotWritable``).
+    """
+    where = f"nsqd {node}" if node else "the nsqd"
+    if answer is Lookup.GONE:
+        if found is not None and type(found) is not TopicNotFound:
+            gone = found
+        else:
+            gone = _not_found(topic, f"topic {topic!r} does not exist: {where} answered "
+                                     f"{error.code} and lookup no longer lists it (deleted, "
+                                     f"or never created); {_HOW_TO_CREATE}")
+    elif answer is Lookup.NONE:
+        gone = _not_found(topic, f"topic {topic!r} does not exist on {where} (it answered "
+                                 f"{error.code}; with nsqd= the node is not asked again); "
+                                 f"{_HOW_TO_CREATE}; a topic of a youzan cluster is "
+                                 "published through its lookupds (lookupd=)")
+    else:
+        return None
+    gone.__cause__ = error
+    return gone
 
 
 def _by_failure(error: BaseException, stage: Stage, attempt: int, base: float, cap: float,
