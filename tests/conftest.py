@@ -20,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
 
 from smartnsq.transport import loop_thread
 
+# the nsq_cluster fixtures: opt-in, as for any project using them (docs/devcluster.md)
+pytest_plugins = ["smartnsq.testing.pytest_plugin"]
+
 FAIL_ON_SHARED_LOOP_LEAK = True
 """Flip to True once every suite releases what it takes: a leak then fails the test that
 left it instead of only warning (compat's suites still leak; their owner is on it)."""

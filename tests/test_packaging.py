@@ -1,18 +1,26 @@
-"""The built wheel holds ``smartnsq`` and nothing else.
+"""What would be published: the sdist and the wheel hold ``smartnsq`` and nothing else, the
+build warns of nothing, ``twine check`` passes, and installing smartnsq adds nothing to other
+projects' pytest runs (its plugin is opt-in).
 
-The project is copied to a temporary directory and built there, so the checkout gets no
-``build/`` or ``*.egg-info`` from this test. Without network the build runs without isolation,
-which needs setuptools >= 68 and wheel installed; with neither that nor a way to fetch them the
-test is skipped, never passed.
+The project is copied to a temporary directory and built there (``python -m build``: the sdist,
+then the wheel from the sdist, as an index's users would build it), so the checkout gets no
+``build/``, ``dist/`` or ``*.egg-info`` from this test. Without network the build runs without
+isolation, which needs setuptools >= 77 (SPDX ``license``) and wheel installed; with neither that
+nor a way to fetch them the test is skipped, never passed.
 """
 
 from __future__ import annotations
 
 import email
+import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import textwrap
 import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import metadata
 from importlib.util import find_spec
 from pathlib import Path
@@ -20,8 +28,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COPY = ("pyproject.toml", "README.md", "LICENSE", "smartnsq", "compat")
-IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
+# the whole checkout is copied (its tests too: a build that picks up a stray test file must be
+# seen to), less what git ignores and git itself
+IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pyc", "*.egg-info", "build",
+                                "dist", "site", ".mypy_cache", ".ruff_cache", ".pytest_cache",
+                                ".hypothesis", ".coverage", ".coverage.*")
 # what a failed build says when it could not get its build dependencies (offline machine)
 UNAVAILABLE = ("No matching distribution", "Could not find a version", "Failed to establish",
                "Temporary failure in name resolution", "Network is unreachable",
@@ -33,39 +44,65 @@ def _can_build_offline() -> bool:
         major = int(metadata.version("setuptools").split(".")[0])
     except metadata.PackageNotFoundError:
         return False
-    return major >= 68 and find_spec("wheel") is not None
+    return major >= 77 and find_spec("wheel") is not None
 
 
 def _build_command(src: Path, out: Path) -> list[str]:
     offline = _can_build_offline()
     if find_spec("build") is not None:
-        cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(src)]
+        cmd = [sys.executable, "-m", "build", "--outdir", str(out), str(src)]
         return [*cmd, "--no-isolation"] if offline else cmd
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)]
     return [*cmd, "--no-build-isolation"] if offline else cmd
 
 
+@dataclass
+class Built:
+    """The distributions built from a copy of the checkout, and what the build printed."""
+
+    out: Path
+    output: str
+    sdist: Path | None  # None when only pip was there to build (a wheel, no sdist)
+    wheel: Path
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    tmp = tmp_path_factory.mktemp("wheel")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    tmp = tmp_path_factory.mktemp("dist")
     src, out = tmp / "src", tmp / "out"
-    src.mkdir()
-    for name in COPY:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=IGNORE)
-        elif path.exists():
-            shutil.copy2(path, src / name)
-    proc = subprocess.run(_build_command(src, out), capture_output=True, text=True, timeout=300,
-                          check=False)
+    shutil.copytree(ROOT, src, ignore=IGNORE)
+    # without bytecode, setuptools says "byte-compiling is disabled" as a warning: not the
+    # project's (test_the_build_warns_of_nothing)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    proc = subprocess.run(_build_command(src, out), capture_output=True, text=True, timeout=600,
+                          check=False, env=env)
+    output = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        output = proc.stdout + proc.stderr
         if any(marker in output for marker in UNAVAILABLE):
-            pytest.skip("cannot build a wheel here (no build dependencies, no network): "
+            pytest.skip("cannot build here (no build dependencies, no network): "
                         + output.strip().splitlines()[-1][:200])
-        pytest.fail(f"wheel build failed:\n{output[-3000:]}")
-    (path,) = out.glob("smartnsq-*.whl")
-    return zipfile.ZipFile(path)
+        pytest.fail(f"build failed:\n{output[-3000:]}")
+    (wheel,) = out.glob("smartnsq-*.whl")
+    sdists = list(out.glob("smartnsq-*.tar.gz"))
+    return Built(out, output, sdists[0] if sdists else None, wheel)
+
+
+@pytest.fixture(scope="module")
+def wheel(built: Built) -> Iterator[zipfile.ZipFile]:
+    with zipfile.ZipFile(built.wheel) as archive:
+        yield archive
+
+
+@pytest.fixture(scope="module")
+def sdist(built: Built) -> list[str]:
+    """The sdist's member names, less its ``smartnsq-VERSION/`` folder."""
+    if built.sdist is None:
+        pytest.skip("the sdist needs the 'build' package (pip builds wheels only)")
+    with tarfile.open(built.sdist) as tar:
+        names = [m.name for m in tar.getmembers() if not m.isdir()]
+    prefix = names[0].split("/")[0] + "/"
+    assert all(n.startswith(prefix) for n in names)
+    return [n[len(prefix):] for n in names]
 
 
 def _names(wheel: zipfile.ZipFile) -> list[str]:
@@ -129,11 +166,106 @@ def test_metadata(wheel: zipfile.ZipFile) -> None:
     import smartnsq
 
     assert msg["Version"] == smartnsq.__version__
+    assert msg["License-Expression"] == "MIT"  # SPDX (PEP 639), not the deprecated table
+    assert msg.get_all("License-File") == ["LICENSE"]
+    assert "License" not in msg  # the free-text field the table wrote
     (entry,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     entry_points = wheel.read(entry).decode()
-    assert "smartnsq.testing.pytest_plugin" in entry_points
-    module = "smartnsq/testing/pytest_plugin.py"
-    assert module in _names(wheel)
+    assert "[console_scripts]" in entry_points
+    # the pytest plugin ships, but is not registered for every pytest run (opt-in)
+    assert "pytest11" not in entry_points and "pytest_plugin" not in entry_points
+    assert "smartnsq/testing/pytest_plugin.py" in _names(wheel)
+
+
+# what an sdist may hold besides the package: its metadata and the files that build it
+_SDIST_FILES = {"PKG-INFO", "pyproject.toml", "setup.cfg", "MANIFEST.in", "README.md", "LICENSE",
+                "CHANGELOG.md"}
+
+
+def test_the_sdist_holds_the_package_and_what_builds_it(sdist: list[str]) -> None:
+    stray = [n for n in sdist
+             if n not in _SDIST_FILES and n.split("/")[0] not in
+             {"smartnsq", "compat", "smartnsq.egg-info"}]
+    assert stray == [], f"the sdist ships {stray} (MANIFEST.in prunes what is not the package)"
+    for name in sdist:
+        parts = name.split("/")
+        assert "tests" not in parts and "fixtures" not in parts, name
+        assert not parts[-1].startswith("test_") and parts[-1] != "conftest.py", name
+    assert "LICENSE" in sdist and "smartnsq/py.typed" in sdist
+    sources = {p.relative_to(ROOT).as_posix() for d in ("smartnsq", "compat")
+               for p in (ROOT / d).rglob("*.py")}
+    assert sources <= set(sdist), f"missing from the sdist: {sorted(sources - set(sdist))}"
+
+
+def test_the_build_warns_of_nothing(built: Built) -> None:
+    """A setuptools deprecation today is a build that stops working on a date."""
+    warned = [line for line in built.output.splitlines()
+              if "warning" in line.lower() or "deprecat" in line.lower()]
+    assert warned == [], "\n".join(warned)
+
+
+def test_twine_check_passes(built: Built) -> None:
+    """What an index checks on upload (metadata, the README's rendering)."""
+    if find_spec("twine") is None:
+        pytest.skip("twine is not installed (it is in the dev extra)")
+    files = sorted(str(p) for p in built.out.iterdir())
+    proc = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *files],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("PASSED") == len(files), proc.stdout
+
+
+def _pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest run in another project (``project``), as a user of the installed smartnsq."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    (project / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n"
+                                        "asyncio_default_fixture_loop_scope = function\n")
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                          capture_output=True, text=True, timeout=300, check=False, cwd=project,
+                          env=env)
+
+
+_USES_THE_FIXTURE = """
+import pytest
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_uses_the_dev_cluster(nsq_cluster):
+    await nsq_cluster.create_topic("orders", partitions=1, replicas=1)
+    assert len(nsq_cluster.lookupd_http_addresses) == 1
+"""
+
+
+def test_another_projects_pytest_run_loads_nothing_of_smartnsq(tmp_path: Path) -> None:
+    """Installed, smartnsq adds no plugin to every pytest run (no import, no fixtures)."""
+    (tmp_path / "test_other.py").write_text(textwrap.dedent("""
+        import sys
+
+        def test_nothing_of_smartnsq(request):
+            assert "smartnsq" not in sys.modules
+            assert not any("smartnsq" in (name or "") for name, _ in
+                           request.config.pluginmanager.list_name_plugin())
+    """))
+    proc = _pytest_in(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tmp_path / "test_other.py").write_text(_USES_THE_FIXTURE)
+    proc = _pytest_in(tmp_path)
+    assert proc.returncode != 0 and "fixture 'nsq_cluster' not found" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("opt_in", ["conftest", "-p"])
+def test_the_plugin_is_one_line_to_opt_in(tmp_path: Path, opt_in: str) -> None:
+    (tmp_path / "test_mine.py").write_text(_USES_THE_FIXTURE)
+    args: tuple[str, ...] = ()
+    if opt_in == "conftest":
+        (tmp_path / "conftest.py").write_text(
+            'pytest_plugins = ["smartnsq.testing.pytest_plugin"]\n')
+    else:
+        args = ("-p", "smartnsq.testing.pytest_plugin")
+    proc = _pytest_in(tmp_path, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
 
 
 # what a plain client must not load: the HTTP client and its parser (only a lookupd client or

@@ -1,7 +1,13 @@
 """pytest plugin shipped with smartnsq: ``nsq_cluster`` fixtures backed by the embedded dev cluster.
 
-Registered through the ``pytest11`` entry point, so it loads in every pytest run where smartnsq
-is installed; it imports the dev cluster only when a fixture is used.
+Opt-in, not registered through a ``pytest11`` entry point: installed, smartnsq would otherwise
+load it into every pytest run of every project in that environment, fixtures, markers and hooks
+included. A project that wants the fixtures says so in its top-level ``conftest.py``::
+
+    pytest_plugins = ["smartnsq.testing.pytest_plugin"]
+
+(or ``pytest -p smartnsq.testing.pytest_plugin``). Loaded, it imports the dev cluster only when
+a fixture is used.
 
 Fixtures (function-scoped, need an asyncio test runner such as pytest-asyncio):
 
