@@ -349,9 +349,15 @@ class PlaintextAuthRefused(SecurityError):
 
 
 class LookupFailed(NSQError):
-    """No nsqlookupd answered usefully."""
+    """No nsqlookupd answered usefully; not ``retriable`` when every lookupd answered as some
+    other server (nsqd's ports, a web server): a configuration error, not a fault to wait out."""
 
     retriable = True
+
+    def __init__(self, *args: object, retriable: bool | None = None) -> None:
+        super().__init__(*args)
+        if retriable is not None:
+            self.retriable = retriable
 
 
 class LookupTimeout(LookupFailed, Timeout):
@@ -383,13 +389,14 @@ class LookupdRequestFailed(LookupdError):
     ``__cause__``: this, or a ``LookupdError`` with the status a lookupd answered. ``lookupd``
     is the address, ``state`` how it failed (``timeout``, ``refused``, ``tls``, ``malformed``,
     ``error``: as in ``LookupdStatus.state``); there was no status to read, so ``status`` is
-    0, and it is always ``retriable``.
+    0; ``retriable`` unless the peer answered as some server other than nsqlookupd.
     """
 
-    def __init__(self, lookupd: str, state: str, reason: str) -> None:
+    def __init__(self, lookupd: str, state: str, reason: str, *,
+                 retriable: bool = True) -> None:
         self.lookupd = lookupd
         self.state = state
-        super().__init__(0, f"{lookupd}: {reason}", retriable=True)
+        super().__init__(0, f"{lookupd}: {reason}", retriable=retriable)
 
 
 class TopicNotFound(LookupFailed):

@@ -131,6 +131,8 @@ class Discovery:
                 failed[:] = [exc]
                 log.warning("%s: topic not found in lookup; retrying", self.topic)
             except Exception as exc:
+                if isinstance(exc, LookupFailed) and not exc.retriable:
+                    raise  # no lookupd given is one: a configuration error, never retried
                 failures += 1
                 failed[:] = [exc]
                 log.warning("%s: lookup failed (%s); retrying", self.topic, exc)

@@ -22,6 +22,11 @@
   racing :mod:`smartnsq.discovery.race`'s. Each lookupd's ``state`` (``ok``, ``slow``,
   ``timeout``, ``refused``, ``malformed``, ``error``, ``tls``) is in
   :meth:`LookupdSet.health` and the log.
+* **The wrong kind of server.** A lookupd that answers as something else (nsqd's TCP or
+  HTTP port, a web server's page: :func:`smartnsq.protocol.diagnose.not_lookupd`) would
+  answer the same way again: once every known lookupd last answered so, a round raises a
+  ``LookupFailed`` that is not ``retriable`` instead of retrying. Nothing listening, a
+  timeout or a 5xx may pass (a lookupd restarting) and is always retried.
 * **Addresses.** https lookupds are asked over TLS, and the lookupds one of them lists are
   asked the same way (:meth:`~smartnsq.model.lookupd_health.LookupdHealth.sibling`).
 
@@ -56,7 +61,7 @@ from ..errors import (
 )
 from ..model.backoff import exponential_delay
 from ..model.lookupd_health import LookupdHealth, LookupdStatus, targets
-from ..protocol.diagnose import lookupd_hint
+from ..protocol.diagnose import lookupd_hint, not_lookupd
 from ..protocol.lookup import (
     ACCEPT_V1,
     LookupLimits,
@@ -157,6 +162,7 @@ class LookupdSet:
         self._discovering: asyncio.Task[None] | None = None
         self._last_discovery = -math.inf
         self._closed = False
+        self._wrong: set[str] = set()  # answered last as a server that is not nsqlookupd
 
     async def start(self) -> None:
         """Make the HTTP client (unless given one) and learn the cluster's lookupds."""
@@ -259,6 +265,11 @@ class LookupdSet:
         self._kick_discovery()
         final = [e for e in errors if isinstance(e, LookupdError) and not e.retriable]
         detail = "; ".join(str(e) for e in errors) or "no lookupd to ask"
+        if self._lookupds and self._wrong.issuperset(self._lookupds):
+            # each one answered as some other server: asking again meets the same answers
+            wrong = "; ".join(d.last_error or d.address for d in self._lookupds.values())
+            raise LookupFailed(f"lookup of {topic!r} failed: no lookupd given is nsqlookupd "
+                               f"(fix the lookupd addresses): {wrong}", retriable=False)
         if final and len(final) == len(errors):
             raise LookupFailed(f"lookup of {topic!r} refused: {detail}")
         return _Unanswered(f"no lookupd answered the lookup of {topic!r} ({access}): {detail}",
@@ -303,13 +314,16 @@ class LookupdSet:
             self._succeeded(lookupd)
             raise
         except LookupdError as exc:
-            if exc.retriable:
+            if not_lookupd(status, body, "/lookup"):
+                self._wrong_kind(lookupd, exc)
+            elif exc.retriable:
                 self._failed(lookupd, exc, "error")
             else:
                 self._succeeded(lookupd)
             raise
         except ProtocolError as exc:
-            error = LookupdRequestFailed(lookupd.address, "malformed", str(exc))
+            error = LookupdRequestFailed(lookupd.address, "malformed", str(exc),
+                                         retriable=not not_lookupd(status, body, "/lookup"))
             self._failed(lookupd, error, "malformed")
             raise error from exc
         self._succeeded(lookupd)
@@ -337,7 +351,14 @@ class LookupdSet:
         self._failed(lookupd, failure, failure.state)
         raise failure
 
+    def _wrong_kind(self, lookupd: LookupdHealth, error: LookupdError) -> None:
+        """The lookupd answered as some other server (nsqd's HTTP API): a failure that keeps
+        it skipped (logged once), and counts towards failing the lookup at once."""
+        self._failed(lookupd, LookupdRequestFailed(lookupd.address, "malformed",
+                                                   error.message, retriable=False), "malformed")
+
     def _succeeded(self, lookupd: LookupdHealth) -> None:
+        self._wrong.discard(lookupd.address)
         failures = lookupd.succeeded()
         if failures:
             log.info("lookupd %s answers again after %d failures", lookupd.address, failures)
@@ -345,6 +366,10 @@ class LookupdSet:
     def _failed(self, lookupd: LookupdHealth, error: BaseException,
                 state: str = "error") -> None:
         cfg = self._settings
+        if getattr(error, "retriable", True):
+            self._wrong.discard(lookupd.address)  # a fault that may pass: keep asking
+        else:
+            self._wrong.add(lookupd.address)
         delay = lookupd.failed(loop_time(), str(error), state, cfg.backoff, cfg.backoff_max)
         level = logging.WARNING if lookupd.failures == 1 else logging.DEBUG
         log.log(level, "lookupd %s failed (%s, %d in a row; skipped for %.2fs): %s",
@@ -447,7 +472,8 @@ class LookupdSet:
             answer = parse_listlookup(status, body)
         except (LookupdError, ProtocolError) as exc:
             state = "malformed" if isinstance(exc, ProtocolError) else "error"
-            error = LookupdRequestFailed(lookupd.address, state, str(exc))
+            error = LookupdRequestFailed(lookupd.address, state, str(exc),
+                                         retriable=not not_lookupd(status, body, "/listlookup"))
             self._failed(lookupd, error, state)
             raise error from exc
         self._succeeded(lookupd)
@@ -465,7 +491,8 @@ def _http_failure(address: str, exc: NSQError, cfg: LookupdSettings) -> LookupdR
         return LookupdRequestFailed(address, "malformed", f"answer {size}over max_answer_size "
                                     f"({cfg.max_answer_size} bytes)")
     if isinstance(exc, NotHttp):  # nsqd's TCP port, or some other service
-        return LookupdRequestFailed(address, "malformed", lookupd_hint(exc.found))
+        return LookupdRequestFailed(address, "malformed", lookupd_hint(exc.found),
+                                    retriable=False)
     if isinstance(exc, ProtocolError):
         return LookupdRequestFailed(address, "malformed", reason)
     if isinstance(exc, Timeout):

@@ -9,7 +9,8 @@ to :data:`LINE`, so a multi-line page never reaches an error or the log.
 
 from __future__ import annotations
 
-from typing import Final
+import json
+from typing import Any, Final
 
 __all__ = [
     "LINE",
@@ -21,6 +22,7 @@ __all__ = [
     "is_html",
     "looks_like_http",
     "lookupd_hint",
+    "not_lookupd",
     "nsqd_hint_for_http",
 ]
 
@@ -31,6 +33,7 @@ LINE: Final = 80
 """The most of an answer's text shown in an error."""
 
 _HTTP: Final = b"HTTP/"
+_NO_ROUTE: Final = "NOT_FOUND"  # nsqd's (any Go NSQ daemon's) answer to a path it lacks
 _NSQ_FRAME_TYPES: Final = {0: "response", 1: "error", 2: "message"}
 
 
@@ -109,3 +112,27 @@ def nsqd_hint_for_http(data: bytes | bytearray) -> str:
     return (f"answered with HTTP ({first_line(bytes(data))!r}), not NSQ's TCP protocol: is "
             f"this nsqd's TCP port (usually {NSQD_TCP_PORT})? ({NSQD_HTTP_PORT} is nsqd's "
             f"HTTP port, {LOOKUPD_HTTP_PORT} nsqlookupd's)")
+
+
+def _error_text(body: bytes | str) -> str:
+    """The error text of a JSON error answer (either envelope) or of a plain-text one."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes | bytearray) else body
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        return text.strip()
+    if isinstance(value, dict):
+        found = value.get("message", value.get("status_txt"))
+        return found if isinstance(found, str) else ""
+    return ""
+
+
+def not_lookupd(status: int, body: bytes | str, path: str) -> bool:
+    """The HTTP answer to ``path`` shows the peer is some server other than nsqlookupd: a web
+    page below 500 (a 5xx page is a proxy's, whose lookupd may come back), or nsqd's
+    ``404 NOT_FOUND`` to ``/lookup`` (a route every lookupd has; ``/listlookup`` answers so on
+    a classic lookupd). Such a peer answers the same way every time: a wrong address, not a
+    fault to wait out."""
+    if is_html(body):
+        return status < 500
+    return path == "/lookup" and status == 404 and _error_text(body) == _NO_ROUTE
