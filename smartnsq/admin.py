@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
-from .discovery.lookup import normalize_lookupd
+from .discovery.lookup import normalize_lookupds
 from .errors import (
     AdminError,
     AnswerTooLarge,
@@ -87,17 +87,11 @@ def _positive(name: str, value: object) -> float:
 
 
 def _addresses(values: Sequence[str] | str | None, what: str) -> tuple[str, ...]:
-    if values is None:
-        return ()
-    if isinstance(values, str):
-        values = [v for v in values.split(",") if v.strip()]
-    out = []
-    for value in values:
-        try:
-            out.append(normalize_lookupd(value))
-        except InvalidArgument:
-            raise InvalidArgument(what, "must be 'host:http_port'", value) from None
-    return tuple(dict.fromkeys(out))
+    # "a:1,b:2" is two addresses, alone or in a list
+    try:
+        return tuple(normalize_lookupds(values))
+    except InvalidArgument as exc:
+        raise InvalidArgument(what, "must be 'host:http_port'", exc.value) from None
 
 
 class AsyncAdmin:
@@ -423,6 +417,9 @@ class AsyncAdmin:
         ``progress`` is called after every round with a :class:`CreationProgress`. Raises
         :class:`~smartnsq.errors.Timeout` (saying how far it got) when ``timeout`` passes,
         :class:`AdminError` when the cluster refuses (bad parameters, not enough nodes).
+        A youzan lookupd's "No node is available for topic" while fewer nsqd are registered
+        than ``replicas`` is a cluster still starting: the create is re-sent until
+        ``timeout`` (the ``Timeout`` then quotes that answer).
         """
         channels = list(dict.fromkeys(channels))
         for name in channels:
@@ -486,10 +483,11 @@ class AsyncAdmin:
                     last_sent = time.monotonic()
                     log.debug("sent /topic/create %s to %s", topic, leader)
                 except AdminError as exc:
-                    if not exc.not_leader:
+                    if not exc.not_leader and not await self._registering(exc, replicas):
                         raise
                     last_error = str(exc)
-                    leader = await self._youzan_leader("topic create") or leader
+                    if exc.not_leader:
+                        leader = await self._youzan_leader("topic create") or leader
                 except (ConnectionFailed, Timeout) as exc:
                     if last_sent is None and len(self.lookupd) == 1:
                         raise
@@ -526,6 +524,22 @@ class AsyncAdmin:
                 write = await self._view(topic, "w", left)
             if not state.done:
                 await asyncio.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+    async def _registering(self, exc: AdminError, replicas: int) -> bool:
+        """Whether a refused create is a cluster still starting: the lookupd says no node
+        is available while fewer nsqd have registered than ``replicas`` asks for.
+
+        A youzan lookupd counts only the nodes whose registration it has seen, so right after
+        the cluster starts it refuses a create that will succeed once they are in; with
+        enough nodes registered, the same answer is the cluster's final word.
+        """
+        if exc.status != 400 or "no node is available" not in exc.message.lower():
+            return False
+        try:
+            registered = len(await self.nodes())
+        except NSQError:
+            return False
+        return registered < replicas
 
     async def _register_channel(self, leader: str, topic: str, channel: str,
                                 timeout: float) -> None:

@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from .. import __version__
 from ..transport import event_loop
@@ -69,6 +69,15 @@ class _Parser(argparse.ArgumentParser):
             finally:
                 self._mixing = False
         return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        # `pub --topic t`: argparse only says "unrecognized arguments" (or that TOPIC is
+        # missing), while what the user needs is that the topic is not an option
+        argv = getattr(_streams, "argv", None) or []
+        command = getattr(_streams, "command", None)
+        if command and any(a == "--topic" or a.startswith("--topic=") for a in argv):
+            message += f" (the topic is positional: smartnsq {command} TOPIC)"
+        super().error(message)
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if not message:
@@ -133,6 +142,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_TOPIC_COMMANDS = ("pub", "tail", "lookup", "stats", "top")
+"""The commands whose topic is a positional argument (``smartnsq pub TOPIC``)."""
+
+
+def _topic_command(argv: Sequence[str]) -> str | None:
+    """The command named on the command line when it takes a positional topic."""
+    for item in argv:
+        if item in _TOPIC_COMMANDS:
+            return item
+    return None
+
+
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s"
 LOG_DATE_FORMAT = "%H:%M:%S"
 
@@ -192,6 +213,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
     err = stderr if stderr is not None else sys.stderr
     parser = build_parser()
     _streams.out, _streams.err = out, err
+    _streams.argv = list(sys.argv[1:] if argv is None else argv)
+    _streams.command = _topic_command(_streams.argv)
     try:
         args, extra = parser.parse_known_args(argv)
         if extra and not getattr(args, "passthrough", False):
@@ -199,7 +222,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
     except SystemExit as exc:  # argparse printed usage or help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     finally:
-        _streams.out = _streams.err = None
+        _streams.out = _streams.err = _streams.argv = _streams.command = None
     if args.command is None:
         parser.print_help(out)
         return EXIT_USAGE

@@ -29,6 +29,7 @@ from .util import (
     cluster_addresses,
     deadline_of,
     dumps,
+    timeout_of,
     topic_missing,
 )
 
@@ -147,6 +148,28 @@ def _key_of(body: bytes, path: list[str], where: str) -> str | int:
     return value
 
 
+def _batches(bodies: list[bytes], count: int, limit: int, overhead: int) -> list[list[bytes]]:
+    """``bodies`` in order, cut into MPUBs of at most ``count`` messages and ``limit`` bytes.
+
+    By count alone, a few large lines (8 of 900 KiB) make a batch the server's max body size
+    refuses; a line too big for any batch was refused before (``max_msg_size``), so each
+    batch holds at least one message.
+    """
+    out: list[list[bytes]] = []
+    part: list[bytes] = []
+    size = 0
+    for body in bodies:
+        cost = len(body) + overhead
+        if part and (len(part) >= count or size + cost > limit):
+            out.append(part)
+            part, size = [], 0
+        part.append(body)
+        size += cost
+    if part:
+        out.append(part)
+    return out
+
+
 def _flag_error(exc: InvalidArgument, partition: int | None) -> str:
     """A refusal of :func:`smartnsq.model.partitions.partition_for` in the words of the flags."""
     if exc.field == "partition" and partition is not None:
@@ -161,9 +184,11 @@ async def run_pub(args: argparse.Namespace) -> int:
     from ..model.partitions import partition_for
     from ..model.sharding import make_router
     from ..producer.producer import Producer
+    from ..protocol.commands import encode_headers
 
     topic = check_topic(args.topic)
     lookupd, nsqd = cluster_addresses(args)
+    timeout = timeout_of(args)
     headers = _parse_headers(args.header)
     if args.batch < 1:
         raise CLIError("--batch must be at least 1")
@@ -181,7 +206,6 @@ async def run_pub(args: argparse.Namespace) -> int:
     router = make_router(args.sharding)
     totals = _Totals()
     started = time.monotonic()
-    timeout = max(0.1, float(args.timeout))
     deadline = deadline_of(args)
     lookup_options = {"timeout": timeout, "connect_timeout": min(2.0, timeout),
                       "attempts": 2} if lookupd else None
@@ -228,9 +252,17 @@ async def run_pub(args: argparse.Namespace) -> int:
             lanes = max(1, partition_num or len(routes.nodes))
             chunk_size = args.batch * _CHUNK_BATCHES * lanes
 
+            # what each message adds to an MPUB body besides its bytes: its size, a trace id,
+            # the ext JSON (headers and the trace id key)
+            ext = len(encode_headers(headers)) + 2 + 64 if headers else 0
+            overhead = 4 + (8 if args.trace_id is not None else 0) + ext
+            limit = producer.config.max_body_size - 4  # the message count
+
+            def batches(bodies: list[bytes]) -> list[list[bytes]]:
+                return _batches(bodies, args.batch, limit, overhead)
+
             async def send_group(target: int | None, bodies: list[bytes]) -> None:
-                for i in range(0, len(bodies), args.batch):
-                    part = bodies[i:i + args.batch]
+                for part in batches(bodies):
                     kwargs: dict[str, Any] = {"trace_id": args.trace_id, "headers": headers}
                     if target is not None:
                         kwargs["partition"] = target
@@ -259,10 +291,9 @@ async def run_pub(args: argparse.Namespace) -> int:
                     if target is None and args.sharding_key is None and lanes > 1:
                         # unsharded: no order to keep, so batches go out over several lanes
                         # at once and the producer spreads them over the partitions
-                        size = args.batch
-                        batches = [bodies[i:i + size] for i in range(0, len(bodies), size)]
+                        split = batches(bodies)
                         for lane in range(lanes):
-                            mine = [b for part in batches[lane::lanes] for b in part]
+                            mine = [b for part in split[lane::lanes] for b in part]
                             if mine:
                                 jobs.append(send_group(None, mine))
                     else:

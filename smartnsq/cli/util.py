@@ -8,6 +8,7 @@ argparse and this file, not httpx or the clients.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -22,6 +23,7 @@ __all__ = [
     "admin_client",
     "lookup_manager",
     "split_addresses",
+    "timeout_of",
 ]
 
 
@@ -55,8 +57,28 @@ class Deadline:
         return time.monotonic() >= self.end
 
 
+def timeout_of(args: Any) -> float:
+    """The command's ``--timeout``, checked: a finite number of seconds greater than 0.
+
+    Every command reads it through here (``deadline_of``, ``lookup_manager``,
+    ``admin_client``), so ``-1``, ``0``, ``nan`` and ``inf`` get one message naming
+    ``--timeout`` instead of being clamped by some commands, refused by others, or refused
+    deep in the library under the name of an option the user never gave.
+    """
+    value = getattr(args, "timeout", 10.0)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise CLIError(f"bad --timeout {value!r}: expected a finite number of seconds "
+                       f"greater than 0 (e.g. --timeout 10)")
+    return seconds
+
+
 def deadline_of(args: Any) -> Deadline:
     """The command's deadline: the one ``main`` started when it was called, else a new one."""
+    timeout_of(args)
     deadline = getattr(args, "deadline", None)
     return deadline if isinstance(deadline, Deadline) else Deadline(args.timeout)
 
@@ -221,7 +243,7 @@ def lookup_manager(args: Any, lookupd: list[str]) -> Any:
     """
     from ..discovery.lookup import LookupManager
 
-    timeout = max(0.1, float(args.timeout))
+    timeout = timeout_of(args)
     return LookupManager(lookupd, timeout=timeout, connect_timeout=min(2.0, timeout),
                          attempts=2, retry_delay=0.1, retry_delay_max=0.5)
 
@@ -232,5 +254,6 @@ def admin_client(args: Any, lookupd: Sequence[str] = (), deadline: Deadline | No
     within what is left of ``deadline``)."""
     from ..admin import AsyncAdmin
 
-    timeout = deadline.left() if deadline is not None else max(0.1, float(args.timeout))
+    checked = timeout_of(args)
+    timeout = deadline.left() if deadline is not None else checked
     return AsyncAdmin(list(lookupd), timeout=timeout)

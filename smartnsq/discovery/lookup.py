@@ -169,6 +169,17 @@ def normalize_lookupd(address: str) -> str:
     return f"https://{base}" if scheme == "https" else base
 
 
+def normalize_lookupds(addresses: Iterable[str] | str | None) -> list[str]:
+    """:func:`normalize_lookupd` of each address, ``"a:1,b:2"`` being two (alone or in a
+    list): the form of ``SMARTNSQ_LOOKUPD`` and ``--lookupd``, so a value copied from them
+    works in code too; an error names the bad address. Duplicates are dropped."""
+    out: list[str] = []
+    for item in address_list(addresses, "lookupd"):
+        parts = item.split(",") if isinstance(item, str) else [item]
+        out.extend(normalize_lookupd(part) for part in parts if str(part).strip())
+    return list(dict.fromkeys(out))
+
+
 @dataclass(frozen=True)
 class TopicChange:
     """A topic's view changed (``old`` is ``None`` the first time, ``new`` when it is gone).
@@ -230,8 +241,7 @@ class LookupManager:
                                       sorted(unknown))
             config = replace(config, **options)
         self._config = config
-        seeds = tuple(dict.fromkeys(normalize_lookupd(a)
-                                    for a in address_list(lookupd, "lookupd")))
+        seeds = tuple(normalize_lookupds(lookupd))  # ("a:1,b:2" is two, as --lookupd takes)
         if not seeds:
             raise InvalidArgument("lookupd", "needs at least one address", list(seeds))
         self.counters: Counter[str] = Counter()

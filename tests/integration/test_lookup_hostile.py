@@ -145,11 +145,11 @@ async def test_https_lookupd_is_asked_over_tls(
                 await lm.view("t")
 
 
-@pytest.mark.parametrize("bad", ["h:1,h2:2", "", " ", "host", "host:", ":4161", "host:0",
+@pytest.mark.parametrize("bad", ["h:1,h2", "", " ", "host", "host:", ":4161", "host:0",
                                  "host:65536", "ftp://host:4161", "http://host:4161/lookup",
                                  "ho st:4161", "host:41 61", "host:\u00b2", "host:\u0663"])
 def test_bad_addresses_are_refused_at_construction(bad: str) -> None:
-    # before: "h:1,h2:2" leaked httpx.InvalidURL at the first request
+    # ("h:1,h2:2" is two addresses, as --lookupd takes them: each is checked)
     with pytest.raises(InvalidArgument) as caught:
         LookupManager([bad])
     assert caught.value.field == "lookupd"

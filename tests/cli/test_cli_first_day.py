@@ -1,0 +1,61 @@
+"""A user's first commands: a bad ``--timeout``, ``--topic`` given as an option, and lines too
+big together for one MPUB: each a clear answer (or just working), whatever the command."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from typing import Any
+
+import pytest
+
+from smartnsq.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _no_env_lookupd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SMARTNSQ_LOOKUPD", raising=False)
+
+
+async def cli(*argv: str, stdin: str = "") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(main, list(argv), stdin=io.StringIO(stdin), stdout=out,
+                                   stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+COMMANDS = [("pub", "t"), ("lookup", "t"), ("tail", "t"), ("stats", "t"), ("top", "t", "--json")]
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "-inf"])
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+async def test_every_command_refuses_a_bad_timeout_alike(command: tuple[str, ...],
+                                                         value: str) -> None:
+    # a closed port: the check comes before anything is dialled
+    code, _, err = await cli(*command, "--lookupd", "127.0.0.1:1", f"--timeout={value}",
+                             stdin="x\n")
+    assert code == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "--timeout" in lines[0] and "finite number of seconds greater than 0" in lines[0]
+    assert "drain_timeout" not in lines[0]
+
+
+@pytest.mark.parametrize("command", ["pub", "tail", "lookup", "stats"])
+@pytest.mark.parametrize("form", [["--topic", "t"], ["--topic=t"]])
+async def test_topic_as_an_option_says_it_is_positional(command: str, form: list[str]) -> None:
+    code, _, err = await cli(command, *form, "--lookupd", "127.0.0.1:1", stdin="x\n")
+    assert code == 2
+    assert f"the topic is positional: smartnsq {command} TOPIC" in err, err
+
+
+async def test_pub_batches_by_bytes_within_max_body_size(nsq_cluster: Any) -> None:
+    await nsq_cluster.create_topic("big", partitions=1, channels=["default"])
+    lookupd = nsq_cluster.lookupd_http_addresses[0]
+    lines = "".join(f"{i}" + "x" * (900 * 1024) + "\n" for i in range(8))  # 7.2 MiB in all
+    code, out, err = await cli("pub", "big", "--lookupd", lookupd, "--json", stdin=lines)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["messages"] == 8
+    assert summary["commands"] >= 2  # 5 MiB per MPUB at most
