@@ -86,6 +86,11 @@ def _positive(name: str, value: object) -> float:
     return check_number(name, value, low_open=True)
 
 
+# how long "No node is available" may be a cluster's nsqd still registering (they register
+# with the lookupds as they start, within a second or two)
+REGISTRATION_GRACE = 5.0
+
+
 def _addresses(values: Sequence[str] | str | None, what: str) -> tuple[str, ...]:
     # "a:1,b:2" is two addresses, alone or in a list
     try:
@@ -418,8 +423,9 @@ class AsyncAdmin:
         :class:`~smartnsq.errors.Timeout` (saying how far it got) when ``timeout`` passes,
         :class:`AdminError` when the cluster refuses (bad parameters, not enough nodes).
         A youzan lookupd's "No node is available for topic" while fewer nsqd are registered
-        than ``replicas`` is a cluster still starting: the create is re-sent until
-        ``timeout`` (the ``Timeout`` then quotes that answer).
+        than ``replicas`` is taken for a cluster still starting for the first
+        :data:`REGISTRATION_GRACE` seconds: the create is re-sent meanwhile (a ``Timeout`` then
+        quotes that answer); after it, the refusal is raised.
         """
         channels = list(dict.fromkeys(channels))
         for name in channels:
@@ -483,7 +489,8 @@ class AsyncAdmin:
                     last_sent = time.monotonic()
                     log.debug("sent /topic/create %s to %s", topic, leader)
                 except AdminError as exc:
-                    if not exc.not_leader and not await self._registering(exc, replicas):
+                    if not exc.not_leader and not await self._registering(exc, replicas,
+                                                                          started):
                         raise
                     last_error = str(exc)
                     if exc.not_leader:
@@ -525,15 +532,18 @@ class AsyncAdmin:
             if not state.done:
                 await asyncio.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
-    async def _registering(self, exc: AdminError, replicas: int) -> bool:
+    async def _registering(self, exc: AdminError, replicas: int, started: float) -> bool:
         """Whether a refused create is a cluster still starting: the lookupd says no node
-        is available while fewer nsqd have registered than ``replicas`` asks for.
+        is available while fewer nsqd have registered than ``replicas`` asks for, within
+        :data:`REGISTRATION_GRACE` of the call's start.
 
         A youzan lookupd counts only the nodes whose registration it has seen, so right after
         the cluster starts it refuses a create that will succeed once they are in; with
-        enough nodes registered, the same answer is the cluster's final word.
+        enough nodes registered, or past the grace (a cluster that has too few nodes), the
+        same answer is the cluster's final word.
         """
-        if exc.status != 400 or "no node is available" not in exc.message.lower():
+        if exc.status != 400 or "no node is available" not in exc.message.lower() \
+                or time.monotonic() - started > REGISTRATION_GRACE:
             return False
         try:
             registered = len(await self.nodes())
