@@ -395,3 +395,16 @@ def closed_port() -> int:
 def rows(text: str) -> list[dict[str, Any]]:
     """The JSON lines of a command's output."""
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+async def cli(*argv: str, stdin: str = "", timeout: float = 120.0) -> tuple[int, str, str]:
+    """``smartnsq ARGV...`` run in-process (in a thread: the command runs its own loop):
+    exit code, stdout, stderr; ``timeout`` bounds a command that would hang."""
+    import io
+
+    from smartnsq.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.wait_for(asyncio.to_thread(
+        main, list(argv), stdin=io.StringIO(stdin), stdout=out, stderr=err), timeout)
+    return code, out.getvalue(), err.getvalue()

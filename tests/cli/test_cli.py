@@ -12,23 +12,11 @@ import json
 from typing import Any
 
 import pytest
-from support import closed_port, rows
+from support import cli, closed_port, rows
 
 from smartnsq.cli import main
 from smartnsq.cli.util import CLIError
 from smartnsq.model.sharding import murmur3_partition
-
-
-@pytest.fixture(autouse=True)
-def _no_env_lookupd(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SMARTNSQ_LOOKUPD", raising=False)
-
-
-async def cli(*argv: str, stdin: str = "") -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = await asyncio.to_thread(main, list(argv), stdin=io.StringIO(stdin), stdout=out,
-                                   stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_one_line_error(code: int, err: str, *fragments: str) -> None:

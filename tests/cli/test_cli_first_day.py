@@ -3,27 +3,11 @@ big together for one MPUB: each a clear answer (or just working), whatever the c
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
 from typing import Any
 
 import pytest
-
-from smartnsq.cli import main
-
-
-@pytest.fixture(autouse=True)
-def _no_env_lookupd(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SMARTNSQ_LOOKUPD", raising=False)
-
-
-async def cli(*argv: str, stdin: str = "") -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = await asyncio.to_thread(main, list(argv), stdin=io.StringIO(stdin), stdout=out,
-                                   stderr=err)
-    return code, out.getvalue(), err.getvalue()
-
+from support import cli
 
 COMMANDS = [("pub", "t"), ("lookup", "t"), ("tail", "t"), ("stats", "t"), ("top", "t", "--json")]
 

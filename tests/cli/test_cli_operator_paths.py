@@ -13,34 +13,20 @@ once. Commands run in-process (``main`` in a worker thread) against dev clusters
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import re
 from datetime import datetime, timezone
 
 import pytest
-from support import closed_port, rows
+from support import cli, closed_port, rows
 
 from smartnsq import Consumer, Producer
-from smartnsq.cli import main
 from smartnsq.cli.tail import parse_start
 from smartnsq.cli.util import CLIError
 from smartnsq.devcluster import DevCluster
 from smartnsq.protocol.commands import StartPosition
 
 BOUND = 20.0
-
-
-@pytest.fixture(autouse=True)
-def _no_env_lookupd(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SMARTNSQ_LOOKUPD", raising=False)
-
-
-async def cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = await asyncio.wait_for(asyncio.to_thread(main, list(argv), stdout=out, stderr=err),
-                                  BOUND * 2)
-    return code, out.getvalue(), err.getvalue()
 
 
 def one_line_error(code: int, err: str) -> str:

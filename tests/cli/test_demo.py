@@ -11,15 +11,9 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
 from support import slow_topic_creation
 
 from smartnsq.cli import main
-
-
-@pytest.fixture(autouse=True)
-def _no_env_lookupd(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SMARTNSQ_LOOKUPD", raising=False)
 
 
 def test_demo_in_process_verifies_order_and_failover() -> None:
