@@ -1,7 +1,10 @@
 """The Spark connector (``format("nsq")``) on the dev cluster and on the real youzan servers.
 
 A small batch read of a topic published by a ``Producer``, and a small batch write through the
-sink checked by a ``Consumer``. Spark's Python workers are other processes: they reach either
+sink checked by a ``Consumer``, and bounded reads that select nothing (an empty topic,
+``latest``, timestamps outside the messages: an empty DataFrame with the source's schema, as
+an empty Kafka offset range is; the queue bounds and the timestamp search are the server's).
+Spark's Python workers are other processes: they reach either
 cluster over loopback. The Spark calls block, so they run in a thread while the test's event
 loop keeps serving the dev cluster. One test each: a SparkSession is slow.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -96,3 +100,39 @@ async def test_spark_writes_a_topic(nsq_any_cluster: Any, spark_session: Any) ->
     key_of = {body: key for key, body in rows}
     for body, partition in got.items():  # routed as the Producer routes a sharding key
         assert partition == murmur3_partition(key_of[body], 2), body
+
+
+async def test_spark_reads_selecting_nothing_are_empty_frames(nsq_any_cluster: Any,
+                                                              spark_session: Any) -> None:
+    from smartnsq.spark import read_schema
+
+    cluster = nsq_any_cluster
+    topic = fresh_name("spark-empty")
+    await cluster.create_topic(topic, partitions=2, replicas=1, channels=["ch"])
+    lookupd = ",".join(cluster.lookupd_http_addresses)
+
+    def read(**options: str) -> tuple[list[Any], Any]:
+        reader = spark_session.read.format("nsq").option("lookupd", lookupd) \
+            .option("topic", topic)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        frame = reader.load()
+        return list(frame.collect()), frame.schema
+
+    async def rows_of(**options: str) -> list[Any]:
+        rows, schema = await asyncio.wait_for(asyncio.to_thread(read, **options), SPARK_WAIT)
+        assert schema == read_schema(), options
+        return rows
+
+    hour_ago = int(time.time()) - 3600
+    assert await rows_of() == []  # nothing published yet
+    assert await rows_of(endingOffsets=f"timestamp:{hour_ago}") == []  # searched, empty
+    async with Producer(lookupd=cluster.lookupd_http_addresses) as producer:
+        for i in range(4):
+            async with bounded(10):
+                await producer.publish(topic, b"row-%d" % i, partition=i % 2, timeout=10)
+    assert await rows_of(startingOffsets="latest") == []
+    assert await rows_of(endingOffsets=f"timestamp:{hour_ago}") == []
+    hour_ahead = int(time.time()) + 3600  # after the last message: the start is the end
+    assert await rows_of(startingOffsets=f"timestamp:{hour_ahead}") == []
+    assert len(await rows_of()) == 4  # the same topic, read whole
