@@ -24,6 +24,7 @@ import zlib
 from typing import Any, Final, Literal
 
 from ..errors import ProtocolError
+from .compression import snappy_module, snappy_preamble
 
 __all__ = ["CODECS", "CODEC_HEADER", "MARK", "SIZE_HEADER", "BodyCodec", "compress", "unpack"]
 
@@ -47,15 +48,6 @@ def _lz4() -> Any:
     return lz4.block
 
 
-def _snappy() -> Any:
-    try:
-        import snappy
-    except ImportError as exc:
-        raise ProtocolError("snappy-compressed message bodies need the python-snappy "
-                            f"package (pip install python-snappy): {exc}") from exc
-    return snappy
-
-
 def compress(codec: BodyCodec, body: bytes) -> tuple[bytes, dict[str, str]] | None:
     """``body`` compressed the way go-nsq's consumers read it, plus the two header entries.
     Returns ``None`` when compressing does not make it smaller (it is sent as it is then,
@@ -63,7 +55,7 @@ def compress(codec: BodyCodec, body: bytes) -> tuple[bytes, dict[str, str]] | No
     if codec == "gzip":
         out = _gzip(body)
     elif codec == "snappy":
-        out = bytes(_snappy().compress(body))
+        out = bytes(snappy_module().compress(body))
     elif codec == "lz4":
         out = bytes(_lz4().compress(body, store_size=False))
     else:
@@ -136,8 +128,8 @@ def _decompress(name: str, body: bytes, size: int | None, limit: int) -> bytes:
     if name == "gzip":
         return _gunzip(body, limit)
     if name == "snappy":
-        snappy = _snappy()
-        wanted = _snappy_length(body)
+        snappy = snappy_module()
+        wanted = snappy_preamble(body, 0, len(body))
         if wanted > limit:
             raise ProtocolError(f"snappy body declares {wanted} bytes, over the "
                                 f"{limit}-byte limit on decompressed bodies")
@@ -172,12 +164,3 @@ def _gunzip(body: bytes, limit: int) -> bytes:
         if not data:
             return bytes(out)
 
-
-def _snappy_length(body: bytes) -> int:
-    """The uncompressed length a snappy block declares (its varint preamble)."""
-    size = 0
-    for i, byte in enumerate(body[:5]):
-        size |= (byte & 0x7F) << (7 * i)
-        if not byte & 0x80:
-            return size
-    raise ProtocolError("snappy body without a valid length preamble")

@@ -46,6 +46,8 @@ __all__ = [
     "DeflateStream",
     "SnappyStream",
     "StreamTransform",
+    "snappy_module",
+    "snappy_preamble",
     "split_first_frame",
     "stream_for",
 ]
@@ -74,8 +76,8 @@ class StreamTransform(Protocol):
     def more(self) -> bool: ...
 
 
-def _snappy() -> Any:
-    """python-snappy, imported when snappy is first negotiated: with cramjam it is 1.75 MiB
+def snappy_module() -> Any:
+    """python-snappy, imported when snappy is first needed: with cramjam it is 1.75 MiB
     a process that never compresses should not carry (docs/performance.md)."""
     try:
         import snappy
@@ -98,7 +100,7 @@ class SnappyStream:
     __slots__ = ("_buf", "_in", "_out")
 
     def __init__(self) -> None:
-        snappy = _snappy()
+        snappy = snappy_module()
         self._out = snappy.StreamCompressor()
         self._in = snappy.StreamDecompressor()
         self._buf = bytearray()
@@ -140,7 +142,11 @@ class SnappyStream:
                 elif length > 5 and buf[pos + 9] < 0x80:
                     produced += (first & 0x7F) | buf[pos + 9] << 7
                 else:
-                    produced += _declared_size(buf, pos + 8, end)
+                    declared = snappy_preamble(buf, pos + 8, end)
+                    if declared > SNAPPY_MAX_BLOCK:
+                        raise ProtocolError(f"snappy chunk declares {declared} bytes, over "
+                                            f"the {SNAPPY_MAX_BLOCK} of the framing format")
+                    produced += declared
             elif kind == 0x01:
                 produced += length - 4
             elif 0x02 <= kind <= 0x7F:
@@ -158,20 +164,18 @@ class SnappyStream:
             raise ProtocolError(f"snappy stream corrupt: {exc}") from exc
 
 
-def _declared_size(buf: bytearray, start: int, end: int) -> int:
-    """The uncompressed size a compressed chunk declares (its block's varint preamble)."""
+def snappy_preamble(buf: bytes | bytearray, start: int, end: int) -> int:
+    """The uncompressed size a snappy block declares (its varint preamble), read before the
+    block is decoded so that a caller can refuse it unmade."""
     size = 0
     shift = 0
     for i in range(start, min(end, start + 5)):
         byte = buf[i]
         size |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            if size > SNAPPY_MAX_BLOCK:
-                raise ProtocolError(f"snappy chunk declares {size} bytes, over the "
-                                    f"{SNAPPY_MAX_BLOCK} of the framing format")
             return size
         shift += 7
-    raise ProtocolError("snappy chunk without a valid length preamble")
+    raise ProtocolError("snappy block without a valid length preamble")
 
 
 class DeflateStream:
