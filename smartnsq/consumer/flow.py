@@ -2,7 +2,9 @@
 
 The controller is the pure model (time passed in, commands returned); this passes it each
 event with the loop clock, sends the RDY commands it returns on the links, and ticks it every
-``tick_interval`` and at its next deadline (the end of a back-off window).
+``tick_interval`` and at its next deadline (the end of a back-off window). The tick is also
+when RDY 1 takes turns among more connections than ``max_in_flight``, so a turn lasts
+``low_rdy_turn`` plus up to one tick.
 """
 
 from __future__ import annotations
@@ -42,12 +44,15 @@ class Flow:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_in_flight: int,
                  backoff: BackoffPolicy | None, tick_interval: float,
-                 low_rdy_idle_timeout: float) -> None:
+                 low_rdy_idle_timeout: float, low_rdy_turn: float | None = None) -> None:
         self._loop = loop
         # the loop's clock, called once per message (the C function where it can be)
         self.now: Callable[[], float] = loop_clock(loop)
+        # low_rdy_turn None: the controller's default (half the idle timeout), which keeps a
+        # busy partition's wait for its turn below the idle timeout at the 2 s default tick
         self.ctl = RdyController(max_in_flight, backoff=backoff,
-                                 low_rdy_idle_timeout=low_rdy_idle_timeout)
+                                 low_rdy_idle_timeout=low_rdy_idle_timeout,
+                                 low_rdy_turn=low_rdy_turn)
         self._tick_interval = tick_interval
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0

@@ -18,10 +18,10 @@ State*) with a few fixes:
   still in flight, so their capacity is handed to another connection only once they finish.
   Hence both ``total_rdy <= max_in_flight`` and, whenever RDY is raised, the number of
   messages that can be in flight stays within ``max_in_flight``.
-* With fewer ``max_in_flight`` than connections, ``RDY 1`` goes to a subset; :meth:`tick`
-  takes it back from connections with nothing in flight and no message (nor finish) for
-  ``low_rdy_idle_timeout`` and gives it to the connections that waited longest (random among
-  equals), so every nsqd is eventually drained.
+* With fewer ``max_in_flight`` than connections, ``RDY 1`` goes to a subset and :meth:`tick`
+  hands it on to the longest waiting (random among equals): from a holder idle (nothing in
+  flight, no message nor finish) for ``low_rdy_idle_timeout``, and from any holder whose turn
+  (``low_rdy_turn``) is over, since a steady trickle never lets a holder go idle.
 * :meth:`is_starved` compares in-flight with the RDY *currently* set, so it is also true while
   backing off with messages still in flight (RDY 0: nothing more is coming, process the
   batch).
@@ -92,6 +92,8 @@ class _Conn:
     last_message: float = -1.0   # -1: never
     last_finished: float = -1.0
     granted_at: float = -1.0     # when RDY last went from 0 to >= 1; -1: never
+    turn_from: float = -1.0      # low-RDY mode: when its turn began (RDY up); -1: not yet
+    waiting_since: float = 0.0   # low-RDY mode: when it last lost its slot (or was added)
     backoff: Backoff | None = None   # own back-off (ordered partitions); None: the shared one
     hold_until: float = 0.0      # own-backoff connections: RDY 0 until then (a requeue)
 
@@ -101,6 +103,9 @@ class _Conn:
 
     def idle_since(self) -> float:
         return max(self.last_message, self.last_finished, self.granted_at, self.added_at)
+
+    def lose_slot(self, now: float) -> None:
+        self.share, self.turn_from, self.waiting_since = 0, -1.0, now
 
 
 class _Changes:
@@ -136,11 +141,15 @@ class RdyController:
     """RDY distribution across one consumer's connections (see the module docstring)."""
 
     def __init__(self, max_in_flight: int, *, low_rdy_idle_timeout: float = 10.0,
-                 rng: random.Random | None = None,
+                 low_rdy_turn: float | None = None, rng: random.Random | None = None,
                  backoff: Backoff | BackoffPolicy | None = None) -> None:
         self._mif = _check_count("max_in_flight", max_in_flight, 0)
         self.low_rdy_idle_timeout = check_number("low_rdy_idle_timeout", low_rdy_idle_timeout,
                                                  low_open=True, finite=False)
+        # half the idle timeout by default (why: docs/flow-control.md, rule 6)
+        self.low_rdy_turn = (self.low_rdy_idle_timeout / 2 if low_rdy_turn is None else
+                             check_number("low_rdy_turn", low_rdy_turn, low_open=True,
+                                          finite=False))
         self._rng = rng if rng is not None else random.Random()
         if isinstance(backoff, Backoff):
             self.backoff = backoff
@@ -256,7 +265,7 @@ class RdyController:
         if conn in self._conns:
             raise InvalidArgument("conn", "is already added", conn)
         _check_count("max_rdy_count", max_rdy_count, 1)
-        c = self._conns[conn] = _Conn(conn, max_rdy_count, now)
+        c = self._conns[conn] = _Conn(conn, max_rdy_count, now, waiting_since=now)
         if own_backoff:
             c.backoff = Backoff(self.backoff.policy, self._rng)
         return self._rebalance(now)
@@ -311,7 +320,8 @@ class RdyController:
             own = c.backoff
             if own is not None:
                 if success and own._state == NORMAL and c.primed and c.in_flight > 0 \
-                        and c.rdy == c.share and self._mif and now >= c.hold_until:
+                        and c.rdy == c.share and self._mif and now >= c.hold_until \
+                        and not (self._blocked and c.in_flight > c.rdy):
                     # the ordered per-message fast path: a success with the partition's own
                     # back-off at rest changes nothing (Backoff.success ignores it; RDY is
                     # already what _want says)
@@ -356,7 +366,9 @@ class RdyController:
         """A result on an own-backoff connection: it alone slows down (or is held)."""
         b = c.backoff
         assert b is not None
+        freed = False
         if c.in_flight > 0:
+            freed = c.in_flight > c.rdy  # in flight beyond its window: capacity comes back
             c.in_flight -= 1
             c.last_finished = now
         before = (b.state, b.level)
@@ -372,6 +384,8 @@ class RdyController:
             log.debug("%s: own back-off %s, level %d", c.key, b.state, b.level)
         out = _Changes()
         self._update(c, out, force=True)
+        if freed and self._blocked:
+            self._retry_blocked(out)
         return out.result(self._conns)
 
     def set_max_in_flight(self, n: int, now: float) -> RdyCommands:
@@ -456,7 +470,8 @@ class RdyController:
             return
         if self._mif == 0:
             for c in conns:
-                c.share = 0
+                if c.share:
+                    c.lose_slot(now)
             return
         if self._mif < n:
             self._distribute_low(conns, now)
@@ -490,37 +505,52 @@ class RdyController:
             holders = holders[:self._mif]
         chosen = {id(c) for c in holders}
         waiting = [c for c in conns if id(c) not in chosen]
-        holders += self._longest_waiting(waiting, self._mif - len(holders))
+        holders += self._longest_waiting(waiting, self._mif - len(holders), slot=True)
         chosen = {id(c) for c in holders}
         for c in conns:
-            c.share = 1 if id(c) in chosen else 0
+            if id(c) in chosen:  # a new holder's turn starts when its RDY goes up
+                c.share, c.turn_from = 1, (c.turn_from if c.share else -1.0)
+            elif c.share:
+                c.lose_slot(now)
 
-    def _longest_waiting(self, conns: list[_Conn], k: int) -> list[_Conn]:
+    def _longest_waiting(self, conns: list[_Conn], k: int, *,
+                         slot: bool = False) -> list[_Conn]:
         if k <= 0:
             return []
-        # Random order first, then a stable sort: ties are broken at random.
+        # Random order first, then a stable sort: ties are broken at random. A slot goes by
+        # how long it was waited for; the probe by how long ago RDY was last raised.
         conns = conns[:]
         self._rng.shuffle(conns)
-        conns.sort(key=lambda c: c.granted_at)
+        conns.sort(key=(lambda c: c.waiting_since) if slot else (lambda c: c.granted_at))
         return conns[:k]
 
     def _rotate(self, out: _Changes, now: float) -> None:
-        """Low-RDY mode: take RDY back from idle holders, give it to waiting connections."""
+        """Low-RDY mode: an idle holder gives way to anyone waiting; one whose turn is over,
+        busy or not, to a connection that waited a turn (a slot just given up is not taken
+        straight back: the turn bounds the churn). The successor's RDY goes up at once if the
+        capacity is free, else on the FIN of the message still in flight."""
         conns = list(self._conns.values())
-        waiting = [c for c in conns if c.share == 0]
+        waiting = [c for c in conns if c.share == 0 and not (c.backoff is not None and (
+            now < c.hold_until or c.backoff.state_at(now) == BACKING_OFF))]  # would not use it
         if not waiting:
             return
-        idle = [c for c in conns if c.share > 0 and c.in_flight == 0
+        holders = [c for c in conns if c.share > 0]
+        turn = self.low_rdy_turn
+        idle = [c for c in holders if c.in_flight == 0 and c.key not in self._blocked
                 and now - c.idle_since() >= self.low_rdy_idle_timeout]
-        if not idle:
-            return
-        idle.sort(key=lambda c: c.idle_since())
-        idle = idle[:len(waiting)]
-        for c in idle:
-            c.share = 0
+        done = [c for c in holders if 0 <= c.turn_from <= now - turn
+                and all(c is not i for i in idle)]
+        givers = sorted(idle, key=_Conn.idle_since) + sorted(done, key=lambda c: c.turn_from)
+        taken: list[_Conn] = []
+        for c in self._longest_waiting(waiting, len(givers), slot=True):
+            if len(taken) >= len(idle) and now - c.waiting_since < turn:
+                break  # the rest waited less: the list is longest-waiting first
+            taken.append(c)
+        for c in givers[:len(taken)]:
+            c.lose_slot(now)
             self._send(c, 0, out)
-        for c in self._longest_waiting(waiting, len(idle)):
-            c.share = 1
+        for c in taken:
+            c.share, c.turn_from = 1, -1.0
             self._update(c, out, force=True)
 
     def _rotate_probe(self, out: _Changes, now: float) -> None:
@@ -613,5 +643,7 @@ class RdyController:
         out.record(c)
         if c.rdy == 0 and value > 0:
             c.granted_at = self._now
+            if c.turn_from < 0:
+                c.turn_from = self._now
         self._total += value - c.rdy
         c.rdy = value

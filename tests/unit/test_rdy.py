@@ -235,7 +235,10 @@ def test_low_rdy_mode_gives_rdy_1_to_a_subset() -> None:
 
 
 def test_low_rdy_mode_rotates_idle_connections() -> None:
-    ctl = make(1, "a", "b", "c", idle=10.0)
+    # a turn longer than the idle timeout: idleness alone moves the slot
+    ctl = RdyController(1, low_rdy_idle_timeout=10.0, low_rdy_turn=30.0, rng=random.Random(7))
+    for c in "abc":
+        ctl.add(c, 2500, 0.0)
     holder = next(c for c in ctl if ctl.rdy(c))
     assert ctl.tick(9.0) == []  # not idle long enough
     out = ctl.tick(10.0)
@@ -256,15 +259,17 @@ def test_low_rdy_mode_reaches_every_connection() -> None:
     assert served == set("abcdefg")
 
 
-def test_low_rdy_mode_keeps_busy_connections() -> None:
-    ctl = make(1, "a", "b", idle=5.0)
+def test_low_rdy_mode_keeps_a_busy_holder_for_its_turn() -> None:
+    ctl = RdyController(1, low_rdy_idle_timeout=5.0, low_rdy_turn=20.0, rng=random.Random(7))
+    ctl.add("a", 2500, 0.0)
+    ctl.add("b", 2500, 0.0)
     holder = next(c for c in ctl if ctl.rdy(c))
     ctl.on_message(holder, 1.0)
-    assert ctl.tick(100.0) == []  # a message in flight: not idle
-    ctl.on_finished(holder, 100.0, success=True)
+    assert ctl.tick(19.0) == []  # a message in flight: not idle; its turn is not over
+    ctl.on_finished(holder, 19.0, success=True)
     # idle counts from the last message or finish: a full window is not idleness
-    assert ctl.tick(104.0) == []
-    out = ctl.tick(105.0)
+    assert ctl.tick(19.9) == []
+    out = ctl.tick(20.0)  # its turn is over: busy or not, it gives way
     assert out[0] == (holder, 0) and out[1][1] == 1
 
 
