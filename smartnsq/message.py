@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import NoReturn, Protocol
 
-from .errors import AlreadyResponded, ServerError
+from .errors import AlreadyResponded, ProtocolError, ServerError
 from .protocol import frames
 from .protocol.numbers import check_number
 
@@ -167,16 +167,18 @@ class Message(frames.MessageFrame):
     (nanoseconds since the epoch, set at publish), ``id`` (the raw 16 bytes), ``internal_id``,
     ``trace_id`` (youzan; 0 when the producer gave none), ``partition``, ``queue_offset`` and
     ``raw_size`` (SUB_ORDERED/SUB_ADVANCED subscriptions, else ``None``), ``headers`` (the ext
-    JSON header as a dict; empty without one).
+    JSON header as a dict; empty without one), ``body_error`` (why a body the publisher
+    compressed could not be decoded; ``None`` for every message a handler is given).
     Where it came from: ``topic``, ``channel``, ``node`` (``"host:port"``).
     Answers: ``fin()``, ``req(delay=None, backoff=True)``, ``touch()``; ``has_responded``.
     """
 
-    __slots__ = ("_auto", "_responder", "_state")
+    __slots__ = ("_auto", "_body_error", "_responder", "_state")
 
     _responder: Responder
     _state: int
     _auto: bool
+    _body_error: ProtocolError  # set only on a body that could not be decoded
 
     # the subscription sets _responder, _state and _auto right after decoding
 
@@ -187,6 +189,16 @@ class Message(frames.MessageFrame):
         if self.youzan:
             return super().internal_id
         return None
+
+    @property
+    def body_error(self) -> ProtocolError | None:
+        """Why the consumer could not decode the body its publisher compressed (a codec
+        missing, corrupt data, over ``max_decompressed_size``), for a give-up hook: such a
+        message reaches no handler, and ``body`` and ``headers`` are as stored."""
+        try:
+            return self._body_error
+        except AttributeError:  # left unset on every decodable message: no cost per message
+            return None
 
     @property
     def topic(self) -> str:

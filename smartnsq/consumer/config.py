@@ -129,6 +129,13 @@ class ConsumerConfig:
     on_order_error: OrderErrorHook | None = field(default=None, metadata=doc(
         "fn(message, text) for an order regression on a SUB_ORDERED/SUB_ADVANCED "
         "subscription.", check=_CALLABLE))
+    decompress: bool = field(default=True, metadata=doc(
+        "Decode bodies the publishing client compressed (youzan/go-nsq's "
+        "nsq.client.compress mark) before the handler; False hands them over as stored.",
+        check=flag()))
+    max_decompressed_size: int = field(default=64 << 20, metadata=doc(
+        "Most bytes a compressed body may decode to; a larger one is undecodable "
+        "(requeued, or the give-up hook's).", unit="bytes", check=integer(1)))
     auto_finish: bool = field(default=True, metadata=doc(
         "FIN when the handler returns, REQ when it raises; False leaves every answer to the "
         "handler.", check=flag()))
@@ -168,7 +175,8 @@ class ConsumerConfig:
         unit="s", check=seconds(optional=True)))
     low_rdy_idle_timeout: float = field(default=10.0, metadata=doc(
         "With fewer max_in_flight than connections: how long a connection may hold RDY "
-        "without a message before it moves on.", unit="s", check=seconds()))
+        "without a message before it moves on; a busy one gives way after half of it.",
+        unit="s", check=seconds()))
     rdy_tick_interval: float = field(default=2.0, metadata=doc(
         "Period of the flow control's time-driven work (RDY rotation, back-off probes).",
         unit="s", check=seconds()))

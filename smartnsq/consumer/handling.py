@@ -28,7 +28,7 @@ from ..observability.logs import summary
 from .config import Handler
 from .runtime import Runtime
 
-__all__ = ["failed", "give_up", "inline_runner", "is_async", "iterate", "worker"]
+__all__ = ["failed", "give_up", "inline_runner", "is_async", "iterate", "undecodable", "worker"]
 
 log = logging.getLogger("smartnsq.consumer")
 
@@ -49,6 +49,7 @@ async def worker(rt: Runtime, handler: Handler) -> None:
     idle = dispatch.idle  # (the same deque for the queue's life)
     started = dispatch.started
     max_attempts = rt.config.max_attempts
+    undecoded = rt.undecoded
     async_handler = is_async(handler)
     sample = 0  # this worker's handler calls modulo HANDLER_SAMPLE: 0 is timed
     warm = HANDLER_SAMPLE  # its first calls are all timed (a quiet consumer is measured too)
@@ -66,6 +67,9 @@ async def worker(rt: Runtime, handler: Handler) -> None:
         # a plain handler that began inline (Dispatch.hand_over): only its awaitable is left
         result = started.pop(msg, None) if started else None
         if result is None:
+            if undecoded and msg in undecoded:
+                await undecodable(rt, msg, link)
+                continue
             if link.dead:
                 rt.discarded += 1
                 continue
@@ -168,9 +172,11 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Responder
 
     rt.inline_handled = handled
 
+    undecoded = rt.undecoded
+
     def run(msg: Message, link: Responder) -> None:
         nonlocal skip, warm, timed, cycles, unhandled
-        if max_attempts and msg.attempts > max_attempts:
+        if (max_attempts and msg.attempts > max_attempts) or (undecoded and msg in undecoded):
             rt.queue.push(msg)
             return
         try:
@@ -235,6 +241,35 @@ async def give_up(rt: Runtime, msg: Message, link: Responder) -> bool:
     return True
 
 
+async def undecodable(rt: Runtime, msg: Message, link: Responder) -> None:
+    """A body its publisher compressed that cannot be decoded (``Message.body_error``): it
+    reaches no handler and is not FINed unseen. Past ``max_attempts`` the give-up hook, if
+    there is one, decides, as for a message its handler keeps failing; otherwise it is
+    requeued with the requeue policy's growing delay, so that a fix (the missing codec
+    installed, a larger ``max_decompressed_size``) finds it still queued. It does not slow
+    the consumer down (no back-off): the fault is this message's, not the handler's or
+    what the handler writes to, and the messages behind it are fine."""
+    rt.undecoded.discard(msg)
+    if link.dead:
+        rt.discarded += 1
+        return
+    rt.undecodable += 1
+    max_attempts = rt.config.max_attempts
+    if rt.config.on_give_up is not None and max_attempts and msg.attempts > max_attempts:
+        rt.suspended += 1
+        try:
+            if await give_up(rt, msg, link):
+                return
+        finally:
+            rt.suspended -= 1
+    log.error("%s/%s partition %s: message %s, attempt %d: its compressed body cannot be "
+              "decoded (%s); requeued, not handled", rt.topic, rt.channel,
+              "-" if msg.partition is None else msg.partition, _label(msg), msg.attempts,
+              msg.body_error)
+    if msg._state == PENDING:
+        link.settle(msg, REQUEUED, None, False)
+
+
 async def iterate(rt: Runtime, begin: Callable[[], Awaitable[Any]],
                   fatal: Callable[[], BaseException | None]) -> AsyncIterator[Message]:
     """``async for message in consumer``: ``begin()`` (start the consumer), then messages
@@ -249,6 +284,9 @@ async def iterate(rt: Runtime, begin: Callable[[], Awaitable[Any]],
                 raise error
             return
         link = msg._responder
+        if rt.undecoded and msg in rt.undecoded:
+            await undecodable(rt, msg, link)
+            continue
         if link.dead:
             rt.discarded += 1
             continue

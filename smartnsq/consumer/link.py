@@ -23,7 +23,7 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
-from ..errors import ConnectionClosed
+from ..errors import ConnectionClosed, ProtocolError
 from ..message import (
     FINISHED,
     PENDING,
@@ -36,7 +36,8 @@ from ..message import (
 from ..model.partitions import fin_at_once
 from ..model.rdy import NOTHING
 from ..observability import trace as tracing
-from ..protocol import commands
+from ..protocol import body_compression, commands
+from ..protocol.body_compression import MARK
 from ..transport.connection import Connection
 from .runtime import Runtime
 
@@ -135,6 +136,9 @@ class Link:
                 self.last = msg
             elif self._check_order(msg, iid):
                 return
+        ext = msg.ext
+        if ext is not None and MARK in ext and rt.config.decompress:
+            self._decompress(msg, ext)  # a body the publisher compressed (rare)
         msg._responder = self
         msg._state = PENDING
         msg._auto = rt.auto_finish
@@ -163,6 +167,22 @@ class Link:
             run(msg, self)
         else:
             rt.queue.push(msg)
+
+    def _decompress(self, msg: Message, ext: bytes) -> None:
+        """Undo the publisher's compression of the body (youzan/go-nsq's marks), in place,
+        before anything reads the message. A body that cannot be decoded stays as stored and
+        is noted for the workers, which requeue it or hand it to the give-up hook: it is
+        never handled, and never FINed unseen."""
+        if msg.ext_version != 4:
+            return
+        try:
+            decoded = body_compression.unpack(ext, msg.body, self.rt.config.max_decompressed_size)
+        except ProtocolError as exc:
+            msg._body_error = exc
+            self.rt.undecoded.add(msg)
+            return
+        if decoded is not None:
+            msg.body, msg.ext = decoded
 
     def _check_order(self, msg: Message, iid: bytes) -> bool:
         """Order checks of SUB_ORDERED/SUB_ADVANCED subscriptions (``iid``: the internal id's

@@ -53,6 +53,8 @@ class Runtime:
         "suspended",
         "topic",
         "trace",
+        "undecodable",
+        "undecoded",
     )
 
     def __init__(self, topic: str, channel: str, config: ConsumerConfig) -> None:
@@ -85,6 +87,10 @@ class Runtime:
         self.order_errors = 0
         self.lost_answers = 0  # answers given after their connection closed
         self.discarded = 0  # received on a link that closed before a handler started
+        # messages whose compressed body could not be decoded, until a worker settles them
+        # (empty but for them: the workers' test of it costs one truth test per message)
+        self.undecoded: set[Message] = set()
+        self.undecodable = 0  # deliveries of such messages
         self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (observability.stats)
 
     @property

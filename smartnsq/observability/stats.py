@@ -326,6 +326,7 @@ class ConsumerStats:
 
     Totals: ``received``, ``finished``, ``requeued``, ``handled`` (handlers that returned,
     plus messages iterated), ``handler_errors``, ``give_ups`` (``max_attempts`` exceeded),
+    ``undecodable`` (deliveries whose compressed body could not be decoded: not handled),
     ``timed_out``, ``duplicates_dropped``, ``discarded`` (received on a connection that closed
     before a handler started: left to the server), ``lost`` (in flight when their connection
     closed), ``lost_answers`` (FIN or REQ given after the message's connection closed: the
@@ -348,6 +349,7 @@ class ConsumerStats:
     handled: int
     handler_errors: int
     give_ups: int
+    undecodable: int
     timed_out: int
     duplicates_dropped: int
     discarded: int

@@ -9,8 +9,9 @@ way and checked another. The rules are the ones every config uses (``smartnsq.co
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from ..config import (
     ConnectionConfig,
@@ -28,8 +29,9 @@ from ..model.dialect import ChooserFactory, ClassicDialect, RouteChooser
 from ..model.sharding import ShardingScheme, make_router
 from ..model.sharding_schemes import DEFAULT_SCHEME, SCHEMES
 from ..protocol import validate as v
+from ..protocol.body_compression import BodyCodec
 
-__all__ = ["ProducerConfig", "with_options"]
+__all__ = ["BodyCompression", "ProducerConfig", "with_options"]
 
 
 def spec(text: str, *, unit: str = "", rule: Rule, concept: str = "") -> dict[str, Any]:
@@ -42,6 +44,45 @@ def _sharding(name: str, value: Any, config: Any) -> None:
 
 
 _SIZE = Rule("1..2**31-1", integer(1, 2**31 - 1).check)
+
+
+@dataclass(frozen=True)
+class BodyCompression:
+    """Compress large bodies before publishing them, marked as youzan/go-nsq marks them
+    (``TopicsForCompress``), so that go-nsq's consumers and smartnsq's read the original.
+
+    Only single publishes to youzan ext topics are compressed (the mark travels in the ext
+    header; a batch, a classic or a non-ext topic is sent as it is), and only bodies of
+    ``min_size`` bytes or more; a body compression does not shrink goes as it is. Consumers
+    that do not decode the marks (pynsq, go-nsq before v1.6.0-HA, a Java SDK) hand their
+    handlers the compressed bytes: turn it on for a topic once its readers are known."""
+
+    codec: BodyCodec = field(default="gzip", metadata=doc(
+        "'gzip' (the standard library), 'snappy' (python-snappy) or 'lz4' (the lz4 extra), "
+        "as go-nsq numbers them 1, 2, 3.", check=Rule(
+            " or ".join(repr(c) for c in get_args(BodyCodec)),
+            lambda name, value, obj: _codec(name, value))))
+    min_size: int = field(default=20480, metadata=doc(
+        "Smallest body compressed (go-nsq's MessageSizeForCompress).", unit="bytes",
+        check=integer(1, 2**31 - 1)))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def _codec(name: str, value: Any) -> None:
+    if value not in get_args(BodyCodec):
+        raise InvalidArgument(name, "must be " + ", ".join(map(repr, get_args(BodyCodec))),
+                              value)
+
+
+def _compress(name: str, value: Any, config: Any) -> None:
+    if value is None or isinstance(value, BodyCompression):
+        return
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(c, BodyCompression) for k, c in value.items()):
+        raise InvalidArgument(name, "must be a BodyCompression (every ext topic), a mapping "
+                              "of topic to BodyCompression, or None", value)
 
 
 @dataclass(frozen=True)
@@ -101,6 +142,11 @@ class ProducerConfig:
         "asked "
         "(its sampler decides among those); a call made while a recording span is current "
         "is always traced. 1: every call.", rule=integer(1)))
+    compress: BodyCompression | Mapping[str, BodyCompression] | None = field(
+        default=None, metadata=spec(
+            "Compress large bodies as youzan/go-nsq does (ext topics, single publishes): a "
+            "BodyCompression for every ext topic, or one per topic name; None: never.",
+            rule=Rule("BodyCompression, {topic: BodyCompression} or None", _compress)))
     connection: ConnectionConfig = field(default_factory=ConnectionConfig, metadata=spec(
         "How connections to nsqd are opened (timeouts, TLS, compression, auth).",
         rule=instance(ConnectionConfig, "a ConnectionConfig", optional=False)))

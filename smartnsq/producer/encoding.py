@@ -9,15 +9,21 @@ when the call was made, so the unchecked encoders of ``smartnsq.protocol`` build
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument
 from ..model.dialect import ClassicDialect
 from ..model.routes import Address
-from ..protocol import commands
+from ..protocol import body_compression, commands
 from ..protocol.validate import TRACE_ID_HEADER
 
-__all__ = ["batch_exts", "encode_batch", "encode_headers", "encode_one"]
+if TYPE_CHECKING:
+    from .config import BodyCompression
+    from .request import Request
+
+__all__ = ["batch_exts", "compress_body", "encode_batch", "encode_headers", "encode_one"]
 
 # how one publish is sent (the name the connection attributes errors to)
 PUB, PUB_TRACE, PUB_EXT, DPUB = "PUB", "PUB_TRACE", "PUB_EXT", "DPUB"
@@ -115,3 +121,30 @@ def batch_exts(headers: Mapping[str, str] | Sequence[Mapping[str, str] | None],
                 ext = commands.ext_with_trace(ext, traces[i])
         exts.append(ext)
     return exts
+
+
+def compress_body(request: Request,
+                  compress: BodyCompression | Mapping[str, BodyCompression]) -> None:
+    """Compress the request's body in place, marked in its ext header as go-nsq marks it,
+    when the settings cover its topic and size (``ProducerConfig.compress``); once per call:
+    a body marked already (a retry, or the caller's own marks) is left alone. The request
+    becomes a PUB_EXT (a trace id moves into ``##trace_id``)."""
+    setting = compress.get(request.topic) if isinstance(compress, Mapping) else compress
+    if setting is None or len(request.body) < setting.min_size:
+        return
+    ext = request.ext
+    if ext is not None and body_compression.MARK in ext:
+        return
+    packed = body_compression.compress(setting.codec, request.body)
+    if packed is None:
+        return  # no smaller: sent as it is, unmarked
+    body, marks = packed
+    headers = json.loads(ext) if ext is not None else {}
+    if request.trace_id is not None:
+        headers[TRACE_ID_HEADER] = str(request.trace_id)
+    try:
+        merged = commands.encode_headers({**headers, **marks})
+    except InvalidArgument:
+        return  # no room left in the 16-bit ext header for the marks: sent as it is
+    request.body = body
+    request.ext = merged

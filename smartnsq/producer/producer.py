@@ -44,7 +44,7 @@ from ..observability.logs import summary
 from ..protocol import commands
 from ..transport.connection import Connection
 from .config import ProducerConfig, with_options
-from .encoding import MPUB, encode_batch, encode_one
+from .encoding import MPUB, compress_body, encode_batch, encode_one
 from .linger import LINGER_TIMEOUTS, Batch
 from .request import BatchRequest, NowaitRequest, Request
 from .results import BatchResult, PublishResult, Results
@@ -107,6 +107,7 @@ class Producer:
         self._now = time.monotonic  # the loop's clock, cheaply (start() sets it)
         self._timeout = config.timeout
         self._receipts = config.sharded_receipts
+        self._compress = config.compress
         self._trace_default: bool | None = config.trace
         self._trace_topics: dict[str, bool | None] = {}
         self._rr: dict[str, int] = {}
@@ -455,6 +456,8 @@ class Producer:
                     or (bodies is not None and request.exts is not None):
                 check_features(routes, request.ext is not None or request.exts is not None,
                                request.delay_ms, self._classic)
+            if self._compress is not None and bodies is None and routes.ext:
+                compress_body(request, self._compress)
             if address is None:
                 return None
         else:
