@@ -53,6 +53,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from ..consumer.core import Consumer
 from ..errors import ClusterError
 from ..message import Message
+from ..observability.stats import LookupStats
 from ..protocol import frames
 from ..transport import loop_thread as _loop_thread
 from .options import AckSourceOptions
@@ -79,6 +80,23 @@ class _Shipped:
     raw_size: int | None
     youzan: bool
     node: str
+
+
+# a lookupd in one of these states gave no answer at all (LookupdStatus.state)
+_SILENT = {"refused": "connection refused", "timeout": "no answer in time",
+           "malformed": "answers, but not as nsqlookupd", "tls": "TLS refused"}
+
+
+def _silent_lookupds(lookup: LookupStats | None) -> str | None:
+    """Why no nsqd was found, when the reason is that no lookupd answered: the consumer
+    keeps asking them in the background, so only its lookup counters tell a dead or wrong
+    lookupd address from a topic that no nsqd has."""
+    if lookup is None or not lookup.lookupds:
+        return None
+    if any(h.state not in _SILENT for h in lookup.lookupds):
+        return None  # one answered (or was not asked yet): the lookupds are not the reason
+    return "; ".join(f"lookupd at {h.address} does not answer ({_SILENT[h.state]})"
+                     for h in lookup.lookupds)
 
 
 class NSQAckPartition(InputPartition):
@@ -253,16 +271,19 @@ class NSQAckStreamReader(DataSourceStreamReader):
         waited = now - self._unconnected_since
         if waited < self._options.connect_timeout:
             return
-        errors = [sub.last_error for sub in consumer.stats().subscriptions if sub.last_error]
+        stats = consumer.stats()
+        errors = [sub.last_error for sub in stats.subscriptions if sub.last_error]
         where = ("lookupd " + ",".join(self._options.cluster.lookupd)
                  if self._options.cluster.lookupd
                  else "nsqd " + ",".join(self._options.cluster.nsqd))
+        silent = _silent_lookupds(stats.lookup)
+        reason = (f"last error: {errors[-1]}" if errors else silent if silent is not None
+                  else "lookupd answers, but no nsqd has the topic"
+                  if self._options.cluster.lookupd else "no nsqd has the topic")
         raise ClusterError(
             f"mode=ack: no nsqd connection for topic {self._options.topic!r} channel "
-            f"{self._options.channel!r} in {waited:.0f}s from {where}"
-            + (f" (last error: {errors[-1]})" if errors else " (no nsqd has the topic)")
-            + "; fix: create the topic, check the lookupd/nsqd addresses, or raise "
-            "connectTimeout")
+            f"{self._options.channel!r} in {waited:.0f}s from {where} ({reason}); fix: "
+            "create the topic, check the lookupd/nsqd addresses, or raise connectTimeout")
 
     def getDefaultReadLimit(self) -> Any:
         limit = self._options.max_messages_per_trigger

@@ -70,7 +70,6 @@ __all__ = [
     "TopicLayout",
     "is_transient",
     "offset_at",
-    "offset_at_time",
     "read_range",
     "temporary_channel",
 ]
@@ -149,9 +148,9 @@ def is_transient(exc: BaseException) -> bool:
         return exc.retriable
     if isinstance(exc, ServerError):
         return exc.code in _TRANSIENT_CODES
-    if isinstance(exc, TopicNotFound):
-        return False
-    return isinstance(exc, (ConnectionFailed, Timeout, LookupFailed, OSError))
+    if isinstance(exc, LookupFailed):  # not a missing topic, nor a port that is no lookupd
+        return exc.retriable
+    return isinstance(exc, (ConnectionFailed, Timeout, OSError))
 
 
 def condition_of(exc: BaseException) -> str:
@@ -247,8 +246,17 @@ class ClusterClient:
         except TopicNotFound:
             raise
         except (AdminError, ConnectionFailed, Timeout, ProtocolError) as exc:
-            raise LookupFailed(f"no nsqlookupd answered the lookup of {topic!r}: "
-                               f"{condition_of(exc)}") from exc
+            where = ",".join(self._options.lookupd)
+            if isinstance(exc, ProtocolError):  # it answered, as some other server
+                raise LookupFailed(
+                    f"lookupd at {where} does not answer as nsqlookupd ({condition_of(exc)}): "
+                    "the lookupd option takes nsqlookupd's HTTP address (port 4161 by "
+                    "default), not an nsqd port", retriable=False) from exc
+            if isinstance(exc, AdminError):
+                raise LookupFailed(f"lookupd at {where} refused the lookup of {topic!r} "
+                                   f"({condition_of(exc)})", retriable=exc.retriable) from exc
+            raise LookupFailed(f"lookupd at {where} does not answer the lookup of {topic!r} "
+                               f"({condition_of(exc)})") from exc
         return TopicLayout.of(view)
 
     def _from_nsqd(self, topic: str) -> TopicLayout:
@@ -532,7 +540,9 @@ class RangeReader:
     def _check_first(self, offset: int, raw_size: int) -> bool:
         """The first message must start at ``start``: one before it means ``start`` lies
         inside it (refused, never skipped); one after it means the messages between are gone
-        (retention): ``failOnDataLoss`` decides."""
+        (retention): ``failOnDataLoss`` decides. (nsqd moves a channel set inside a message on
+        to the next one, which looks like retention here: the planner refuses such offsets
+        before any read, ``_Planner.check_boundary``.)"""
         where = f"{self.topic}/{self.partition}"
         if offset < self.start < offset + raw_size:
             self._refuse(InvalidArgument("startingOffsets", f"offset {self.start} of {where} is "
@@ -640,16 +650,6 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
             except NSQError as exc:
                 log.warning("could not delete the temporary channel %s of %s/%d: %s", name,
                             topic, partition, exc)
-
-
-def offset_at_time(loop_thread: LoopThread, client: ClusterClient, topic: str,
-                   partition: int, leader: LeaderInfo, unix_seconds: int, end: int, *,
-                   ordered: bool, ext: bool, read_timeout: float, channel_prefix: str) -> int:
-    """The queue offset of the first message published at or after ``unix_seconds``
-    (``end`` when there is none before ``end``); the server does the search."""
-    return offset_at(loop_thread, client, topic, partition, leader,
-                     StartPosition.timestamp(unix_seconds), end, ordered=ordered, ext=ext,
-                     read_timeout=read_timeout, channel_prefix=channel_prefix)
 
 
 def offset_at(loop_thread: LoopThread, client: ClusterClient, topic: str, partition: int,

@@ -7,7 +7,6 @@ checked here, on the driver, so a typo fails the query before any task starts (w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,11 +17,16 @@ from ..errors import InvalidArgument
 from ..model.routes import parse_address
 from ..model.sharding_schemes import DEFAULT_SCHEME, SCHEMES
 from ..protocol import validate as v
-from ..protocol.numbers import is_int
+from .offsets import (
+    OFFSET_EARLIEST,
+    OFFSET_LATEST,
+    OffsetSpec,
+    check_offset_topics,
+    parse_offsets,
+    refuse_kafka_timestamps,
+)
 
 __all__ = [
-    "OFFSET_EARLIEST",
-    "OFFSET_LATEST",
     "OPTION_TABLES",
     "AckSourceOptions",
     "ClusterOptions",
@@ -30,23 +34,7 @@ __all__ = [
     "Option",
     "SinkOptions",
     "SourceOptions",
-    "parse_offsets",
 ]
-
-OFFSET_EARLIEST = "earliest"
-OFFSET_LATEST = "latest"
-TIMESTAMP_PREFIX = "timestamp:"
-# timestamp: values from here on are refused as milliseconds (Kafka's unit): as seconds they
-# would be after the year 2286, as milliseconds they are any time since April 1970
-SECONDS_LIMIT = 10**10
-# Kafka's timestamp options (milliseconds) -> the option that takes a time here (seconds)
-_KAFKA_TIMESTAMPS = {"startingTimestamp": "startingOffsets", "endingTimestamp": "endingOffsets",
-                     "startingOffsetsByTimestamp": "startingOffsets",
-                     "endingOffsetsByTimestamp": "endingOffsets"}
-
-# Offsets as Spark stores them: {"topic": {"0": 8192, "1": 0}} (keys are strings in JSON)
-Offsets = dict[str, dict[str, int]]
-OffsetSpec = str | Offsets  # "earliest", "latest" or explicit offsets
 
 # how each connection to an nsqd is secured (every option set takes them)
 CONNECTION_OPTIONS = frozenset({
@@ -62,7 +50,7 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqdhttp", "topic", "startingoffsets", "endingoffsets",
     "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
     "rdy", "httptimeout", "mode", "leadertimeout", "failondataloss", "partitions",
-    "minpartitions", "orderedreadchannels", "keyheader",
+    "minpartitions", "orderedreadchannels", "keyheader", "maxdecompressedsize",
 })
 ACK_SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
@@ -198,6 +186,8 @@ SOURCE = _options(
            "Spark tasks.", default_text="one task per partition range"),
     Option("orderedReadChannels", 8, integer(1, 64), "Ordered topics: channels one task reads "
            "its range with at once."),
+    Option("maxDecompressedSize", 64 << 20, integer(1, 1 << 31), "Most bytes a body its "
+           "producer compressed may decode to; a larger one fails the task.", "bytes"),
 )
 ACK_SOURCE = _options(
     Option("maxInFlight", 1000, integer(1, 1_000_000), "mode=ack: the consumer's RDY budget "
@@ -223,91 +213,6 @@ def _topics(raw: str | None) -> tuple[str, ...]:
     for topic in topics:
         v.check_topic(topic)
     return topics
-
-
-def parse_offsets(raw: str | None, name: str, default: str,
-                  allowed: tuple[str, ...] = (OFFSET_EARLIEST, OFFSET_LATEST)) -> OffsetSpec:
-    """``earliest``/``latest``, ``timestamp:<unix seconds>`` or JSON offsets.
-
-    JSON is ``{"topic": {"partition": queue_offset}}``; ``timestamp:T`` means, in every
-    partition, the first message published at or after ``T`` (the end when there is none).
-    """
-    if raw is None or not raw.strip():
-        return default
-    text = raw.strip()
-    if text.lower() in allowed:
-        return text.lower()
-    if text.lower().startswith(TIMESTAMP_PREFIX):
-        try:
-            seconds = int(text[len(TIMESTAMP_PREFIX):])
-        except ValueError:
-            raise InvalidArgument(name, "timestamp: takes whole unix seconds", raw) from None
-        if seconds < 0:
-            raise InvalidArgument(name, "timestamp: takes whole unix seconds", raw)
-        if seconds >= SECONDS_LIMIT:  # taken as seconds, it would select nothing, silently
-            raise InvalidArgument(name, "looks like milliseconds: this option takes seconds "
-                                  "since the epoch; divide by 1000, e.g. "
-                                  f"{TIMESTAMP_PREFIX}{seconds // 1000}", raw)
-        return f"{TIMESTAMP_PREFIX}{seconds}"
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise InvalidArgument(name, f"must be {' or '.join(allowed)}, timestamp:<unix "
-                              'seconds> or JSON like {"topic": {"0": 8192, "1": 0}}',
-                              raw) from None
-    return check_offsets(value, name)
-
-
-def check_offset_topics(spec: OffsetSpec, topics: tuple[str, ...], name: str) -> None:
-    """Explicit offsets name only topics the source reads: a key that matches none (a typo,
-    another job's offsets) would otherwise be ignored and its topic read from the default."""
-    if not isinstance(spec, dict):
-        return
-    unknown = [topic for topic in spec if topic not in topics]
-    if unknown:
-        raise InvalidArgument(name, f"names topic(s) {', '.join(map(repr, unknown))}, but this "
-                              f"source reads {', '.join(map(repr, topics))} (the topic "
-                              "option): key the offsets by those topics", unknown)
-
-
-def _refuse_kafka_timestamps(opts: Mapping[str, str]) -> None:
-    """Kafka's timestamp options (milliseconds): name the option to use, not only "unknown"."""
-    for kafka, ours in _KAFKA_TIMESTAMPS.items():
-        if kafka.lower() in opts:
-            raise InvalidArgument(kafka, f"is Kafka's option (milliseconds); here use "
-                                  f"{ours}=timestamp:<unix seconds> (one time for every "
-                                  "partition)", opts[kafka.lower()])
-
-
-def timestamp_of_spec(spec: object) -> int | None:
-    """The unix seconds of a ``timestamp:T`` offset spec, else ``None``."""
-    if isinstance(spec, str) and spec.startswith(TIMESTAMP_PREFIX):
-        return int(spec[len(TIMESTAMP_PREFIX):])
-    return None
-
-
-def check_offsets(value: Any, name: str = "offsets") -> Offsets:
-    """Validate (and normalise) offsets as JSON gives them."""
-    if not isinstance(value, dict):
-        raise InvalidArgument(name, "must be a JSON object of topics", value)
-    out: Offsets = {}
-    for topic, parts in value.items():
-        v.check_topic(topic)
-        if not isinstance(parts, dict):
-            raise InvalidArgument(name, f"topic {topic!r} needs an object of partitions", parts)
-        checked: dict[str, int] = {}
-        for part, offset in parts.items():
-            try:
-                pid = int(part)
-            except (TypeError, ValueError):
-                raise InvalidArgument(name, f"partition {part!r} of {topic!r} is not a "
-                                      "number", part) from None
-            if not is_int(offset) or offset < 0 or pid < 0:
-                raise InvalidArgument(name, f"partition {part!r} of {topic!r} needs a "
-                                      "non-negative integer queue offset", offset)
-            checked[str(pid)] = offset
-        out[topic] = checked
-    return out
 
 
 @dataclass(frozen=True)
@@ -466,11 +371,12 @@ class SourceOptions:
     min_partitions: int | None = None  # split ranges into at least this many tasks
     ordered_read_channels: int = 8  # channels a task reads an ordered range with at once
     key_header: str = "key"  # the ext header the `key` column comes from
+    max_decompressed_size: int = 64 << 20  # bound of a producer-compressed body, decoded
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         opts = _lower(options)
-        _refuse_kafka_timestamps(opts)
+        refuse_kafka_timestamps(opts)
         _check_known(opts, SOURCE_OPTIONS, "source")
         mode = opts.get("mode", "replay").lower()
         if mode != "replay":
@@ -525,6 +431,7 @@ class SourceOptions:
                             if opts.get("minpartitions") else None),
             ordered_read_channels=SOURCE["orderedReadChannels"].read(opts),
             key_header=_key_header(opts.get("keyheader")),
+            max_decompressed_size=SOURCE["maxDecompressedSize"].read(opts),
         )
 
 

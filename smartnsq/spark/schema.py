@@ -11,9 +11,11 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
+from ..errors import ProtocolError
+from ..protocol.body_compression import MARK, unpack
 from ..protocol.frames import MessageFrame
 
-__all__ = ["READ_SCHEMA", "READ_SCHEMA_DDL", "message_row", "read_schema"]
+__all__ = ["READ_SCHEMA", "READ_SCHEMA_DDL", "message_row", "original", "read_schema"]
 
 READ_SCHEMA_DDL = (
     "topic STRING, partition INT, internal_id BIGINT, trace_id BIGINT, queue_offset BIGINT, "
@@ -72,13 +74,48 @@ def timestamp_of(nanoseconds: int) -> _dt.datetime:
     return _EPOCH + _dt.timedelta(microseconds=nanoseconds // 1000)
 
 
+def original(topic: str, message: MessageFrame, limit: int) -> MessageFrame:
+    """``message`` as its producer published it: a body compressed by the publishing client
+    (youzan/go-nsq's ``nsq.client.compress`` mark) decoded, and the two marks gone from the
+    headers; ``message`` itself when it carries no mark.
+
+    The server stores such a body as it came, so without this a row would hold compressed
+    bytes that every job downstream takes for the message. A mark that cannot be honoured
+    (unknown codec, corrupt data, a size over ``limit``, a codec package missing) raises
+    ``ProtocolError`` naming the message's place: a task that fails is visible and can be
+    fixed and re-run, a wrong or missing row is neither.
+    """
+    ext = message.ext
+    if message.ext_version != 4 or not ext or MARK not in ext:
+        return message
+    try:
+        decoded = unpack(ext, message.body, limit)
+    except ProtocolError as exc:
+        offset = message.queue_offset
+        where = (f"{topic}/{message.partition} at queue offset {offset}" if offset is not None
+                 else f"{topic}/{message.partition} message {message.id.hex()}")
+        raise ProtocolError(
+            f"{where}: the body its producer compressed cannot be decoded ({exc}); fix: "
+            "install the codec's package or raise maxDecompressedSize, as the reason says; "
+            "or read from the next message (its queue_offset + raw_size)") from exc
+    if decoded is None:
+        return message
+    body, stripped = decoded
+    return MessageFrame(message.timestamp, message.attempts, message.id, body,
+                        message.ext_version, stripped, message.queue_offset, message.raw_size,
+                        message.youzan)
+
+
 def message_row(topic: str, node: str, message: MessageFrame,
-                key_header: str = "key") -> tuple[Any, ...]:
+                key_header: str = "key", max_decompressed: int | None = None) -> tuple[Any, ...]:
     """One row of ``READ_SCHEMA`` (columns in ``READ_COLUMNS`` order).
 
     ``key`` is the ext header ``key_header`` (the sink's ``keyHeader`` stores the sharding key
     there): NSQ keeps no key of its own, and Kafka users look for a ``key`` column.
+    ``max_decompressed``: decode a body its producer compressed (:func:`original`).
     """
+    if max_decompressed is not None:
+        message = original(topic, message, max_decompressed)
     trace = message.trace_id
     return (
         topic,
@@ -113,11 +150,13 @@ def arrow_schema() -> Any:
 
 
 def message_batch(topic: str, node: str, messages: list[MessageFrame],
-                  key_header: str = "key") -> Any:
+                  key_header: str = "key", max_decompressed: int | None = None) -> Any:
     """Messages of one partition as one Arrow ``RecordBatch`` of ``READ_SCHEMA``.
 
     Readers hand Spark record batches rather than tuples: Spark would otherwise convert every
-    value of every row in Python.
+    value of every row in Python. ``max_decompressed``: decode the bodies their producers
+    compressed (:func:`original`), at most that many bytes each; ``None`` leaves them as
+    they are (the ack source's Consumer has decoded them already).
     """
     import pyarrow as pa
 
@@ -133,6 +172,8 @@ def message_batch(topic: str, node: str, messages: list[MessageFrame],
     headers: list[list[tuple[str, str]]] = []
     keys: list[str | None] = []
     for m in messages:
+        if max_decompressed is not None and m.ext and MARK in m.ext:  # rare: one search
+            m = original(topic, m, max_decompressed)
         if m.youzan:
             internal.append(signed64(m.internal_id))
             traces.append(signed64(m.trace_id or 0))

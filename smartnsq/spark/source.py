@@ -33,7 +33,14 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from ..errors import ClusterError, DataLoss, InvalidArgument, NSQError, PartitionUnavailable
+from ..errors import (
+    ClusterError,
+    DataLoss,
+    InvalidArgument,
+    LookupFailed,
+    NSQError,
+    PartitionUnavailable,
+)
 from ..protocol.commands import StartPosition
 from ..protocol.frames import MessageFrame
 from ..transport import loop_thread as _loop_thread
@@ -46,17 +53,11 @@ from .cluster import (
     condition_of,
     is_transient,
     offset_at,
-    offset_at_time,
     read_range,
     temporary_channel,
 )
-from .options import (
-    OFFSET_EARLIEST,
-    OFFSET_LATEST,
-    SourceOptions,
-    check_offsets,
-    timestamp_of_spec,
-)
+from .offsets import OFFSET_EARLIEST, OFFSET_LATEST, check_offsets, timestamp_of_spec
+from .options import SourceOptions
 from .schema import message_batch
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
@@ -190,9 +191,10 @@ class _Planner:
                 bounds = self.refresh()
             except Exception as exc:
                 topic = next((t for t in self.options.topics if t not in self.layouts), None)
-                if topic is None:
+                if topic is None or isinstance(exc, LookupFailed):
                     # every layout was read, so refresh() raised what no wait for a leader
-                    # clears (a partitions option the topic lacks, a non-youzan node...)
+                    # clears (a partitions option the topic lacks...); or no lookupd answered
+                    # a first lookup: a wrong address is likelier than an outage
                     raise
                 wait = waits.setdefault((topic, None), LeaderWait(
                     topic, None, self.options.leader_timeout))
@@ -233,6 +235,8 @@ class _Planner:
                     if not first <= offset <= last:
                         raise InvalidArgument(name, f"offset {offset} of {topic}/{p} is "
                                               f"outside the queue [{first}, {last}]", offset)
+                    if first < offset < last:  # the bounds are boundaries; others are asked
+                        self.check_boundary(topic, p, offset, last, name)
                     row[str(p)] = offset
                 elif spec == OFFSET_LATEST or (spec != OFFSET_EARLIEST
                                                and missing == OFFSET_LATEST):
@@ -243,14 +247,30 @@ class _Planner:
         return out
 
     def offset_at(self, topic: str, partition: int, unix_seconds: int, end: int) -> int:
+        return self._search(topic, partition, StartPosition.timestamp(unix_seconds), end)
+
+    def check_boundary(self, topic: str, partition: int, offset: int, end: int,
+                       name: str) -> None:
+        """Refuse an explicit offset inside a message before any task runs: nsqd moves a
+        channel set there on to the next message, which a read would take for retention's
+        gap and, with ``failOnDataLoss=false``, skip the message silently."""
+        found = self._search(topic, partition, StartPosition.queue_offset(offset), end)
+        if found != offset:
+            where = (f"the next message starts at {found}" if found > offset
+                     else f"the message there starts at {found}")
+            raise InvalidArgument(name, f"offset {offset} of {topic}/{partition} is inside a "
+                                  f"message ({where}): give a message's queue_offset, e.g. "
+                                  f"{found}", offset)
+
+    def _search(self, topic: str, partition: int, position: StartPosition, end: int) -> int:
         layout = self.layouts[topic]
         loop_thread = _loop_thread.shared()
         try:
-            return offset_at_time(loop_thread, self.client, topic, partition,
-                                  layout.leaders[partition], unix_seconds, end,
-                                  ordered=layout.ordered, ext=layout.ext,
-                                  read_timeout=self.options.read_timeout,
-                                  channel_prefix=self.options.channel_prefix)
+            return offset_at(loop_thread, self.client, topic, partition,
+                             layout.leaders[partition], position, end,
+                             ordered=layout.ordered, ext=layout.ext,
+                             read_timeout=self.options.read_timeout,
+                             channel_prefix=self.options.channel_prefix)
         finally:
             _loop_thread.release_shared(loop_thread)
 
@@ -461,7 +481,7 @@ def _read_one(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
         try:
             leader = _current_leader(client, part)
             if pending and leader.tcp_address != node:
-                yield message_batch(part.topic, node, pending, options.key_header)
+                yield _rows(options, part.topic, node, pending)
                 pending = []
             node = leader.tcp_address
             for message in read_range(loop_thread, client, part.topic, part.partition,
@@ -475,7 +495,7 @@ def _read_one(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
                 assert message.queue_offset is not None and message.raw_size is not None
                 position = message.queue_offset + message.raw_size
                 if len(pending) >= _ARROW_BATCH:
-                    yield message_batch(part.topic, node, pending, options.key_header)
+                    yield _rows(options, part.topic, node, pending)
                     pending = []
                     wait.progressed()
             break
@@ -485,7 +505,7 @@ def _read_one(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
             failed_at = position
             wait.failed(exc)
     if pending:
-        yield message_batch(part.topic, node, pending, options.key_header)
+        yield _rows(options, part.topic, node, pending)
 
 
 def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
@@ -544,7 +564,7 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
                 pending.extend(batch)
                 if len(pending) >= _ARROW_BATCH:
                     done[0] = _after(pending[-1])
-                    yield message_batch(part.topic, node, pending, options.key_header)
+                    yield _rows(options, part.topic, node, pending)
                     pending = []
             reading.popleft()
             finish(reader, name)
@@ -552,10 +572,15 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
                 start_next()
         if pending:
             done[0] = _after(pending[-1])
-            yield message_batch(part.topic, node, pending, options.key_header)
+            yield _rows(options, part.topic, node, pending)
     finally:
         while reading:
             finish(*reading.popleft())
+
+
+def _rows(options: SourceOptions, topic: str, node: str, messages: list[MessageFrame]) -> Any:
+    """One Arrow batch of rows, the bodies their producers compressed decoded."""
+    return message_batch(topic, node, messages, options.key_header, options.max_decompressed_size)
 
 
 def _after(message: MessageFrame) -> int:

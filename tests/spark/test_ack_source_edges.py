@@ -5,13 +5,15 @@ buffered messages (all of them when Spark reads everything available); its rows 
 executors with their bodies; a message is FINed only once Spark commits its batch; an empty
 "tick" batch lets Spark commit the last one when nothing new can arrive; a batch re-planned
 after a driver restart takes the messages that came back; stop() gives the uncommitted ones
-back; a consumer that never reaches an nsqd fails the query past ``connectTimeout``, and only
-the options travel to the executors.
+back; a consumer that never reaches an nsqd fails the query past ``connectTimeout``, saying
+whether no lookupd answered or no nsqd has the topic, and only the options travel to the
+executors.
 """
 
 from __future__ import annotations
 
 import pickle
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +25,7 @@ pytest.importorskip("pyarrow")
 
 from smartnsq import sync
 from smartnsq.errors import ClusterError
+from smartnsq.observability.stats import LookupStats
 from smartnsq.spark.ack_source import NSQAckPartition, NSQAckStreamReader
 from smartnsq.spark.cluster import ClusterClient
 from smartnsq.spark.options import AckSourceOptions, SourceOptions
@@ -30,6 +33,7 @@ from smartnsq.spark.options import AckSourceOptions, SourceOptions
 pytestmark = pytest.mark.spark
 
 DEADLINE = 20.0
+_NO_LOOKUP = LookupStats()
 
 
 class _AllAvailable:
@@ -141,6 +145,42 @@ def test_a_consumer_that_never_connects_fails_past_the_connect_timeout(
             as info:
         reader.latestOffset(None, None)
     assert "nsqd 127.0.0.1:1" in str(info.value) and "connectTimeout" in str(info.value)
+
+
+def test_a_dead_lookupd_is_named_as_the_reason_nothing_connects(
+        readers: list[NSQAckStreamReader]) -> None:
+    """No nsqd is found because no lookupd answers: the error says so, not that no nsqd has
+    the topic (which would send the user to create a topic that exists)."""
+    with socket.socket() as sock:  # bound and closed again: nothing listens there now
+        sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    reader = ack_reader(readers, lookupd=dead, topic="ack_deadlookupd", channel="c",
+                        connectTimeout="30")
+    assert reader.latestOffset(None, None) == {"seq": 0}
+    consumer = reader._consumer
+    assert consumer is not None
+    wait_for(lambda: (consumer.stats().lookup or _NO_LOOKUP).failed_rounds > 0,
+             "a lookup round that failed")
+    assert reader._unconnected_since is not None
+    reader._unconnected_since -= 31
+    with pytest.raises(ClusterError, match=rf"lookupd at {dead} does not answer \(connection "
+                       r"refused\)") as info:
+        reader.latestOffset(None, None)
+    assert "no nsqd has the topic" not in str(info.value)
+
+
+def test_a_topic_no_nsqd_has_is_told_from_a_silent_lookupd(
+        nsq: Any, readers: list[NSQAckStreamReader]) -> None:
+    reader = ack_reader(readers, lookupd=nsq.lookupd, topic="ack_nowhere_topic", channel="c",
+                        connectTimeout="30")
+    assert reader.latestOffset(None, None) == {"seq": 0}
+    consumer = reader._consumer
+    assert consumer is not None
+    wait_for(lambda: (consumer.stats().lookup or _NO_LOOKUP).rounds > 0, "a lookup round")
+    assert reader._unconnected_since is not None
+    reader._unconnected_since -= 31
+    with pytest.raises(ClusterError, match="lookupd answers, but no nsqd has the topic"):
+        reader.latestOffset(None, None)
 
 
 def test_only_the_options_travel_to_the_executors(readers: list[NSQAckStreamReader]) -> None:

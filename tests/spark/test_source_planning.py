@@ -24,7 +24,8 @@ pytest.importorskip("pyarrow")
 
 from smartnsq import sync
 from smartnsq.errors import ClusterError, DataLoss, InvalidArgument, PartitionUnavailable
-from smartnsq.spark.options import SourceOptions, parse_offsets
+from smartnsq.spark.offsets import parse_offsets
+from smartnsq.spark.options import SourceOptions
 from smartnsq.spark.source import NSQBatchReader, NSQRangePartition, NSQStreamReader, _read
 
 pytestmark = pytest.mark.spark

@@ -266,7 +266,8 @@ def test_offsets_inside_a_message_are_refused(spark: Any, nsq: Any) -> None:
     rows = sorted(read_topic(spark, nsq, "spark_inside"), key=lambda r: r.queue_offset)
     inside = rows[2].queue_offset + 1
     with pytest.raises(Exception, match=rf"startingOffsets.*offset {inside} of spark_inside/0 "
-                                        rf"is inside the message at {rows[2].queue_offset}"):
+                                        rf"is inside a message \(the next message starts at "
+                                        rf"{rows[3].queue_offset}\)"):
         read_topic(spark, nsq, "spark_inside",
                    startingOffsets=json.dumps({"spark_inside": {"0": inside}}))
     with pytest.raises(Exception, match=rf"endingOffsets.*offset {inside} .* inside"):

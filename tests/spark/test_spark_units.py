@@ -13,13 +13,8 @@ pytest.importorskip("pyarrow")
 
 from smartnsq.errors import InvalidArgument
 from smartnsq.protocol.frames import MessageFrame, youzan_message_id
-from smartnsq.spark.options import (
-    AckSourceOptions,
-    SinkOptions,
-    SourceOptions,
-    parse_offsets,
-    source_mode,
-)
+from smartnsq.spark.offsets import parse_offsets
+from smartnsq.spark.options import AckSourceOptions, SinkOptions, SourceOptions, source_mode
 from smartnsq.spark.schema import arrow_schema, message_batch, message_row, signed64
 from smartnsq.spark.source import prorate
 
@@ -126,6 +121,7 @@ def test_transient_conditions_and_the_leader_wait() -> None:
         ClusterError,
         ConnectionClosed,
         ConnectionFailed,
+        LookupFailed,
         PartitionUnavailable,
         ServerError,
         TopicNotFound,
@@ -142,6 +138,8 @@ def test_transient_conditions_and_the_leader_wait() -> None:
     assert not is_transient(AdminError(400, "E_BAD_CHANNEL"))
     assert not is_transient(TopicNotFound("t"))
     assert not is_transient(ValueError("a bug"))
+    assert is_transient(LookupFailed("lookupd at h:4161 does not answer"))  # an outage
+    assert not is_transient(LookupFailed("lookupd at h:4150 answers as nsqd", retriable=False))
 
     wait = LeaderWait("orders", 1, timeout=0.05)
     with pytest.raises(ValueError):
@@ -206,6 +204,46 @@ def test_rows_and_arrow_batches() -> None:
     assert first["internal_id"] == internal and first["trace_id"] == -1
     assert first["headers"] == [("k", "v")] and first["body"] == b"body"
     assert first["key"] == "v"
+
+
+def test_rows_carry_the_bodies_their_producers_compressed_decoded() -> None:
+    """go-nsq's client compression: the row is the original, without the two marks; the
+    stored frame is left as it is (``raw_size`` stays the queue's)."""
+    from smartnsq.errors import ProtocolError
+    from smartnsq.protocol.body_compression import compress
+
+    original = b"order 42 " * 200
+    packed, marks = compress("gzip", original) or (b"", {})
+    ext = json.dumps({**marks, "key": "k1"}).encode()
+    msg = MessageFrame(1_700_000_000_000_000_000, 1, youzan_message_id((1 << 50) | 3, 0),
+                       packed, 4, ext, 96, 40 + len(packed), True)
+    row = message_batch("orders", "n", [msg], max_decompressed=1 << 20).to_pylist()[0]
+    assert row["body"] == original and row["headers"] == [("key", "k1")]
+    assert row["key"] == "k1" and row["raw_size"] == 40 + len(packed)
+    assert message_row("orders", "n", msg, max_decompressed=1 << 20)[8] == original
+    assert msg.body == packed  # the frame itself is untouched
+    untouched = message_batch("orders", "n", [msg]).to_pylist()[0]  # the ack source's call
+    assert untouched["body"] == packed
+    corrupt = MessageFrame(1, 1, youzan_message_id((1 << 50) | 4, 0), b"not gzip", 4,
+                           b'{"nsq.client.compress":"1"}', 4096, 60, True)
+    with pytest.raises(ProtocolError, match=r"orders/1 at queue offset 4096: the body its "
+                       r"producer compressed cannot be decoded \(gzip body corrupt"):
+        message_batch("orders", "n", [msg, corrupt], max_decompressed=1 << 20)
+    with pytest.raises(ProtocolError, match=r"over the 100-byte limit.*maxDecompressedSize"):
+        message_batch("orders", "n", [msg], max_decompressed=100)
+
+
+def test_the_decompressed_size_bound_is_an_option() -> None:
+    assert SourceOptions.parse({**LOOKUPD, "topic": "t"}, streaming=False) \
+        .max_decompressed_size == 64 << 20
+    options = SourceOptions.parse({**LOOKUPD, "topic": "t", "maxDecompressedSize": "4096"},
+                                  streaming=True)
+    assert options.max_decompressed_size == 4096
+    for bad in ("0", "lots"):
+        with pytest.raises(InvalidArgument) as info:
+            SourceOptions.parse({**LOOKUPD, "topic": "t", "maxDecompressedSize": bad},
+                                streaming=False)
+        assert info.value.field == "maxDecompressedSize"
 
 
 def test_timestamp_offsets_resolve_to_the_first_message_at_or_after(nsq: Any) -> None:

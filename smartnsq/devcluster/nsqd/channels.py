@@ -551,6 +551,10 @@ class Channel:
             if index is None:
                 raise ValueError(f"the queue offset {value} is out of range "
                                  f"[0, {log_.end_offset}]")
+            if index < len(log_) and log_.messages[index].queue_offset < value:
+                # inside a message: the real nsqd goes on at the next one (measured on
+                # 0.3.7-HA.1.13.0: the depth drops by one, the next message is delivered)
+                index += 1
             return index
         if kind == "msgcount":
             if not 0 <= value <= len(log_):
