@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 API_PAGE = (ROOT / "docs" / "api.md").read_text()
 ERRORS_PAGE = (ROOT / "docs" / "errors.md").read_text()
 SURFACES = {"smartnsq", "smartnsq.devcluster", "smartnsq.compat", "smartnsq.spark",
-            "smartnsq.cli"}
+            "smartnsq.cli", "smartnsq.admin"}
 OPTIONAL = ("smartnsq.spark", "smartnsq.testing.spark")  # need pyspark
 
 

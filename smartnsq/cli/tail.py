@@ -34,13 +34,17 @@ from .util import (
     dumps,
     lookup_failure,
     lookup_manager,
+    parse_start,
     topic_missing,
 )
 
 if TYPE_CHECKING:
     from ..consumer.core import Consumer
 
-__all__ = ["parse_start", "register", "run_tail"]
+__all__ = ["register", "run_tail"]
+
+_NEVER_WRITTEN = "commit log end of file"
+"""youzan nsqd's setoffset answer (500) on a partition no message was ever written to."""
 
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -66,36 +70,6 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--show", choices=("body", "meta"), default="body",
                    help="plain output: the body only (default) or metadata and body")
     p.set_defaults(handler=run_tail)
-
-
-def parse_start(text: str | None) -> Any:
-    """``--from`` as a ``StartPosition`` (``None`` for latest, the channel's default)."""
-    from ..errors import InvalidArgument
-    from ..protocol.commands import StartPosition
-
-    if text is None or text in ("latest", "end"):
-        return None
-    if text in ("earliest", "beginning", "start"):
-        return StartPosition.message_count(0)
-    kind, sep, value = text.partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        if kind in ("timestamp", "ts", "time"):
-            if value.lstrip("-").isdigit():
-                return StartPosition.timestamp(int(value))
-            when = datetime.fromisoformat(value)
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=timezone.utc)
-            return StartPosition.timestamp(int(when.timestamp()))
-        if kind in ("offset", "virtual_queue"):
-            return StartPosition.queue_offset(int(value))
-        if kind in ("count", "msgcount"):
-            return StartPosition.message_count(int(value))
-    except (ValueError, InvalidArgument):
-        pass
-    raise CLIError(f"bad --from {text!r}: expected earliest, latest, timestamp:UNIX_SECONDS, "
-                   "timestamp:ISO_DATE, offset:QUEUE_OFFSET or count:MESSAGES")
 
 
 def _ephemeral_channel() -> str:
@@ -282,7 +256,7 @@ async def _position_channel(view: Any, channel: str, start: Any,
                             args: argparse.Namespace, deadline: Deadline) -> None:
     """Create ``channel`` on each partition's leader and move it to ``start`` (nsqd
     ``/channel/create`` then ``/channel/setoffset``, through ``smartnsq.admin``)."""
-    from ..errors import NSQError
+    from ..errors import AdminError, NSQError
 
     wanted = set(args.partition or view.partitions)
     async with admin_client(args, deadline=deadline) as admin:
@@ -296,6 +270,12 @@ async def _position_channel(view: Any, channel: str, start: Any,
                 await admin.create_channel(view.topic, channel, partition=pid, address=address)
                 await admin.set_offset(view.topic, channel, start, partition=pid,
                                        address=address)
+            except AdminError as exc:
+                if (exc.status, exc.message) != (500, _NEVER_WRITTEN):
+                    raise CLIError(f"positioning the channel on partition {pid}: "
+                                   f"{exc}") from None
+                # nothing was ever written there: the new channel is already at the
+                # partition's only position (its start is its end)
             except NSQError as exc:
                 raise CLIError(f"positioning the channel on partition {pid}: {exc}") from None
 

@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "Progress",
     "admin_client",
     "lookup_manager",
+    "parse_start",
     "split_addresses",
     "timeout_of",
 ]
@@ -257,3 +259,71 @@ def admin_client(args: Any, lookupd: Sequence[str] = (), deadline: Deadline | No
     checked = timeout_of(args)
     timeout = deadline.left() if deadline is not None else checked
     return AsyncAdmin(list(lookupd), timeout=timeout)
+
+
+def parse_start(text: str | None, what: str = "--from") -> Any:
+    """A start position as ``tail --from`` and ``channel setoffset`` take it: a
+    ``StartPosition``, ``None`` for latest (the channel's default); ``what`` names the
+    argument in the error."""
+    from ..errors import InvalidArgument
+    from ..protocol.commands import StartPosition
+
+    if text is None or text in ("latest", "end"):
+        return None
+    if text in ("earliest", "beginning", "start"):
+        return StartPosition.message_count(0)
+    kind, sep, value = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        if kind in ("timestamp", "ts", "time"):
+            if value.lstrip("-").isdigit():
+                return StartPosition.timestamp(int(value))
+            when = datetime.fromisoformat(value)
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            return StartPosition.timestamp(int(when.timestamp()))
+        if kind in ("offset", "virtual_queue"):
+            return StartPosition.queue_offset(int(value))
+        if kind in ("count", "msgcount"):
+            return StartPosition.message_count(int(value))
+    except (ValueError, InvalidArgument):
+        pass
+    raise CLIError(f"bad {what} {text!r}: expected earliest, latest, timestamp:UNIX_SECONDS, "
+                   "timestamp:ISO_DATE, offset:QUEUE_OFFSET or count:MESSAGES")
+
+
+async def run_admin(args: Any, lookupd: Sequence[str], what: str, call: Any) -> Any:
+    """``await call(admin)`` on the commands' admin client, the whole of it within what is
+    left of the command's deadline (a call asks several servers in turn: each request's own
+    timeout alone would not bound it). A topic the lookupds do not know is the one line of
+    :func:`topic_missing`; a deadline passed says what was being done."""
+    import asyncio
+
+    from ..errors import TopicNotFound
+
+    deadline = deadline_of(args)
+    async with admin_client(args, lookupd, deadline) as admin:
+        try:
+            return await asyncio.wait_for(call(admin), deadline.left() + 0.2)
+        except asyncio.TimeoutError:
+            raise CLIError(f"{what}: not done within {deadline.seconds:g} s (raise "
+                           f"--timeout for a slow cluster)") from None
+        except TopicNotFound as exc:
+            raise topic_missing(exc.topic) from None
+
+
+def targets_text(targets: Iterable[tuple[int | None, str]]) -> str:
+    """``p0 on 127.0.0.1:4151, p1 on ...`` (classic nodes without a partition)."""
+    parts = [(f"p{pid} on {node}" if pid is not None else node) for pid, node in targets]
+    return ", ".join(parts) or "no node"
+
+
+def targets_json(targets: Iterable[tuple[int | None, str]]) -> list[dict[str, Any]]:
+    return [{"partition": pid, "node": node} for pid, node in targets]
+
+
+def report(args: Any, row: dict[str, Any], text: str) -> int:
+    """A command's result: one JSON object with ``--json``, else one line for people."""
+    args.out.write((dumps(row) if getattr(args, "json", False) else text) + "\n")
+    return 0

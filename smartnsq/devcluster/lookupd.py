@@ -16,7 +16,9 @@ youzan cluster mode, from etcd. Here both are views of the shared :class:`Cluste
   ``access=r`` producers only.
 
 Every lookupd of a cluster reads the same state, so they agree, as lookupds reading one etcd
-do; ``state.lookupd_leader`` names the one that accepts topic creation.
+do; ``state.lookupd_leader`` names the one that accepts topic creation and expansion. A
+``/topic/tombstone`` is the exception, as in real life: it lives in the registration DB of
+the lookupd asked, so each lookupd keeps its own (topic, node) tombstones.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ class Lookupd:
         self.info: LookupdInfo | None = None
         self._remote_ports: dict[str, int] = {}
         self._next_remote_port = random.randint(33000, 50000)
+        self._tombstones: set[tuple[str, str]] = set()  # (topic, node_id), this lookupd's own
         self._install_routes()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -259,8 +262,9 @@ class Lookupd:
                 out.update(dict.fromkeys(_live_channels(p)))
         return list(out)
 
-    def _is_tombstoned(self, node: NodeInfo) -> bool:
-        return node.tombstoned or (node.classic and not self.classic)
+    def _is_tombstoned(self, node: NodeInfo, topic: str = "") -> bool:
+        return (node.tombstoned or (node.classic and not self.classic)
+                or (topic, node.node_id) in self._tombstones)
 
     def _remote_address(self, node: NodeInfo) -> str:
         """nsqd's outbound address as this lookupd saw it (an ephemeral port, stable per node)."""
@@ -321,6 +325,7 @@ class Lookupd:
         r("POST", "/topic/delete", self._topic_delete, V1)
         r("POST", "/channel/create", self._channel_create, V1)
         r("POST", "/topic/tombstone", self._tombstone, V1)
+        r("POST", "/topic/partition/expand", self._topic_expand, V1)
 
     async def _ping(self, req: Request) -> str:
         return "OK"
@@ -360,7 +365,7 @@ class Lookupd:
         if access == "r":
             regs = self._consume_leaders(topic, pid, regs)
         else:
-            regs = [r for r in regs if not self._is_tombstoned(r.node)]
+            regs = [r for r in regs if not self._is_tombstoned(r.node, topic)]
         partitions: dict[str, Any] = {}
         producers: dict[str, dict[str, Any]] = {}
         empty_channel_filtered = False
@@ -393,7 +398,7 @@ class Lookupd:
                 node = self._alive(p.leader)
                 if node is not None and node not in nodes:
                     nodes.append(node)
-        producers = [self._peer(n) for n in nodes if not n.tombstoned]
+        producers = [self._peer(n) for n in nodes if not self._is_tombstoned(n, topic)]
         return {"channels": self._channels(topic), "producers": producers}
 
     def _topic_names(self) -> list[str]:
@@ -441,7 +446,7 @@ class Lookupd:
                 "remote_address": self._remote_address(node), "hostname": node.hostname,
                 "broadcast_address": address, "tcp_port": tcp_port, "http_port": http_port,
                 "version": node.version,
-                "tombstones": [self._is_tombstoned(node)] * len(topics),
+                "tombstones": [self._is_tombstoned(node, t) for t in topics],
                 "topics": topics,
             }
             if not self.classic:
@@ -574,10 +579,43 @@ class Lookupd:
         if not target:
             raise HTTPError(400, "MISSING_ARG_NODE")
         restore = req.arg("restore") == "true"
-        for node in self.state.nodes.values():
+        for reg in self._registrations(topic):  # only a node registered for the topic
+            node = reg.node
             if f"{node.broadcast_address}:{node.http_port}" == target:
-                node.tombstoned = not restore
+                key = (topic, node.node_id)
+                (self._tombstones.discard if restore else self._tombstones.add)(key)
         return None
+
+    async def _topic_expand(self, req: Request) -> None:
+        """``/topic/partition/expand``: more partitions, placed like a new topic's; the
+        real lookupd's refusals are 500s with its coordinator's text (measured)."""
+        topic = req.arg("topic")
+        if not topic:
+            raise HTTPError(400, "MISSING_ARG_TOPIC")
+        pnum = self._int_arg(req, "partition_num", 1, MAX_PARTITION_NUM,
+                             "MISSING_ARG_TOPIC_PARTITION_NUM",
+                             "INVALID_ARG_TOPIC_PARTITION_NUM")
+        if not self.is_leader:
+            raise HTTPError(500, "Not nsqlookup leader")
+        info = self.state.topics.get(topic)
+        if info is None or info.classic:
+            raise HTTPError(500, "topic is not created")
+        if pnum < info.partition_num:
+            raise HTTPError(500, "the partition number can not be reduced")
+        nodes = self.state.youzan_nodes()
+        spread = info.ordered or info.multipart
+        if not nodes or (not spread and pnum * info.replica > len(nodes)):
+            raise HTTPError(500, COORD_TMP_ERR + "No node is available for topic")
+        pending = self.state.slow_creation
+        for pid in range(info.partition_num, pnum):
+            owners = [nodes[(pid * (1 if spread else info.replica) + r) % len(nodes)].node_id
+                      for r in range(info.replica)]
+            p = PartitionInfo(topic, pid, None if pending else owners[0], owners)
+            p.leader_ready = not pending
+            info.partitions.append(p)
+        info.partition_num = pnum
+        if self.state.creation_check is not None and pending:
+            self.state.creation_check()
 
     # -- classic admin --------------------------------------------------------------------------
 

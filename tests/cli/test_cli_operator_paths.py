@@ -21,8 +21,7 @@ import pytest
 from support import cli, closed_port, rows
 
 from smartnsq import Consumer, Producer
-from smartnsq.cli.tail import parse_start
-from smartnsq.cli.util import CLIError
+from smartnsq.cli.util import CLIError, parse_start
 from smartnsq.devcluster import DevCluster
 from smartnsq.protocol.commands import StartPosition
 
@@ -94,6 +93,7 @@ async def test_tail_names_unknown_partitions_of_an_ordered_topic(
 
 async def test_tail_from_an_offset_the_server_refuses(nsq_cluster: DevCluster) -> None:
     await nsq_cluster.create_topic("off", partitions=1, ordered=True)
+    await publish(nsq_cluster, "off", [b"one"], partition=0)  # (never written: no refusal)
     lookupd = nsq_cluster.lookupd_http_addresses[0]
     code, _, err = await cli("tail", "off", "--lookupd", lookupd, "--from", "offset:99999",
                              "-n", "1")

@@ -7,8 +7,7 @@ import io
 import pytest
 
 from smartnsq.cli.tables import format_table
-from smartnsq.cli.tail import parse_start
-from smartnsq.cli.util import CLIError, Progress, bar, one_line, split_addresses
+from smartnsq.cli.util import CLIError, Progress, bar, one_line, parse_start, split_addresses
 from smartnsq.protocol.commands import StartPosition
 
 

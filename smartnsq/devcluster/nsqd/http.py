@@ -1,12 +1,16 @@
 """nsqd's HTTP API in the dev cluster (docs/protocol.md §7 and the ``http_nsqd_*`` captures).
 
 youzan (``YS nsqdserver/http.go``): ``/ping``, ``/info``, ``/stats``, ``/pub``, ``/pub_ext``,
-``/pubtrace``, ``/mpub``, ``/channel/{create,delete,empty,pause,unpause,setoffset,setorder}``,
+``/pubtrace``, ``/mpub``, ``/channel/{create,delete,empty,pause,unpause,skip,unskip,setoffset,
+setorder,emptydelayed,requeuedelayed}``, ``/message/{get,finish}``,
 with youzan's argument rules (``partition`` defaults to the partition this node leads) and its
 statuses (404 ``E_TOPIC_NOT_EXIST``, 400 ``E_FAILED_ON_NOT_LEADER``...). Classic 1.3: the same
 reads plus ``/topic/{create,delete,empty,pause,unpause}``, topics created on first use, never a
-wrapped answer. The rendering (wrapped or bare, headers) is the HTTP server's job, chosen per
-route style.
+wrapped answer. A channel's delivery is held while any of its holds is on (paused, skipped,
+its classic topic paused); ``/stats`` reports each hold as the real server does. The dev
+cluster keeps no disk delayed queue (youzan's ``delayed_queue_count`` is 0), so the delayed
+queue's actions answer as on an empty one. The rendering (wrapped or bare, headers) is the
+HTTP server's job, chosen per route style.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import re
 import time
 import urllib.parse
+import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from struct import Struct
@@ -28,6 +33,8 @@ from .channels import Channel
 from .error_frames import GoParseError, go_atoi
 from .publish import DISPATCH_TAG_KEY, TRACE_ID_KEY, valid_name
 from .view import NodeView, start_index
+
+_ID_PARTITION: Final = 50  # a youzan internal id carries its partition in its top bits
 
 __all__ = ["NsqdHTTP"]
 
@@ -79,6 +86,9 @@ class NsqdHTTP:
     def __init__(self, node: NodeView, port: int = 0) -> None:
         self.node = node
         self.server = HTTPServer(node.host, port, classic=node.classic, name=f"{node.name}-http")
+        # channel -> its holds ("pause", "skip", "topic"); delivery waits while any is on
+        self._holds: weakref.WeakKeyDictionary[Channel, set[str]] = weakref.WeakKeyDictionary()
+        self._paused_topics: set[str] = set()  # classic /topic/pause
         r = self.server.route
         r("GET", "/ping", self._ping, PLAIN)
         r("GET", "/info", self._info, NEGOTIATE)
@@ -94,6 +104,8 @@ class NsqdHTTP:
             r("POST", "/channel/empty", self._classic_channel_empty, V1)
             r("POST", "/channel/pause", self._classic_channel_pause, V1)
             r("POST", "/channel/unpause", self._classic_channel_pause, V1)
+            r("POST", "/topic/pause", self._classic_topic_pause, V1)
+            r("POST", "/topic/unpause", self._classic_topic_pause, V1)
         else:
             r("POST", "/pub_ext", self._pub_ext, NEGOTIATE)
             r("POST", "/pubtrace", self._pubtrace, V1)
@@ -102,6 +114,11 @@ class NsqdHTTP:
             r("POST", "/channel/empty", self._channel_empty, V1)
             r("POST", "/channel/pause", self._channel_pause, V1)
             r("POST", "/channel/unpause", self._channel_pause, V1)
+            r("POST", "/channel/skip", self._channel_skip, V1)
+            r("POST", "/channel/unskip", self._channel_skip, V1)
+            r("POST", "/channel/emptydelayed", self._channel_delayed, V1)
+            r("POST", "/channel/requeuedelayed", self._channel_delayed, V1)
+            r("POST", "/message/finish", self._message_finish, V1)
             r("POST", "/channel/setoffset", self._channel_setoffset, V1)
             r("POST", "/channel/setorder", self._channel_setorder, V1)
             r("GET", "/message/get", self._message_get, V1)
@@ -330,7 +347,38 @@ class NsqdHTTP:
 
     async def _channel_pause(self, req: Request) -> None:
         p, _, name = self._channel_args(req)
-        self._pause(self._existing(p, name), req.path.endswith("/pause"))
+        channel = self._existing(p, name)
+        if not p.serving(self.node.node_id):
+            raise HTTPError(500, "INTERNAL_ERROR")  # a replica cannot sync the state change
+        self._hold(channel, "pause", req.path.endswith("/pause"))
+
+    async def _channel_skip(self, req: Request) -> None:
+        """``/channel/{skip,unskip}``: both move the channel to the end of the queue (what
+        was published while skipped is dropped), skip then holds its delivery."""
+        p, _, name = self._channel_args(req)
+        channel = self._existing(p, name)
+        if not p.serving(self.node.node_id):
+            raise HTTPError(500, "INTERNAL_ERROR")
+        self._hold(channel, "skip", req.path.endswith("/skip"))
+        channel.reset_to(len(p.log))
+
+    async def _channel_delayed(self, req: Request) -> None:
+        p, _, name = self._channel_args(req)
+        self._existing(p, name)
+        self._leader(p)
+
+    async def _message_finish(self, req: Request) -> None:
+        p, _, name = self._channel_args(req)
+        channel = self._existing(p, name)
+        text = req.arg("msgid")
+        if _DIGITS.fullmatch(text.lstrip("-")) is None or len(text) > 19:
+            raise HTTPError(400, "INVALID_REQUEST")
+        self._leader(p)
+        key = int(text)
+        for consumer in [*channel.consumers, *channel.lingering]:
+            if key in consumer.in_flight and channel.finish(consumer, key):
+                return
+        raise HTTPError(500, "ErrType:7 ErrCode:0 : Message ID not in flight")
 
     async def _channel_setoffset(self, req: Request) -> None:
         p, _, name = self._channel_args(req)
@@ -345,25 +393,42 @@ class NsqdHTTP:
         except GoParseError as exc:
             raise HTTPError(400, str(exc).replace("strconv.Atoi", "strconv.ParseInt")) from None
         self._leader(p)
+        if p.log.end_offset == 0 and parts[0] != b"special":
+            # measured: a partition never written to has no commit log to search yet
+            raise HTTPError(500, "commit log end of file")
         try:
             channel.reset_to(start_index(channel, parts[0].decode(), value))
         except ValueError as exc:
             raise HTTPError(500, str(exc)) from None
 
     async def _message_get(self, req: Request) -> dict[str, Any]:
-        """``/message/get``: one stored message by count, queue offset or internal id."""
-        topic = req.arg("topic")
-        if not topic or topic not in self.node.state.topics:
-            raise HTTPError(400, "topic does not exist")
-        p, _ = self._held(req)
-        mode = req.arg("search_mode")
-        if mode not in ("id", "count", "virtual_offset"):
-            raise HTTPError(400, "search mode should be one of id/count/virtual_offset")
+        """``/message/get``: one stored message by count, queue offset or internal id (whose
+        top bits name the partition; the other two need ``partition``)."""
         text = req.arg("search_pos")
         if _DIGITS.fullmatch(text) is None or int(text) >= 1 << 63:
             raise HTTPError(400, f"strconv.ParseInt: parsing {json.dumps(text)}: "
                                  f"invalid syntax")
         pos = int(text)
+        mode = req.arg("search_mode")
+        if mode == "id":
+            partition = (pos >> _ID_PARTITION) & 0x3FF
+        else:
+            try:
+                partition = go_atoi(req.arg("partition").encode())
+            except GoParseError as exc:
+                raise HTTPError(400, str(exc)) from None
+        topic = req.arg("topic")
+        p = self.node.held_partition(topic, partition) if topic else None
+        if p is None or topic not in self.node.state.topics:
+            raise HTTPError(400, "topic does not exist")
+        if req.arg("delayed_queue") == "true":
+            if mode != "id":
+                raise HTTPError(400, "delayed queue search mode must be id")
+            if not req.arg("channel"):
+                raise HTTPError(400, "delayed queue search channel must be given")
+            raise HTTPError(404, "no message found in delayed queue")
+        if mode not in ("id", "count", "virtual_offset"):
+            raise HTTPError(400, "search mode should be one of id/count/virtual_offset")
         messages = p.log.messages[p.log.retained:]
         if not messages:
             raise HTTPError(404, "commit log end of file")
@@ -486,7 +551,17 @@ class NsqdHTTP:
 
     async def _classic_channel_pause(self, req: Request) -> None:
         p, name = self._classic_channel(req)
-        self._pause(self._existing(p, name), req.path.endswith("/pause"))
+        self._hold(self._existing(p, name), "pause", req.path.endswith("/pause"))
+
+    async def _classic_topic_pause(self, req: Request) -> None:
+        """``/topic/{pause,unpause}``: the topic stops giving messages to its channels."""
+        p = self._classic_topic(req, create=False)
+        if p is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        paused = req.path.endswith("/pause")
+        (self._paused_topics.add if paused else self._paused_topics.discard)(p.topic)
+        for channel in self._channels(p, ""):
+            self._hold(channel, "topic", paused)
 
     # -- channel operations -------------------------------------------------------------------
 
@@ -501,11 +576,15 @@ class NsqdHTTP:
             self._drop_consumers(channel)
             channel.close()
 
-    @staticmethod
-    def _pause(channel: Channel, paused: bool) -> None:
-        channel.paused = paused
-        if not paused:
+    def _hold(self, channel: Channel, hold: str, on: bool) -> None:
+        holds = self._holds.setdefault(channel, set())
+        (holds.add if on else holds.discard)(hold)
+        channel.paused = bool(holds)
+        if not holds:
             channel.schedule_pump()
+
+    def _held_by(self, channel: Channel, hold: str) -> bool:
+        return hold in self._holds.get(channel, ())
 
     # -- /stats ---------------------------------------------------------------------------------
 
@@ -673,7 +752,8 @@ class NsqdHTTP:
                 "message_count": len(p.log), "requeue_count": channel.requeue_count,
                 "timeout_count": channel.timeout_count,
                 "clients": clients if clients or listed else None,
-                "client_num": len(clients), "paused": channel.paused, "skipped": False,
+                "client_num": len(clients), "paused": self._held_by(channel, "pause"),
+                "skipped": self._held_by(channel, "skip"),
                 "zan_test_skipped": False, "delayed_queue_count": 0,
                 "delayed_queue_recent": _ZERO_TIME, "delayed_queue_recent_nano": 0,
                 "e2e_processing_latency": _E2E, "msg_consume_latency_stats": finished,
@@ -707,14 +787,16 @@ class NsqdHTTP:
                 "deferred_count": channel.deferred_count,
                 "message_count": channel.message_count, "requeue_count": channel.requeue_count,
                 "timeout_count": channel.timeout_count, "client_count": len(clients),
-                "clients": clients, "paused": channel.paused, "e2e_processing_latency": _E2E,
+                "clients": clients, "paused": self._held_by(channel, "pause"),
+                "e2e_processing_latency": _E2E,
             })
         waiting = 0 if any(isinstance(c, Channel) for c in p.channels.values()) \
             else len(p.log) - p.log.claimed
         return {
             "topic_name": p.topic, "channels": channels, "depth": waiting,
             "backend_depth": 0, "message_count": len(p.log),
-            "message_bytes": sum(len(m.body) for m in p.log.messages), "paused": False,
+            "message_bytes": sum(len(m.body) for m in p.log.messages),
+            "paused": p.topic in self._paused_topics,
             "e2e_processing_latency": _E2E,
         }
 

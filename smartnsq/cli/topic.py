@@ -1,0 +1,130 @@
+"""``smartnsq topic ACTION TOPIC``: create, delete, expand, pause, unpause, tombstone.
+
+``create`` is ``AsyncAdmin.create_topic``: on a youzan cluster it re-sends the create until
+every partition has a leader and, with ``--channel``, until writers see every partition (a
+real cluster takes seconds to minutes: ``--create-timeout``); on classic, the topic (and its
+channels) on every nsqd. ``expand`` raises a youzan topic's partition count on the leader
+lookupd; ``pause``/``unpause`` are classic nsqd's; ``tombstone`` hides one nsqd from the
+topic's writers on every lookupd (``--restore`` undoes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from .util import (
+    CLIError,
+    Progress,
+    check_topic,
+    report,
+    run_admin,
+    split_addresses,
+    targets_json,
+    targets_text,
+)
+
+__all__ = ["register", "run_topic"]
+
+_ACTIONS = ("create", "delete", "expand", "pause", "unpause", "tombstone")
+
+
+def register(command: Callable[..., argparse.ArgumentParser]) -> None:
+    p = command("topic", "create, delete, expand, pause or tombstone a topic",
+                description="A topic's actions: create (until usable), delete, expand "
+                            "(youzan), pause/unpause (classic), tombstone a node.")
+    p.add_argument("action", choices=_ACTIONS, help="what to do")
+    p.add_argument("topic", help="the topic")
+    p.add_argument("--partitions", type=int, metavar="N",
+                   help="create: partitions (default 1); expand: the new partition count")
+    p.add_argument("--replicas", type=int, default=1, metavar="N",
+                   help="create: replicas of each partition (default 1)")
+    p.add_argument("--ordered", action="store_true", help="create: an ordered topic")
+    p.add_argument("--ext", action="store_true", help="create: an ext (headers) topic")
+    p.add_argument("--multipart", action=argparse.BooleanOptionalAction, default=None,
+                   help="create: let partitions x replicas exceed the nsqd count (default: "
+                        "when they do)")
+    p.add_argument("--disable-channel-auto-create", action="store_true",
+                   help="create: channels only as registered on the lookupd")
+    p.add_argument("--channel", action="append", default=[], metavar="NAME",
+                   help="create: a channel to create on every partition (repeatable); the "
+                        "command then returns once writers see every partition")
+    p.add_argument("--no-wait", action="store_true",
+                   help="create: send the create once and return")
+    p.add_argument("--create-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="create: how long the topic may take to become usable (default 60)")
+    p.add_argument("--node", metavar="HOST:HTTP_PORT", help="tombstone: the nsqd")
+    p.add_argument("--restore", action="store_true", help="tombstone: undo it")
+    p.add_argument("--nsqd-http", metavar="HOST:PORT",
+                   help="pause/unpause: only this nsqd instead of every one holding the topic")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=run_topic)
+
+
+async def run_topic(args: argparse.Namespace) -> int:
+    topic = check_topic(args.topic)
+    lookupd = split_addresses(args.lookupd, "lookupd")
+    nodes = split_addresses(args.nsqd_http, "nsqd HTTP")
+    if len(nodes) > 1:
+        raise CLIError("--nsqd-http takes one node")
+    if not lookupd and not (nodes and args.action in ("pause", "unpause")):
+        raise CLIError(f"topic {args.action} needs --lookupd HOST:PORT (or SMARTNSQ_LOOKUPD)")
+    if args.action == "create":
+        return await _create(args, topic, lookupd)
+    if args.action == "expand":
+        partitions = args.partitions
+        if partitions is None:
+            raise CLIError("topic expand needs --partitions N (the new partition count)")
+        leader = await run_admin(args, lookupd, "topic expand",
+                                 lambda admin: admin.expand_topic(topic, partitions))
+        return report(args, {"action": "expand", "topic": topic, "partitions": partitions,
+                             "lookupd": leader},
+                      f"expanded {topic} to {partitions} partitions (leader lookupd "
+                      f"{leader}); the new partitions get leaders at its next cluster check")
+    if args.action == "delete":
+        await run_admin(args, lookupd, "topic delete", lambda admin: admin.delete_topic(topic))
+        return report(args, {"action": "delete", "topic": topic}, f"deleted {topic}")
+    if args.action == "tombstone":
+        if not args.node:
+            raise CLIError("topic tombstone needs --node HOST:HTTP_PORT (the nsqd)")
+        node = split_addresses(args.node, "--node")[0]
+        told = await run_admin(args, lookupd, "topic tombstone",
+                               lambda admin: admin.tombstone(topic, node,
+                                                             restore=args.restore))
+        verb = "restored" if args.restore else "tombstoned"
+        return report(args, {"action": "tombstone", "topic": topic, "node": node,
+                             "restore": args.restore, "lookupds": list(told)},
+                      f"{verb} {node} for {topic} on lookupd {', '.join(told)}")
+    method = "pause_topic" if args.action == "pause" else "unpause_topic"
+    address = nodes[0] if nodes else None
+    targets = await run_admin(args, lookupd, f"topic {args.action}",
+                              lambda admin: getattr(admin, method)(topic, address=address))
+    return report(args, {"action": args.action, "topic": topic,
+                         "targets": targets_json(targets)},
+                  f"{args.action}d {topic}: {targets_text(targets)}")
+
+
+async def _create(args: argparse.Namespace, topic: str, lookupd: list[str]) -> int:
+    """The create workflow within ``--create-timeout`` (each request within ``--timeout``),
+    a progress line on a terminal."""
+    from .util import admin_client, timeout_of
+
+    progress = Progress(enabled=None if not args.quiet else False, stream=args.err)
+    partitions = 1 if args.partitions is None else args.partitions
+    async with admin_client(args, lookupd) as admin:
+        admin.timeout = timeout_of(args)
+        state: Any = await admin.create_topic(
+            topic, partitions, args.replicas, ordered=args.ordered, ext=args.ext,
+            multipart=args.multipart,
+            disable_channel_auto_create=args.disable_channel_auto_create,
+            channels=args.channel, wait=not args.no_wait, timeout=args.create_timeout,
+            progress=lambda s: progress.update(s.describe()))
+    progress.done()
+    row = {"action": "create", "topic": topic, "partitions": state.partition_num,
+           "replicas": args.replicas, "leaders": sorted(state.leaders),
+           "writable": sorted(state.writable), "channels": args.channel,
+           "done": state.done, "seconds": round(state.elapsed, 3)}
+    text = (f"created {topic}" if state.done or not state.partition_num
+            else f"sent the create of {topic}") + f" ({state.describe()})"
+    return report(args, row, text)
