@@ -55,6 +55,7 @@ _INFO: Final = logging.INFO
 _MAX_REQ_DELAY_MS: Final = 3_600_000 * 72  # youzan's max_req_timeout default (72 h)
 _CLAIM_LOCK: Final = threading.Lock()  # answers given from threads other than the loop's
 _NO_TRACE: Final = b"\x00" * 8
+_FIRST: Final = b"\xff" * 9  # last_id before the first delivery: above every 8-byte id
 _JUDGE: Final = 1 << 64  # last_offset while a FIN's refusal is held: above every queue offset
 
 
@@ -67,9 +68,9 @@ class Link:
 
     __slots__ = (
         "_fin", "_req", "_send", "_send_now", "channel", "conn", "copy_fins", "counts",
-        "dead", "detail", "dropped_copy", "held_offset", "in_flight", "lane", "lane_busy", "last",
-        "last_id", "last_offset", "local", "node", "ordered", "partition", "rdy", "rdy_cap",
-        "report", "rt", "topic", "youzan",
+        "dead", "detail", "dropped_copy", "first_id", "held_offset", "in_flight", "lane",
+        "lane_busy", "last", "last_id", "last_offset", "local", "node", "ordered", "partition",
+        "rdy", "rdy_cap", "report", "rt", "topic", "youzan",
     )
 
     def __init__(self, rt: Runtime, conn: Connection, partition: int | None, *, ordered: bool,
@@ -90,7 +91,10 @@ class Link:
         self.rdy = 0  # last RDY sent
         self.lane: deque[Message] = deque()  # ordered: messages waiting behind the busy one
         self.lane_busy = False
-        self.last_id = b""  # internal id as 8 big-endian bytes: they compare as the integers
+        # internal id as 8 big-endian bytes: they compare as the integers. _FIRST is above
+        # every id, so the first delivery takes the checked path (_check_order)
+        self.last_id = _FIRST
+        self.first_id = _FIRST  # the link's first delivery's (set there)
         self.last_offset = -1
         self.last: Message | None = None  # the delivery last_id came with (detail only)
         # duplicate copies FINed after their original (ordered), whose FINs may be answered
@@ -189,6 +193,14 @@ class Link:
         8 bytes); True for a copy to drop."""
         if self.copy_fins.held is not None:
             self.last_offset = self.held_offset  # (_JUDGE brought this delivery here)
+        if self.last is None:
+            # the link's first delivery (_FIRST brought it here): the one the real server
+            # may send twice (_duplicate)
+            self.first_id = iid
+            self.last_id = iid
+            self.last_offset = msg.queue_offset if msg.queue_offset is not None else -1
+            self.last = msg
+            return False
         if msg.attempts > 1 and not self.ordered:
             return False  # a requeued or timed-out message comes back after newer ones: normal
         offset = msg.queue_offset if msg.queue_offset is not None else -1
@@ -202,11 +214,16 @@ class Link:
                 self._release()
             return False  # a redelivery of the same message
         if iid < self.last_id or offset < self.last_offset:
-            last = int.from_bytes(self.last_id, "big") if self.last_id else -1
-            what = (f"order regression on {self.topic}/{self.partition} at {self.node}: "
-                    f"internal_id {int.from_bytes(iid, 'big')} after {last}, queue_offset "
-                    f"{offset} after {self.last_offset}")
-            self.rt.order_error(msg, what)
+            last = int.from_bytes(self.last_id, "big")
+            where = (f"{self.topic}/{self.partition} at {self.node}: internal_id "
+                     f"{int.from_bytes(iid, 'big')} after {last}, queue_offset {offset} after "
+                     f"{self.last_offset}")
+            if msg.attempts == 1 and iid < self.last_id and 0 <= offset < self.last_offset:
+                # what the server sends after a setoffset back: a fresh read from the new
+                # position, id and offset back together. A replay in order, not a broken one
+                log.info("rewound on %s (the channel was set back: replaying)", where)
+            else:
+                self.rt.order_error(msg, f"order regression on {where}")
         self.last_id = iid
         self.last_offset = offset
         self.last = msg
@@ -233,6 +250,14 @@ class Link:
         if state == REQUEUED:
             log.debug("%s: %r delivered again after its REQ; handled as a delivery",
                       self.node, msg)
+            self.last = msg
+            return False
+        if state == FINISHED and original.id[:8] != self.first_id:
+            # only the link's first delivery is ever sent twice: this is the channel set back
+            # to exactly the message last handled, a replay to hand over like any other
+            log.info("rewound on %s/%s at %s to the last message handled, internal_id %d: "
+                     "handling it again", self.topic, self.partition, self.node,
+                     int.from_bytes(original.id[:8], "big"))
             self.last = msg
             return False
         self.counts.duplicates += 1
