@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from ..model.partitions import NEVER_WRITTEN
 from .util import (
     CLIError,
     Deadline,
@@ -42,9 +43,6 @@ if TYPE_CHECKING:
     from ..consumer.core import Consumer
 
 __all__ = ["register", "run_tail"]
-
-_NEVER_WRITTEN = "commit log end of file"
-"""youzan nsqd's setoffset answer (500) on a partition no message was ever written to."""
 
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -271,7 +269,7 @@ async def _position_channel(view: Any, channel: str, start: Any,
                 await admin.set_offset(view.topic, channel, start, partition=pid,
                                        address=address)
             except AdminError as exc:
-                if (exc.status, exc.message) != (500, _NEVER_WRITTEN):
+                if (exc.status, exc.message) != (500, NEVER_WRITTEN):
                     raise CLIError(f"positioning the channel on partition {pid}: "
                                    f"{exc}") from None
                 # nothing was ever written there: the new channel is already at the

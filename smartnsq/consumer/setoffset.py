@@ -10,6 +10,7 @@ only the consumer's view of a refusal is decided here.
 from __future__ import annotations
 
 from ..errors import ServerError
+from ..model.partitions import NEVER_WRITTEN
 from ..protocol.commands import StartPosition
 
 __all__ = ["set_offset"]
@@ -30,5 +31,7 @@ async def set_offset(http: str, topic: str, channel: str, partition: int,
         try:
             await admin.set_offset(topic, channel, start, partition=partition, address=http)
         except AdminError as exc:
+            if exc.status == 500 and exc.message == NEVER_WRITTEN:
+                return  # nothing to skip on a partition never written to: it starts there
             raise ServerError("E_SETOFFSET", f"{exc.status} {exc.message}", "SUB_ADVANCED",
                               fatal=False) from exc

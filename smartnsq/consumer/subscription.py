@@ -25,6 +25,7 @@ from ..errors import Action, InvalidArgument, NSQError, ProtocolError, ServerErr
 from ..message import Message
 from ..model.backoff import exponential_delay
 from ..model.dialect import DEFAULT_POLICY
+from ..model.partitions import NEVER_WRITTEN
 from ..model.routes import Address
 from ..protocol import commands
 from ..protocol.frames import MessageLayout
@@ -273,7 +274,19 @@ class Subscription:
             sub = sub_command(rt.topic, rt.channel, target, youzan=youzan, ordered=ordered,
                               start=config.start, start_pending=starts.pending(target),
                               name=self.name)
-            await conn.request(sub.data, sub.name)
+            try:
+                await conn.request(sub.data, sub.name)
+            except ServerError as exc:
+                if sub.name != "SUB_ADVANCED" or NEVER_WRITTEN not in exc.text:
+                    raise
+                # a partition never written to: nothing to skip, so subscribe plainly (the
+                # server closed this connection after E_INVALID)
+                log.info("%s: %s/%s partition %s was never written to: start=%s is moot, "
+                         "reading it from its start", self.name, rt.topic, rt.channel,
+                         target.partition, config.start)
+                starts.applied(target)
+                await conn.close()
+                return await self._subscribe()
             if sub.set_offset:
                 assert config.start is not None and target.http is not None \
                     and target.partition is not None

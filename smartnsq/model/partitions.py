@@ -19,15 +19,15 @@ key's order exists only within the partition its hash names (§6.2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from ..errors import InvalidArgument
 from ..protocol import commands
 from ..protocol.commands import StartPosition
 from .sharding import Router, ShardingKey
 
-__all__ = ["DEFAULT_MAX_RDY", "SubCommand", "TopicShape", "fin_at_once", "partition_for",
-           "rdy_ceiling", "subscription"]
+__all__ = ["DEFAULT_MAX_RDY", "NEVER_WRITTEN", "SubCommand", "TopicShape", "fin_at_once",
+           "partition_for", "rdy_ceiling", "subscription"]
 
 DEFAULT_MAX_RDY = 2500
 """nsqd's ``max_rdy_count`` when its IDENTIFY answer does not give one."""
@@ -51,6 +51,12 @@ class TopicShape(Protocol):
 
     @property
     def ordered(self) -> bool: ...
+
+
+NEVER_WRITTEN: Final = "commit log end of file"
+"""What youzan nsqd answers a start position (SUB_ADVANCED's, E_INVALID; setoffset's, HTTP 500)
+on a partition no message was ever written to: it has no commit log to search yet. Such a
+partition has nothing to skip, so the position is moot and reading starts where it is."""
 
 
 def partition_for(shape: TopicShape, router: Router, *, partition: int | None = None,

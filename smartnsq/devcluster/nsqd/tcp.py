@@ -695,6 +695,10 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
             if self.sample_rate != 0:
                 raise fatal("E_INVALID", "order consume is not allowed while sample rate is not 0")
             channel.set_ordered(True)
+        if start is not None and p.log.end_offset == 0 and start[0] != "special":
+            # measured: a partition never written to has no commit log to search yet (as
+            # its /channel/setoffset answers)
+            raise fatal("E_INVALID", "commit log end of file")
         if start is not None and len(channel.consumers) <= 1:
             try:
                 channel.reset_to(start_index(channel, *start))
