@@ -16,9 +16,8 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-from smartnsq import AsyncAdmin, Consumer, Message, Producer
+from smartnsq import AsyncAdmin, BodyCompression, Consumer, Message, Producer
 from smartnsq.devcluster import DevCluster
-from smartnsq.producer.config import BodyCompression
 from smartnsq.protocol import body_compression
 
 BODY = b'{"order": 42, "lines": [' + b'{"sku": "abc-123", "qty": 1}, ' * 1500 + b"]}"

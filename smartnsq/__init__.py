@@ -20,6 +20,7 @@ _logs.install()
 _EXPORTS = {
     "Producer": "smartnsq.producer.producer",
     "ProducerConfig": "smartnsq.producer.config",
+    "BodyCompression": "smartnsq.producer.config",
     "PublishResult": "smartnsq.producer.results",
     "BatchResult": "smartnsq.producer.results",
     "Consumer": "smartnsq.consumer.core",
@@ -42,6 +43,7 @@ __all__ = [
     "AsyncAdmin",
     "BackoffPolicy",
     "BatchResult",
+    "BodyCompression",
     "ConnectionConfig",
     "Consumer",
     "ConsumerConfig",
@@ -66,7 +68,7 @@ if TYPE_CHECKING:
     from .discovery.lookup import LookupConfig, LookupManager
     from .message import Message
     from .model.backoff import BackoffPolicy, RequeuePolicy
-    from .producer.config import ProducerConfig
+    from .producer.config import BodyCompression, ProducerConfig
     from .producer.producer import Producer
     from .producer.results import BatchResult, PublishResult
     from .protocol.commands import StartPosition

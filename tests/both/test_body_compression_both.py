@@ -21,11 +21,10 @@ import pytest
 from both_support import Collector, consuming, is_real, producer
 from support import bounded, fresh_name, poke_on_log
 
-from smartnsq import Consumer
+from smartnsq import BodyCompression, Consumer
 from smartnsq.errors import ProtocolError
 from smartnsq.message import Message
 from smartnsq.model.backoff import RequeuePolicy
-from smartnsq.producer.config import BodyCompression
 from smartnsq.protocol import body_compression
 
 ORIGINAL = b'{"order": 42, "lines": [' + b'{"sku": "abc", "qty": 1}, ' * 2000 + b"]}"

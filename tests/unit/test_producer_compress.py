@@ -8,9 +8,8 @@ import random
 
 import pytest
 
-from smartnsq import Producer, ProducerConfig
+from smartnsq import BodyCompression, Producer, ProducerConfig
 from smartnsq.errors import InvalidArgument
-from smartnsq.producer.config import BodyCompression
 from smartnsq.producer.encoding import compress_body
 from smartnsq.producer.request import Request
 from smartnsq.protocol import body_compression
