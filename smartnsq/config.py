@@ -270,11 +270,28 @@ def _secret(name: str, value: Any, obj: Any) -> None:
         raise InvalidArgument(name, "must be a non-empty str")  # the value is never shown
 
 
+def _tls_min_version(name: str, value: Any, obj: Any) -> None:
+    if value is None:
+        return
+    if value not in _TLS_VERSIONS:
+        raise InvalidArgument(name, f"must be None or one of {', '.join(map(repr, _TLS_VERSIONS))}",
+                              value)
+    if isinstance(obj.tls, ssl.SSLContext):
+        # a context given is used as is: its floor is the caller's to set (minimum_version),
+        # not changed behind their back on an object they may share
+        raise InvalidArgument(name, "applies to tls=True; set minimum_version on the "
+                              "SSLContext given as tls", value)
+
+
+# nsqd's own names (--tls-min-version): older versions are not offered, Python's default
+# context already refuses them
+_TLS_VERSIONS = {"tls1.2": ssl.TLSVersion.TLSv1_2, "tls1.3": ssl.TLSVersion.TLSv1_3}
 _PATH = Rule("path or None", text(optional=True).check)
 _TEXT = text(optional=True)
 _OUTPUT_BUFFER = Rule("-1, 64..65536 or None", _output_buffer)
 _KEY_FILE = Rule("path or None (with tls_cert_file)", _key_file)
 _SECRET = Rule("non-empty str or None", _secret)
+_TLS_MIN = Rule("None, 'tls1.2' or 'tls1.3'", _tls_min_version)
 
 
 @dataclass(frozen=True)
@@ -331,7 +348,12 @@ class ConnectionConfig:
     tls_key_file: str | None = field(default=None, metadata=doc(
         "Private key of tls_cert_file when it is a separate file.", check=_KEY_FILE))
     tls_server_hostname: str | None = field(default=None, metadata=doc(
-        "Name the certificate must match; None uses the host connected to.", check=_TEXT))
+        "Name the certificate must match; None uses the host connected to (a unix socket "
+        "has none: verifying its nsqd's certificate needs this name).", check=_TEXT))
+    tls_min_version: str | None = field(default=None, metadata=doc(
+        "Oldest TLS version accepted (nsqd's --tls-min-version names; when tls is True); "
+        "None keeps Python's floor (TLS 1.2). TLS 1.3 is used whenever the server offers "
+        "it: no maximum is set.", check=_TLS_MIN))
     tls_required: bool = field(default=True, metadata=doc(
         "With tls on, refuse a server that answers tls_v1:false rather than go on in "
         "plaintext.", check=flag()))
@@ -380,7 +402,27 @@ class ConnectionConfig:
             context.verify_mode = ssl.CERT_NONE
         if self.tls_cert_file is not None:
             context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        if self.tls_min_version is not None:
+            context.minimum_version = _TLS_VERSIONS[self.tls_min_version]
         return context
+
+    def tls_server_name(self, host: str | None) -> str | None:
+        """The name the server's certificate is verified against: ``tls_server_hostname``,
+        else ``host`` (``None`` for a unix socket, which has no host name).
+
+        Raises :class:`InvalidArgument` when the certificate's name would be checked and
+        there is none, so that the mistake is reported before connecting rather than as a
+        handshake failure; without a name check (``tls_verify=False``, a context with
+        ``check_hostname`` off) ``None`` is fine.
+        """
+        name = self.tls_server_hostname or host
+        checks = (self.tls.check_hostname if isinstance(self.tls, ssl.SSLContext)
+                  else self.tls_verify)
+        if name is None and checks:
+            raise InvalidArgument("tls_server_hostname", "must name the certificate of an "
+                                  "nsqd reached over a unix socket (it has no host name to "
+                                  "verify against)")
+        return name
 
     def identify_options(self, *, extend_support: bool = False, desired_tag: str = "",
                          ext_filter: dict[str, Any] | None = None) -> IdentifyOptions:

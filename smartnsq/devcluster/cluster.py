@@ -32,6 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,6 +82,9 @@ class DevCluster:
     ``nsqd_options`` (``NsqdOptions`` fields such as ``msg_timeout=5000``). ``proxied=True`` puts a
     :class:`TCPProxy` in front of each nsqd's TCP and HTTP port and makes the lookupds
     advertise the proxies, enabling ``cut_connections``/``stall``/``slow``.
+    ``unix_sockets=True`` has every nsqd also serve its TCP protocol on a unix socket in a
+    temporary folder of the cluster's (``nsqd_unix_addresses``; lookupd lists the TCP ports,
+    as a real classic nsqd on a socket cannot register).
     ``profile`` (a :class:`~smartnsq.devcluster.profile.FaultProfile`, default ``OFF``: no
     fault takes time) says how long ``kill_node``/``leave_node`` and topic creation take; its
     :class:`~smartnsq.devcluster.faults.FaultClock` is ``cluster.faults``.
@@ -92,7 +98,7 @@ class DevCluster:
                  nsqd_options: Mapping[str, Any] | None = None,
                  node_factory: Callable[..., NsqdNode] = NsqdNode,
                  state: ClusterState | None = None,
-                 profile: FaultProfile = OFF) -> None:
+                 profile: FaultProfile = OFF, unix_sockets: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         if nodes < 0 or lookupds < 0 or classic_nodes < 0:
@@ -117,6 +123,8 @@ class DevCluster:
         self._http_ports = list(nsqd_http_ports)
         self._node_factory = node_factory
         self._nsqd_options = dict(nsqd_options or {})
+        self._unix_sockets = unix_sockets
+        self._socket_dir: str | None = None  # made at the first start, removed at stop
         self.lookupds: list[Lookupd] = []
         self.nodes: list[NsqdNode] = []
         self.proxies: dict[str, NodeProxies] = {}
@@ -152,6 +160,8 @@ class DevCluster:
                  self.nsqd_tcp_addresses)
 
     async def _restart(self) -> None:
+        if self._socket_dir is not None:
+            os.makedirs(self._socket_dir, exist_ok=True)  # stop() removed it
         for lookupd in self.lookupds:
             await lookupd.start()
         if self.mode != "classic" and self.leader_lookupd is None and self.lookupds:
@@ -176,9 +186,13 @@ class DevCluster:
 
     async def _start_nodes(self) -> None:
         options = {**self.profile.nsqd_options(), **self._nsqd_options}
+        if self._unix_sockets:  # a short path: sun_path holds 107 bytes
+            self._socket_dir = tempfile.mkdtemp(prefix="smartnsq-dev-")
         total = self._youzan_count + self._classic_count
         for i in range(total):
             classic = i >= self._youzan_count
+            if self._socket_dir is not None:  # only then: a node_factory may not take it
+                options["unix_path"] = os.path.join(self._socket_dir, f"nsqd-{i + 1}.sock")
             node = self._node_factory(
                 self.state, host=self.host,
                 tcp_port=self._tcp_ports[i] if i < len(self._tcp_ports) else 0,
@@ -212,6 +226,8 @@ class DevCluster:
                 log.exception("stopping %r failed", node)
         for lookupd in self.lookupds:
             await lookupd.stop()
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
         self._started = False
 
     # -- addresses ------------------------------------------------------------------------------
@@ -235,6 +251,11 @@ class DevCluster:
             address, tcp_port, _ = self._advertise(self.node_info(node))
             out.append(f"{address}:{tcp_port}")
         return out
+
+    @property
+    def nsqd_unix_addresses(self) -> list[str]:
+        """``unix:PATH`` of every nsqd's socket (``unix_sockets=True``), in node order."""
+        return [node.unix_address for node in self.nodes if node.unix_address is not None]
 
     @property
     def nsqd_http_addresses(self) -> list[str]:

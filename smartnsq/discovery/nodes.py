@@ -33,6 +33,7 @@ from ..model.routes import (
     RoutesCallback,
     RouteSource,
     TopicRoutes,
+    address_text,
 )
 from ..transport.connection import Connection
 from .race import outcome_read
@@ -225,9 +226,9 @@ class NodePool:
         except asyncio.TimeoutError:
             assert timeout is not None
             if timeout <= 0:  # the caller's deadline passed on its way here
-                raise Timeout(f"connecting to {address[0]}:{address[1]}: the call's deadline "
+                raise Timeout(f"connecting to {address_text(address)}: the call's deadline "
                               "had passed before the connection could open") from None
-            raise Timeout(f"connecting to {address[0]}:{address[1]} took longer than the "
+            raise Timeout(f"connecting to {address_text(address)} took longer than the "
                           f"call's deadline left ({timeout:.3g}s)") from None
         node.uses += 1
         return conn
@@ -250,8 +251,8 @@ class NodePool:
             delay = exponential_delay(self._reconnect_delay, self._reconnect_delay_max,
                                       node.failures, 0.2, symmetric=True)
             node.retry_at = loop.time() + delay
-            log.warning("cannot connect to %s:%d (%d in a row, next try in %.2fs): %s", host,
-                        port, node.failures, delay, exc)
+            log.warning("cannot connect to %s (%d in a row, next try in %.2fs): %s",
+                        address_text(node.address), node.failures, delay, exc)
             self.book.refresh_on(node.address)
             raise
         node.opening = None
@@ -264,7 +265,8 @@ class NodePool:
         node.retry_at = 0.0
         node.seen_uses = node.uses
         conn.closed.add_done_callback(lambda fut: self._on_closed(node, conn, fut))
-        log.debug("connected to %s:%d (%s)", host, port, conn.version or "unknown version")
+        log.debug("connected to %s (%s)", address_text(node.address),
+                  conn.version or "unknown version")
         return conn
 
     def _on_closed(self, node: _Node, conn: Connection,
@@ -277,7 +279,7 @@ class NodePool:
         address = node.address
         self.book.node_closed(address)  # its holds end with it
         if reason is not None:
-            log.info("connection to %s:%d closed: %s", address[0], address[1], reason)
+            log.info("connection to %s closed: %s", address_text(address), reason)
             self.book.refresh_on(address)
 
     def node_failures(self, address: Address) -> int:
@@ -313,7 +315,7 @@ class NodePool:
                 if node.uses == node.seen_uses and conn.pending_count == 0:
                     node.conn = None
                     closed.append(address)
-                    log.debug("closing idle connection to %s:%d", *address)
+                    log.debug("closing idle connection to %s", address_text(address))
                     task = asyncio.get_running_loop().create_task(conn.close())
                     task.add_done_callback(outcome_read)
                 node.seen_uses = node.uses

@@ -5,17 +5,28 @@ topic's meta, the partitions held on a leader lookup stopped listing); a :class:
 says where those snapshots come from (:class:`StaticRouteSource` for a fixed list of nsqd,
 :class:`~smartnsq.discovery.route_source.LookupRouteSource` for nsqlookupd). Plain values, no I/O:
 the pool, the producer's choosers and the compat layer all read the same type.
+
+An :data:`Address` is ``(host, port)``, or ``(path, 0)`` for an nsqd listening on a unix
+socket (classic nsqd 1.3's ``--tcp-address=/path``): the pair's shape stays the same so that
+every part keyed by node address (the pool, routes, stats) takes a socket as it takes a
+host, and port 0, which no TCP listener has, marks it. Write it ``/abs/path`` (nsqd's and
+go-nsq's spelling) or ``unix:PATH``; :func:`address_text` gives it back as ``unix:PATH``.
+``@name`` is a Linux abstract socket, as Go (and so nsqd) reads that spelling.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ..errors import InvalidArgument
 
 __all__ = [
+    "UNIX_PATH_MAX",
+    "UNIX_PORT",
     "Address",
     "RouteSource",
     "RoutesCallback",
@@ -23,8 +34,11 @@ __all__ = [
     "Target",
     "TopicRoutes",
     "address_list",
+    "address_text",
     "describe",
+    "is_unix",
     "parse_address",
+    "sun_path",
 ]
 
 Address = tuple[str, int]
@@ -44,10 +58,62 @@ def address_list(value: object, what: str) -> list[Any]:
     return list(value)
 
 
+UNIX_PORT: Final = 0
+"""The port of a unix socket :data:`Address` (``(path, 0)``)."""
+
+UNIX_PATH_MAX: Final = (104 if sys.platform == "darwin" or "bsd" in sys.platform else 108) - 1
+"""The longest socket path, in bytes: ``sun_path`` less its terminating NUL. A longer one
+would fail in the kernel at every connect, so it is refused where it is written."""
+
+_UNIX_PREFIX: Final = "unix:"
+
+
+def is_unix(address: Address) -> bool:
+    """Whether ``address`` is an nsqd's unix socket rather than a host and port."""
+    return address[1] == UNIX_PORT
+
+
+def sun_path(address: Address) -> str:
+    """The path to connect a socket :data:`Address` to: ``@name`` becomes the abstract
+    ``\\0name`` (Go's spelling, so the name nsqd was started with is the one given here)."""
+    path = address[0]
+    return "\0" + path[1:] if path.startswith("@") else path
+
+
+def address_text(address: Address) -> str:
+    """``host:port``, or ``unix:PATH`` for a socket: what messages name a node by, and a text
+    :func:`parse_address` reads back."""
+    host, port = address
+    return f"{_UNIX_PREFIX}{host}" if port == UNIX_PORT else f"{host}:{port}"
+
+
+def _socket_path(path: str, what: str, text: object) -> Address:
+    if not path:
+        raise InvalidArgument(what, "needs a socket path ('unix:PATH')", text)
+    if "\0" in path:
+        raise InvalidArgument(what, "a socket path cannot hold a NUL byte", text)
+    if path.startswith("@") and not sys.platform.startswith("linux"):
+        raise InvalidArgument(what, "abstract sockets (@name) are Linux's", text)
+    size = len(os.fsencode(path))
+    if size > UNIX_PATH_MAX:
+        raise InvalidArgument(what, f"a socket path is at most {UNIX_PATH_MAX} bytes "
+                              f"(sun_path), this one {size}", text)
+    return path, UNIX_PORT
+
+
 def parse_address(text: str | tuple[str, int], what: str = "address") -> Address:
-    """``"host:port"`` (or an already split pair) as ``(host, port)``."""
+    """``"host:port"``, a socket path (``"/run/nsqd.sock"``, ``"unix:nsqd.sock"``, an
+    abstract ``"@name"``) or an already split pair as an :data:`Address`. A path is checked
+    here (``sun_path``'s length, no NUL) so a bad one fails where it is written, not at every
+    connect."""
     if isinstance(text, tuple):
         host, port = text
+        if port == UNIX_PORT and isinstance(host, str):
+            return _socket_path(host, what, text)
+    elif isinstance(text, str) and text.startswith(_UNIX_PREFIX):
+        return _socket_path(text[len(_UNIX_PREFIX):], what, text)
+    elif isinstance(text, str) and text.startswith(("/", "@")):
+        return _socket_path(text, what, text)
     else:
         if not isinstance(text, str) or ":" not in text:
             raise InvalidArgument(what, "must be 'host:port'", text)
@@ -167,7 +233,7 @@ class StaticRouteSource:
 def describe(routes: TopicRoutes) -> str:
     """One line for the log: each partition's leader (and which are held), or the nodes."""
     if routes.leaders:
-        parts = ", ".join(f"{p}->{a[0]}:{a[1]}{' (held)' if p in routes.held else ''}"
+        parts = ", ".join(f"{p}->{address_text(a)}{' (held)' if p in routes.held else ''}"
                           for p, a in sorted(routes.leaders.items()))
         missing = ""
         if routes.partition_num:
@@ -176,7 +242,7 @@ def describe(routes: TopicRoutes) -> str:
                 missing = f"; no leader for {gone}"
         return f"{parts}{missing}"
     if routes.nodes:
-        return "nodes " + ", ".join(f"{h}:{p}" for h, p in routes.nodes)
+        return "nodes " + ", ".join(address_text(a) for a in routes.nodes)
     if routes.partition_num:
         return f"no leader for any of {routes.partition_num} partitions"
     return "no nodes"

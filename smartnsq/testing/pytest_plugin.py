@@ -54,6 +54,12 @@ Fixtures (function-scoped, need an asyncio test runner such as pytest-asyncio):
       without TLS on TCP (``--tls-required=tcp-https``: HTTP stays plain). The
       ``nsq_test_tls`` fixture (:class:`TestTLS`) gives the client side: its contexts and
       files.
+    * ``tls_min_version="tls1.3"`` (with ``tls``): the oldest TLS version the nsqd accept
+      (the real nsqd's ``--tls-min-version``, the dev nsqd's ``minimum_version``).
+    * ``unix_socket=True`` (classic): every nsqd serves its TCP protocol on a unix socket too,
+      named by ``cluster.nsqd_unix_addresses`` (``unix:PATH``). The real nsqd listens on the
+      socket instead of a TCP port (``--tcp-address=PATH``) and so cannot register with
+      nsqlookupd: clients reach it through ``nsqd=``.
     * ``auth={secret: answer, ...}``: the dev cluster's secrets table; the real nsqd ask an
       :class:`~smartnsq.testing.realcluster.AuthHttpServer` answering from the same table
       (``--auth-http-address``).
@@ -100,6 +106,7 @@ dev nodes what the real servers do by default, e.g.
 ``nsqd_options={"ordered_first_delivery_twice": True}``."""
 
 TLS_POLICIES = (True, "require-verify")
+TLS_MIN_VERSIONS = {"tls1.2": ssl.TLSVersion.TLSv1_2, "tls1.3": ssl.TLSVersion.TLSv1_3}
 
 
 class TestTLS:
@@ -128,9 +135,13 @@ class TestTLS:
         self.client.cert_chain_pems[0].write_to_path(self.client_cert_file)
         self.client.private_key_pem.write_to_path(self.client_key_file)
 
-    def server_context(self, verify_clients: bool = False) -> ssl.SSLContext:
-        """The nsqd side (for ``DevCluster(tls=...)``)."""
+    def server_context(self, verify_clients: bool = False,
+                       min_version: str | None = None) -> ssl.SSLContext:
+        """The nsqd side (for ``DevCluster(tls=...)``); ``min_version`` as nsqd's
+        ``--tls-min-version`` names it."""
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        if min_version is not None:
+            context.minimum_version = TLS_MIN_VERSIONS[min_version]
         self.server.configure_cert(context)
         if verify_clients:
             self.ca.configure_trust(context)
@@ -177,8 +188,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "nsq_cluster(**kwargs): DevCluster arguments for the nsq_cluster fixture "
-        "(nodes, lookupds, classic_nodes, mode, tls, auth, proxied; fresh, nsqd_args for "
-        "the real cluster of nsq_any_cluster)")
+        "(nodes, lookupds, classic_nodes, mode, tls, auth, proxied; tls_min_version, "
+        "unix_socket with nsq_any_cluster; fresh, nsqd_args for its real cluster)")
     config.addinivalue_line(
         "markers",
         "real: runs against the real NSQ servers (binaries in $SMARTNSQ_REAL_NSQ); "
@@ -237,6 +248,10 @@ def _shape(request: pytest.FixtureRequest) -> dict[str, Any]:
     if tls is not None and tls is not False and tls not in TLS_POLICIES:
         raise pytest.UsageError(f"nsq_cluster tls= takes True or 'require-verify', not {tls!r}"
                                 " (with nsq_any_cluster; nsq_cluster takes an SSLContext)")
+    floor = shape.get("tls_min_version")
+    if floor is not None and (not tls or floor not in TLS_MIN_VERSIONS):
+        raise pytest.UsageError(f"nsq_cluster tls_min_version= takes {sorted(TLS_MIN_VERSIONS)}"
+                                f" with tls=, not {floor!r}")
     return shape
 
 
@@ -281,11 +296,16 @@ async def nsq_any_cluster(request: pytest.FixtureRequest,
                           nsq_cluster_factory: ClusterFactory) -> AsyncIterator[Any]:
     shape = _shape(request)
     tls = shape.pop("tls", None)
+    tls_min_version = shape.pop("tls_min_version", None)
+    unix_socket = bool(shape.pop("unix_socket", False))
     tls_files = request.getfixturevalue("nsq_test_tls") if tls else None
     if request.param == "dev":
         dev = {k: v for k, v in shape.items() if k not in REAL_ONLY}
+        if unix_socket:
+            dev["unix_sockets"] = True
         if tls_files is not None:
-            dev["tls"] = tls_files.server_context(verify_clients=tls == "require-verify")
+            dev["tls"] = tls_files.server_context(verify_clients=tls == "require-verify",
+                                                  min_version=tls_min_version)
             if tls == "require-verify":  # as the real nsqd: TLS required on TCP
                 dev["nsqd_options"] = {**dev.get("nsqd_options", {}), "tls_required": True}
         yield await nsq_cluster_factory(**dev)
@@ -300,11 +320,15 @@ async def nsq_any_cluster(request: pytest.FixtureRequest,
     nsqd_args = list(shape.get("nsqd_args", ()))
     if tls_files is not None:
         nsqd_args += tls_files.nsqd_args(tls)
+    if tls_min_version is not None:
+        nsqd_args.append(f"--tls-min-version={tls_min_version}")
     kwargs: dict[str, Any] = {
         "mode": mode, "nodes": shape.get("nodes", DEFAULT_SHAPE["nodes"]),
         "lookupds": shape.get("lookupds", DEFAULT_SHAPE["lookupds"]),
         "nsqd_args": tuple(nsqd_args), "lookupd_args": tuple(shape.get("lookupd_args", ())),
         "auth": shape.get("auth")}
+    if unix_socket:
+        kwargs["unix_sockets"] = True
     if mode == "classic":
         kwargs["lookupds"] = shape.get("lookupds", 1)
     if shape.get("fresh"):

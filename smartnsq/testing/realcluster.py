@@ -105,6 +105,7 @@ class RealMember:
     env: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
+    unix_path: str | None = None  # an nsqd whose TCP protocol is on this socket instead
 
     @property
     def log_path(self) -> Path:
@@ -123,7 +124,8 @@ class RealMember:
 
     @property
     def tcp_address(self) -> str:
-        return self.address("tcp")
+        """What a client connects to: ``host:port``, or ``unix:PATH`` for a socket."""
+        return f"unix:{self.unix_path}" if self.unix_path else self.address("tcp")
 
     @property
     def http_address(self) -> str:
@@ -257,16 +259,23 @@ class RealCluster:
     command-line flags for every nsqd (``["--msg-timeout=5s"]``, TLS files, ``--snappy``).
     ``auth`` is a secrets table in ``DevCluster(auth=...)``'s format: an
     :class:`AuthHttpServer` answering from it runs beside the cluster and every nsqd gets its
-    ``--auth-http-address``. ``start_timeout`` bounds the whole start.
+    ``--auth-http-address``. ``unix_sockets=True`` (classic) has every nsqd listen on a unix
+    socket in its folder (``--tcp-address=PATH``) instead of a TCP port: such an nsqd cannot
+    register with nsqlookupd (it has no TCP port to name), so clients reach it through
+    ``nsqd_unix_addresses``. ``start_timeout`` bounds the whole start.
     """
 
     def __init__(self, nodes: int = 3, lookupds: int = 2, mode: str = "youzan", *,
                  binaries: str | os.PathLike[str] | None = None, etcd: str | None = None,
                  nsqd_args: Sequence[str] = (), lookupd_args: Sequence[str] = (),
                  auth: Mapping[str, Any] | None = None, start_timeout: float = 60.0,
-                 workdir: str | os.PathLike[str] | None = None) -> None:
+                 workdir: str | os.PathLike[str] | None = None,
+                 unix_sockets: bool = False) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        if unix_sockets and mode != "classic":
+            raise ValueError("unix sockets are classic nsqd 1.3's (--tcp-address=PATH)")
+        self.unix_sockets = unix_sockets
         if nodes < 1 or lookupds < 1:
             raise ValueError("a real cluster needs at least one nsqd and one nsqlookupd")
         self.mode = mode
@@ -403,7 +412,9 @@ class RealCluster:
 
     async def _until_registered(self, deadline: float) -> None:
         """Until every lookupd lists every nsqd (a fresh cluster otherwise refuses topics)."""
-        want = {node.ports["tcp"] for node in self.nodes}
+        want = {node.ports["tcp"] for node in self.nodes if "tcp" in node.ports}
+        if not want:  # nsqd on sockets only: none can register
+            return
         admins = [AsyncAdmin([address], timeout=2.0) for address in self.lookupd_http_addresses]
         try:
             while True:
@@ -469,8 +480,12 @@ class RealCluster:
     def _nsqd_member(self, i: int) -> RealMember:
         name = f"nsqd-{i + 1}"
         workdir = self._dir(name)
-        ports = {"tcp": _free_port(), "http": _free_port(), "https": _free_port()}
-        argv = [str(self.bin / "nsqd"), f"--tcp-address={HOST}:{ports['tcp']}",
+        ports = {"http": _free_port(), "https": _free_port()}
+        unix_path = str(workdir / "nsqd.sock") if self.unix_sockets else None
+        if unix_path is None:
+            ports["tcp"] = _free_port()
+        tcp = unix_path or f"{HOST}:{ports['tcp']}"
+        argv = [str(self.bin / "nsqd"), f"--tcp-address={tcp}",
                 f"--http-address={HOST}:{ports['http']}",
                 f"--https-address={HOST}:{ports['https']}", f"--broadcast-address={HOST}",
                 f"--data-path={workdir / 'data'}"]
@@ -484,12 +499,14 @@ class RealCluster:
                      f"--log-dir={workdir}"]
             env["NSQD_RESERVED_FD"] = "5000"
         else:
-            argv += [f"--lookupd-tcp-address={lk.tcp_address}" for lk in self.lookupds]
+            if unix_path is None:  # on a socket, its IDENTIFY to lookupd would be refused
+                argv += [f"--lookupd-tcp-address={lk.tcp_address}" for lk in self.lookupds]
             argv.append(f"--node-id={i + 1}")
         if self.auth_server is not None:
             argv.append(f"--auth-http-address={self.auth_server.address}")
         (workdir / "data").mkdir(parents=True, exist_ok=True)
-        return RealMember(name, "nsqd", [*argv, *self.nsqd_args], workdir, env=env, ports=ports)
+        return RealMember(name, "nsqd", [*argv, *self.nsqd_args], workdir, env=env, ports=ports,
+                          unix_path=unix_path)
 
     # -- addresses ------------------------------------------------------------------------------
 
@@ -504,6 +521,11 @@ class RealCluster:
     @property
     def nsqd_http_addresses(self) -> list[str]:
         return [node.http_address for node in self.nodes]
+
+    @property
+    def nsqd_unix_addresses(self) -> list[str]:
+        """``unix:PATH`` of every nsqd's socket (``unix_sockets=True``), in node order."""
+        return [node.tcp_address for node in self.nodes if node.unix_path]
 
     def node(self, ref: int | str | RealMember) -> RealMember:
         """The nsqd given as index, TCP address (``host:port``) or member."""
@@ -586,6 +608,9 @@ class RealCluster:
         node = self.node(ref)
         if node.running:
             raise RuntimeError(f"{node.name} is still running")
+        if node.unix_path:  # a killed nsqd leaves its socket file: nsqd's bind then fails
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(node.unix_path)
         node.spawn()
         await self._until_ready(node, time.monotonic() + timeout)
 

@@ -81,6 +81,7 @@ from ..errors import (
     error_from_payload,
     parse_error_payload,
 )
+from ..model.routes import address_text, is_unix, sun_path
 from ..protocol import commands
 from ..protocol.compression import StreamTransform, split_first_frame, stream_for
 from ..protocol.frames import (
@@ -173,6 +174,8 @@ class Connection(asyncio.BufferedProtocol):
         self._host = host
         self._port = port
         self._config = config = config or ConnectionConfig()
+        if config.tls_enabled and is_unix((host, port)):  # host is the socket's path
+            config.tls_server_name(None)  # a socket has no host name: refused before connecting
         self._identify_options: IdentifyOptions = config.identify_options(
             extend_support=extend_support, desired_tag=desired_tag, ext_filter=ext_filter)
         self.on_message: MessageCallback | None = on_message
@@ -199,9 +202,7 @@ class Connection(asyncio.BufferedProtocol):
         self._split = True  # handshake: one frame at a time
         self._split_buf = bytearray()
         self._held: bytearray | None = None
-        # the read buffer of this loop's thread (__init__ runs there: get_running_loop above),
-        # kept here so that a read costs no thread-local lookup
-        self._view = _thread_view()
+        self._view = _thread_view()  # the loop's thread's buffer: no thread-local lookup per read
         #: loop time of the last read: the stall watchdog's clock, and the arrival time of the
         #: messages delivered in that read (one clock read per read, not per message)
         self.last_receive = self._loop.time()
@@ -211,7 +212,7 @@ class Connection(asyncio.BufferedProtocol):
         # state
         self._identify: IdentifyResponse = IdentifyResponse()
         self._auth: AuthResponse | None = None
-        self._tls = False
+        self._tls = ""  # the negotiated version ("TLSv1.3") once upgraded
         self._compression = "none"
         self._ready = False
         self._accepting = False  # ready and not closing: the one check calls make
@@ -260,8 +261,7 @@ class Connection(asyncio.BufferedProtocol):
             reason = self._close_reason
             if isinstance(reason, NSQError) and not isinstance(reason, ConnectionFailed):
                 # say why (a corrupt stream, a fatal frame...) and from which nsqd, not just
-                # "closed"; its own cause kept (``from exc`` made a loop: exc's cause is this
-                # very reason)
+                # "closed"; its own cause kept (``from exc`` loops: exc's cause is this reason)
                 if isinstance(reason, ServerError):
                     reason = reason.from_node(self.address_text)
                 raise reason from reason.__cause__
@@ -281,8 +281,10 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _open(self) -> None:
         try:
-            await self._loop.create_connection(lambda: self, self._host, self._port)
-        except OSError as exc:
+            await (self._loop.create_unix_connection(lambda: self, sun_path(self.address))
+                   if is_unix(self.address) else
+                   self._loop.create_connection(lambda: self, self._host, self._port))
+        except (OSError, NotImplementedError) as exc:  # no unix sockets: Windows' loops
             raise ConnectionFailed(f"cannot connect to {self.address_text}: {exc}") from exc
         options = self._identify_options
         body = options.to_json()
@@ -332,7 +334,7 @@ class Connection(asyncio.BufferedProtocol):
             raise ProtocolError(f"{self.address_text} sent data before the TLS handshake")
         transport = self._transport
         assert transport is not None
-        hostname = self._config.tls_server_hostname or self._host
+        hostname = self._config.tls_server_name(None if is_unix(self.address) else self._host)
         try:
             upgraded = await self._loop.start_tls(
                 transport, self, context, server_hostname=hostname,
@@ -345,7 +347,7 @@ class Connection(asyncio.BufferedProtocol):
         if upgraded is None:
             raise ConnectionClosed(f"{self.address_text} closed during the TLS handshake")
         self._transport = upgraded
-        self._tls = True
+        self._tls = upgraded.get_extra_info("ssl_object").version() or "TLS"
         answer = self._expect("IDENTIFY")
         self._release(split=more)
         await self._expect_ok(answer, "TLS")
@@ -884,7 +886,7 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def address_text(self) -> str:
-        return f"{self._host}:{self._port}"
+        return address_text((self._host, self._port))
 
     @property
     def local_address(self) -> str:
@@ -938,6 +940,11 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def tls(self) -> bool:
+        return bool(self._tls)
+
+    @property
+    def tls_version(self) -> str:
+        """The TLS version negotiated (``"TLSv1.3"``), ``""`` without TLS."""
         return self._tls
 
     @property
@@ -966,10 +973,8 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def closed(self) -> asyncio.Future[BaseException | None]:
-        """Settles when the connection closes, with the reason (``None`` for ``close()``).
-
-        It never raises, so owners can ``await`` it or add a done callback freely.
-        """
+        """Settles when the connection closes, with the reason (``None`` for ``close()``); it
+        never raises, so owners can ``await`` it or add a done callback freely."""
         return self._closed
 
     @property

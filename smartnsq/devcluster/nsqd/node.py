@@ -21,6 +21,10 @@ everything it held. ::
     ...                                         # clients connect to node.tcp_address
     await node.stop()
 
+``unix_path`` also serves the TCP protocol on a unix socket at that path (classic nsqd 1.3's
+``--tcp-address=/path``), beside the TCP port that lookupd lists: the same handlers, TLS and
+compression included. The socket file is made at ``start()`` and removed at ``stop()``.
+
 Options: ``tls`` (an ``ssl.SSLContext``; IDENTIFY ``tls_v1`` then upgrades), ``tls_required``,
 ``auth`` (a secrets table, see :mod:`smartnsq.devcluster.nsqd.auth`) and any
 :class:`NsqdOptions` field as a keyword (``msg_timeout=5000``, ``max_rdy_count=100``...).
@@ -37,6 +41,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import socket
 import ssl
 import time
@@ -70,7 +75,7 @@ class NsqdNode:
                  tls: ssl.SSLContext | None = None,
                  auth: AuthTable | Mapping[str, Any] | None = None, name: str = "nsqd",
                  hostname: str | None = None, options: NsqdOptions | None = None,
-                 **settings: Any) -> None:
+                 unix_path: str | None = None, **settings: Any) -> None:
         base = options or NsqdOptions()
         known = {f.name for f in dataclasses.fields(NsqdOptions)}
         unknown = set(settings) - known
@@ -98,6 +103,8 @@ class NsqdNode:
         self.start_time = int(time.time())
         self._tcp_port = tcp_port
         self._server: asyncio.Server | None = None
+        self.unix_path = unix_path
+        self._unix_server: asyncio.Server | None = None
         self.exiting = False  # a graceful leave is under way (see begin_exit)
         self.http = NsqdHTTP(self, http_port)
 
@@ -122,6 +129,11 @@ class NsqdNode:
     @property
     def http_address(self) -> str:
         return f"{self.host}:{self.http.port}"
+
+    @property
+    def unix_address(self) -> str | None:
+        """``unix:PATH`` of the socket listener (what a client's ``nsqd=`` takes), if any."""
+        return None if self.unix_path is None else f"unix:{self.unix_path}"
 
     @property
     def node_id(self) -> str:
@@ -149,9 +161,12 @@ class NsqdNode:
                                                 self._tcp_port, reuse_address=True)
         self._tcp_port = self._server.sockets[0].getsockname()[1]
         try:
+            if self.unix_path is not None:
+                self._unix_server = await loop.create_unix_server(
+                    lambda: NsqdConnection(self), self.unix_path)
             await self.http.start()
         except BaseException:
-            self._server.close()
+            self._close_listeners()
             self._server = None
             raise
         if self.info is None:
@@ -161,8 +176,8 @@ class NsqdNode:
         self.info.alive = True
         if self._on_event not in self.state.listeners:
             self.state.listeners.append(self._on_event)
-        log.info("%s listening on tcp %s http %s", self.name, self.tcp_address,
-                 self.http_address)
+        log.info("%s listening on tcp %s http %s%s", self.name, self.tcp_address,
+                 self.http_address, "" if self.unix_path is None else f" {self.unix_address}")
 
     def _make_id(self) -> str:
         if self.classic:
@@ -175,7 +190,7 @@ class NsqdNode:
         server, self._server = self._server, None
         if server is None:
             return
-        server.close()
+        self._close_listeners(server)
         for conn in list(self.connections):
             conn.abort()
         self.connections.clear()
@@ -193,10 +208,22 @@ class NsqdNode:
         PUB ``E_PUB_FAILED exiting`` until ``stop()`` (failover_sigterm_*.txt)."""
         self.exiting = True
         if self._server is not None:
-            self._server.close()  # new connections are refused; open ones stay
+            self._close_listeners()  # new connections are refused; open ones stay
         for conn in list(self.connections):
             if conn.channel is not None:
                 conn.close()
+
+    def _close_listeners(self, server: asyncio.Server | None = None) -> None:
+        """Stop accepting on the TCP port and the socket. The socket's file goes with its
+        listener, as a real nsqd's does when it exits (a SIGKILLed one leaves it behind, which
+        refuses connections: a deviation docs/devcluster.md lists)."""
+        for listener in (server or self._server, self._unix_server):
+            if listener is not None:
+                listener.close()
+        if self._unix_server is not None and self.unix_path is not None:
+            self._unix_server = None
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_path)
 
     async def restart(self) -> None:
         await self.stop()
