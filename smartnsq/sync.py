@@ -56,6 +56,7 @@ from .producer.results import BatchResult, PublishResult
 from .producer.validation import batch_items
 from .protocol.numbers import check_int, is_real
 from .transport import loop_thread as _loops
+from .transport.event_loop import warn_if_blocking_a_loop
 from .transport.loop_thread import LoopThread, Slot
 
 if TYPE_CHECKING:
@@ -112,6 +113,8 @@ def _guard_for(timeout: object) -> float:
 class _Facade:
     """Shared machinery of the blocking facades: the loop thread, calls, closing."""
 
+    _instead = "use the asyncio client"  # what to use in async code (each facade names its own)
+
     def __init__(self, loop_thread: LoopThread | None) -> None:
         if loop_thread is not None and not isinstance(loop_thread, LoopThread):
             raise InvalidArgument("loop_thread", "must be a smartnsq.LoopThread (or None for the "
@@ -151,8 +154,10 @@ class _Facade:
             coro.close()
             raise self._closed_error()
         guard = None if timeout is None else timeout + _GUARD
+        future = self._loop_thread.submit(coro)  # (refused on the loop's own thread)
+        warn_if_blocking_a_loop(f"smartnsq.sync.{type(self).__name__}", self._instead, 2)
         try:
-            return self._loop_thread.run(coro, guard)
+            return self._loop_thread.wait(future, guard)
         except LoopTimeout as exc:
             raise _overran(what or type(self).__name__, timeout) from exc
 
@@ -197,6 +202,8 @@ class Producer(_Facade):
             producer.publish("orders", b"...", sharding_key=order_id)
     """
 
+    _instead = "await smartnsq.Producer's methods"
+
     def __init__(self, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, *,
                  loop_thread: LoopThread | None = None, **kwargs: Any) -> None:
@@ -224,6 +231,7 @@ class Producer(_Facade):
         slot: Slot[PublishResult] = self._loop_thread.call_slot(
             self._publish_on_loop, topic, body, sharding_key, partition, trace_id, headers,
             delay, timeout)
+        warn_if_blocking_a_loop("smartnsq.sync.Producer.publish", self._instead)
         deadline = self._timeout if timeout is None else timeout
         try:
             return self._loop_thread.wait(slot, _guard_for(deadline))
@@ -305,6 +313,8 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
     ``message.fin()/req()/touch()`` may be called from any thread. ``stop()`` is thread-safe
     and never blocks (a handler may call it); ``close()`` stops and waits for the drain.
     """
+
+    _instead = "use smartnsq.Consumer (await consumer.join(), async for)"
 
     def __init__(self, topic: str, channel: str, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None,

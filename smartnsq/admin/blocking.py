@@ -19,6 +19,7 @@ from ..protocol.commands import StartPosition
 from ..protocol.lookup import LookupdList, Node, TopicView
 from ..protocol.operations import StoredMessage
 from ..transport import loop_thread as _loops
+from ..transport.event_loop import warn_if_blocking_a_loop
 from ..transport.loop_thread import LoopThread
 from .base import DEFAULT_MAX_ANSWER, DEFAULT_TIMEOUT, positive
 from .client import AsyncAdmin
@@ -71,7 +72,9 @@ class Admin:
         if self._closed:
             coro.close()
             raise RuntimeError("this Admin is closed")
-        return self._thread.run(coro, timeout + GUARD)
+        future = self._thread.submit(coro)  # (refused on the loop's own thread)
+        warn_if_blocking_a_loop("smartnsq.Admin", "use smartnsq.AsyncAdmin", 2)
+        return self._thread.wait(future, timeout + GUARD)
 
     def listlookup(self, address: str | None = None) -> LookupdList:
         return self._run(self._async.listlookup(address),

@@ -21,12 +21,13 @@ import asyncio
 import importlib.util
 import os
 import sys
+import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["ENV", "choice", "factory", "new_event_loop", "run"]
+__all__ = ["ENV", "choice", "factory", "new_event_loop", "run", "warn_if_blocking_a_loop"]
 
 ENV = "SMARTNSQ_EVENT_LOOP"
 _CHOICES = ("auto", "asyncio", "uvloop")
@@ -82,3 +83,18 @@ def run(coro: Coroutine[Any, Any, T], setting: str | None = None) -> T:
         finally:
             asyncio.set_event_loop(None)
             loop.close()
+
+
+def warn_if_blocking_a_loop(what: str, instead: str, frames: int = 1) -> None:
+    """Warn (``RuntimeWarning``, once per calling line by Python's default filter) when a
+    blocking facade is called on a thread that runs an event loop: the call works, but that
+    loop stands still until it returns (0 ticks during 200 blocking publishes), which nothing
+    else would show. Not an error: a notebook's cells run inside its kernel's loop, where
+    blocking is what the user wants. ``instead``: the asynchronous call to use there;
+    ``frames``: the facade's own frames between the user's line and this call."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return  # (the usual case: no loop on this thread)
+    warnings.warn(f"{what} blocks the event loop running on this thread until it returns; "
+                  f"in async code, {instead}", RuntimeWarning, stacklevel=2 + frames)
