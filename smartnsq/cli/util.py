@@ -271,7 +271,7 @@ def parse_start(text: str | None, what: str = "--from") -> Any:
     if text is None or text in ("latest", "end"):
         return None
     if text in ("earliest", "beginning", "start"):
-        return StartPosition.message_count(0)
+        return StartPosition.earliest()
     kind, sep, value = text.partition(":")
     try:
         if not sep:

@@ -62,6 +62,7 @@ class Subscription:
         self.failures = 0
         self.last_error: BaseException | None = None
         self._ext_guess: bool | None = None
+        self._tag_told = False  # desired_tag on a topic without ext: said once
         self._ordered_guess: bool | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -261,6 +262,11 @@ class Subscription:
         rt, target, config = self.rt, self.target, self.rt.config
         host, port = target.address
         ext = self._extend_support()
+        if config.desired_tag and not ext and not self._tag_told:
+            self._tag_told = True
+            log.warning("%s: desired_tag=%r does nothing on %s, which is not an ext topic "
+                        "(tags travel in ext headers): every message is delivered", self.name,
+                        config.desired_tag, rt.topic)
         conn = self.handshake = Connection(
             host, port, config.connection, message_class=Message,
             on_error=self._on_error, extend_support=ext,

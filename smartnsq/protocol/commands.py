@@ -70,6 +70,12 @@ class StartPosition:
         return cls("msgcount", count)
 
     @classmethod
+    def earliest(cls) -> StartPosition:
+        """The oldest message the partition still holds (a message count of 0): what a new
+        channel, which youzan starts at the end, must be told to read a topic's history."""
+        return cls("msgcount", 0)
+
+    @classmethod
     def end(cls) -> StartPosition:
         return cls("special", -1)
 

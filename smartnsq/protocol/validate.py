@@ -101,7 +101,8 @@ def check_body(body: bytes, max_size: int = DEFAULT_MAX_MSG_SIZE, field: str = "
     """A message body is non-empty and at most ``max_size`` bytes (the negotiated limit)."""
     if not isinstance(body, bytes | bytearray | memoryview):
         raise InvalidArgument(field, "must be bytes", type(body).__name__)
-    n = len(body)
+    # a memoryview's len() counts items, not bytes: a view of 4-byte ints is 4 times bigger
+    n = body.nbytes if isinstance(body, memoryview) else len(body)
     if n == 0:
         raise InvalidArgument(field, "must not be empty", body)
     if n > max_size:

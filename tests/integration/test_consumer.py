@@ -375,14 +375,19 @@ async def test_close_from_a_handler_drains_after_it_returns(nsq_cluster: Any) ->
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_a_tag_on_a_plain_topic_falls_back_to_a_plain_subscription(
-        nsq_cluster: Any) -> None:
+        nsq_cluster: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """...and says so once: the consumer gets untagged messages, which a user who asked for
+    a tag would not expect silently."""
     await nsq_cluster.create_topic("plaintag", channels=["ch"])
     await publish(nsq_cluster, "plaintag", [b"x"])
     got = Collector(1)
-    async with Consumer("plaintag", "ch", nsqd=[leader_address(nsq_cluster, "plaintag")],
-                        handler=got, desired_tag="red"):
-        await got.wait()
+    with caplog.at_level(logging.WARNING, "smartnsq.consumer"):
+        async with Consumer("plaintag", "ch", nsqd=[leader_address(nsq_cluster, "plaintag")],
+                            handler=got, desired_tag="red"):
+            await got.wait()
     assert got.messages[0].body == b"x" and got.messages[0].headers == {}
+    told = [r for r in caplog.records if "desired_tag='red' does nothing" in r.getMessage()]
+    assert len(told) == 1
 
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)

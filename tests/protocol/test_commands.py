@@ -408,3 +408,22 @@ def test_a_desired_tag_youzan_would_refuse_is_refused_before_sending(tag: str) -
 @pytest.mark.parametrize("tag", ["", "blue", "A-z_09", "x" * 100])
 def test_the_tags_youzan_accepts_are_accepted(tag: str) -> None:
     assert IdentifyOptions(desired_tag=tag).desired_tag == tag
+
+
+def test_earliest_is_the_first_message() -> None:
+    """``StartPosition.earliest()``: what ``--from earliest`` means, a message count of 0."""
+    assert StartPosition.earliest() == StartPosition.message_count(0)
+    assert StartPosition.earliest().token() == b"msgcount:0"
+
+
+def test_a_memoryview_body_is_measured_in_bytes() -> None:
+    """A view of 4-byte items is four times its ``len()``: the size checked is what goes on the
+    wire, so the server's max_msg_size refusal is caught before sending."""
+    from array import array
+
+    from smartnsq.protocol import validate
+
+    view = memoryview(array("i", [0]) * 300)  # 300 items, 1,200 bytes
+    with pytest.raises(InvalidArgument, match="size 1200 exceeds max_msg_size 1000"):
+        validate.check_body(view, 1000)  # type: ignore[arg-type]
+    assert validate.check_body(view, 1200) == bytes(view)  # type: ignore[arg-type]
