@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import signal
 import threading
 import weakref
 from collections.abc import (
@@ -72,6 +73,7 @@ log = logging.getLogger("smartnsq.sync")
 # Extra time a blocking call waits beyond the async call's own deadline before giving up on
 # it: the async layer enforces deadlines itself; this only guards against a wedged loop.
 _GUARD = 5.0
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what sync.Consumer.run() drains on
 
 
 def _finalize(loop_thread: LoopThread, shared: bool,
@@ -306,8 +308,7 @@ class Consumer(_Facade):
 does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start's error)::
 
         consumer = smartnsq.sync.Consumer("orders", "billing", lookupd=[...], handler=handle)
-        signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
-        consumer.run()          # blocks until stop(); then drains and returns
+        consumer.run()  # blocks until stop(), Ctrl-C or SIGTERM; then drains and returns
 
     Without a handler, iterate: ``for message in consumer: ...; message.fin()``.
     ``message.fin()/req()/touch()`` may be called from any thread. ``stop()`` is thread-safe
@@ -366,20 +367,50 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
         """Wait for the background start; raise what it raised (its own error, as is)."""
         self._loop_thread.wait(self._starting)
 
-    def run(self, timeout: float | None = None) -> bool:
+    def run(self, timeout: float | None = None, *,
+            stop_on: Iterable[int] = _STOP_SIGNALS) -> bool:
         """Block until the consumer is stopped and drained (or ``timeout`` s pass: then
-        return False and keep consuming)."""
+        return False and keep consuming).
+
+        Called on the main thread, the signals in ``stop_on`` (Ctrl-C's SIGINT and the
+        SIGTERM a container's stop sends) stop it as ``stop()`` does: what is in flight is
+        handled and answered within ``drain_timeout``, and ``run()`` returns True instead of
+        a ``KeyboardInterrupt`` leaving work half done. A second signal while draining acts
+        as it did before ``run()`` (Ctrl-C raises). The handlers are restored on return;
+        ``stop_on=()`` installs none."""
         if self._closed and self._stopped.is_set():
             return True
         self._started()
         future = self._loop_thread.submit(self._consumer.join())
+        previous = self._catch(stop_on)
         try:
             future.result(timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
             return False
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         self._after_stop()
         return True
+
+    def _catch(self, signals: Iterable[int]) -> dict[int, Any]:
+        """Install the stopping handlers (main thread only: Python's rule); the previous
+        handlers, to restore."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: dict[int, Any] = {}
+
+        def stopping(signum: int, frame: object) -> None:
+            log.info("%s received: draining the consumer (again to interrupt)",
+                     signal.Signals(signum).name)
+            for each, handler in previous.items():  # a second signal: as before run()
+                signal.signal(each, handler)
+            self.stop()
+
+        for signum in signals:
+            previous[signum] = signal.signal(signum, stopping)
+        return previous
 
     def stop(self) -> None:
         """Ask the consumer to drain and close; returns at once, from any thread."""
