@@ -1,7 +1,7 @@
 """``smartnsq``: the command line (``smartnsq ...`` and ``python -m smartnsq ...``).
 
 Commands: ``demo``, ``dev-cluster``, ``lookup``, ``pub``, ``tail``, ``stats``, ``top``,
-``topic``, ``channel``, ``message``, ``completion`` (docs/cli.md).
+``topic``, ``channel``, ``message``, ``dead-letter``, ``completion`` (docs/cli.md).
 Each lives in its own module, ``smartnsq.cli.<command>``, which declares its arguments and its
 handler (``register``); what they share is in ``smartnsq.cli.util``, and no command imports
 another. A command module imports the library only when its handler runs, so
@@ -27,7 +27,20 @@ from typing import Any, NoReturn, TextIO
 
 from .. import __version__
 from ..transport import event_loop
-from . import channel, completion, demo, devcluster, lookup, message, pub, stats, tail, top, topic
+from . import (
+    channel,
+    completion,
+    deadletter,
+    demo,
+    devcluster,
+    lookup,
+    message,
+    pub,
+    stats,
+    tail,
+    top,
+    topic,
+)
 from .util import CLIError, Deadline, one_line
 
 __all__ = ["build_parser", "main"]
@@ -44,7 +57,7 @@ _DEFAULT_LOOKUPD_ENV = "SMARTNSQ_LOOKUPD"
 COMMANDS: tuple[Callable[[Callable[..., argparse.ArgumentParser]], None], ...] = (
     demo.register, devcluster.register, lookup.register, pub.register, tail.register,
     stats.register, top.register, topic.register, channel.register, message.register,
-    completion.register)
+    deadletter.register, completion.register)
 """Each command module's ``register(command)``: it adds its sub-parser and sets its handler
 (a function; the module imports the library only when the handler runs)."""
 

@@ -33,11 +33,13 @@ from ..model.dialect import ClassicDialect
 from ..protocol import validate as v
 from ..protocol.commands import StartPosition
 
-__all__ = ["ConsumerConfig", "GiveUpHook", "Handler", "OrderErrorHook", "build_config"]
+__all__ = ["ConsumerConfig", "DeadLetterHook", "GiveUpHook", "Handler", "OrderErrorHook",
+           "build_config"]
 
 Handler = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007 - runtime alias
 GiveUpHook = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007
 OrderErrorHook = Callable[[Message, str], None]
+DeadLetterHook = Callable[[Message], Union[Awaitable[Any], Any]]  # noqa: UP007
 
 
 def _partitions_check(name: str, value: Any, obj: Any) -> None:
@@ -72,6 +74,30 @@ def _callable_check(name: str, value: Any, obj: Any) -> None:
         raise InvalidArgument(name, "must be callable", value)
 
 
+def _dead_letter_check(name: str, value: Any, obj: Any) -> None:
+    """A topic name or a hook, and only with a ``max_attempts`` to be past: without one no
+    message would ever be dead-lettered, which is surely not what was meant."""
+    if value is None:
+        return
+    if isinstance(value, str):
+        try:
+            v.check_topic(value)
+        except InvalidArgument as exc:
+            raise InvalidArgument(name, f"not a topic name ({exc})", value) from None
+    elif not callable(value):
+        raise InvalidArgument(name, "must be a topic name or a callable", value)
+    if not obj.max_attempts:
+        raise InvalidArgument(name, "needs max_attempts (messages are dead-lettered once "
+                              "delivered more often than that)", value)
+
+
+def _dead_letter_ordered_check(name: str, value: Any, obj: Any) -> None:
+    flag().check(name, value, obj)
+    if value and obj.dead_letter is None:
+        raise InvalidArgument(name, "needs dead_letter (where the skipped message goes)",
+                              value)
+
+
 def _start_check(name: str, value: Any, obj: Any) -> None:
     instance(StartPosition, "a StartPosition or None").check(name, value, obj)
     if value is not None and obj.ordered:
@@ -89,6 +115,8 @@ _TAG = Rule("str of at most 100 bytes of [a-zA-Z0-9_-], or None", _tag_check)
 _EXT_FILTER = Rule("JSON-encodable dict or None", _ext_filter_check)
 _CALLABLE = Rule("callable or None", _callable_check)
 _START = Rule("StartPosition or None", _start_check)
+_DEAD_LETTER = Rule("topic name, callable or None (needs max_attempts)", _dead_letter_check)
+_DEAD_LETTER_ORDERED = Rule("bool (needs dead_letter)", _dead_letter_ordered_check)
 _MAPPING = Rule("mapping", _mapping_check)
 
 
@@ -126,6 +154,16 @@ class ConsumerConfig:
     on_give_up: GiveUpHook | None = field(default=None, metadata=doc(
         "fn(message) (or async) called instead of the handler past max_attempts; None logs "
         "and finishes it.", check=_CALLABLE))
+    dead_letter: str | DeadLetterHook | None = field(default=None, metadata=doc(
+        "Past max_attempts, park the message and move on instead of giving up: a topic name "
+        "(published there by a producer of the consumer's own, its origin in smartnsq.dl.* "
+        "ext headers) or fn(message) (or async) that returns once it is parked. FINed only "
+        "after that; a failed park requeues it. Replaces on_give_up where it applies.",
+        check=_DEAD_LETTER))
+    dead_letter_ordered: bool = field(default=False, metadata=doc(
+        "Let dead_letter park a message of an ordered subscription, so that its partition "
+        "moves on; False: ordered messages are never skipped.",
+        check=_DEAD_LETTER_ORDERED))
     on_order_error: OrderErrorHook | None = field(default=None, metadata=doc(
         "fn(message, text) for an order regression on a SUB_ORDERED/SUB_ADVANCED "
         "subscription.", check=_CALLABLE))

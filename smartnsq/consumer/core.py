@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Final
 from ..config import ConnectionConfig, close_timeout, one_source
 from ..errors import InvalidArgument
 from ..message import Message
-from ..model.routes import Address, address_list, parse_address
+from ..model.routes import Address, address_list, address_text, parse_address
 from ..observability import otel, otel_metrics
 from ..protocol import validate as v
 from ..protocol.numbers import check_int
 from ..transport.connection import Connection
 from .config import ConsumerConfig, Handler, build_config
+from .deadletter import DeadLetters
 from .discovery import Discovery
 from .dispatch import Dispatch
 from .flow import Flow
@@ -44,6 +45,7 @@ from .targets import static_targets
 
 if TYPE_CHECKING:
     from ..observability.stats import ChannelLag, ConsumerStats
+    from ..producer.producer import Producer
 
 __all__ = ["Consumer"]
 
@@ -121,6 +123,8 @@ class Consumer:
         self._max_in_flight = cfg.max_in_flight
         self._rt = Runtime(topic, channel, cfg)
         self._rt.meter = otel_metrics.consumer_meter(self, self._rt.meter, meter_provider)
+        if cfg.dead_letter is not None:
+            self._rt.dead_letters = DeadLetters(topic, channel, cfg, self._dead_letter_producer)
         self._subs: Subscriptions | None = None
         self._discovery: Discovery | None = None
         self._workers: list[asyncio.Task[None]] = []
@@ -176,6 +180,22 @@ class Consumer:
             await self.close()
             raise
         return self
+
+    def _dead_letter_producer(self) -> Producer:
+        """The producer of ``dead_letter``'s topic, made at the first park: on the consumer's
+        own lookupds (or lookup manager, or nsqd) with its connection settings, so the
+        dead-letter topic is reached the way the topic itself is."""
+        from ..producer.config import ProducerConfig
+        from ..producer.producer import Producer
+
+        cfg = self.config
+        config = ProducerConfig(connection=cfg.connection, classic=cfg.classic)
+        if self._nsqd:
+            return Producer(nsqd=[address_text(a) for a in self._nsqd], config=config)
+        if self._lookup is not None:
+            return Producer(lookup=self._lookup, config=config)
+        return Producer(lookupd=self._lookupd, config=config,
+                        lookup_options=dict(cfg.lookup_options))
 
     def _apply_targets(self, targets: Any) -> None:
         self._rt.meter.targets(targets)  # leader changes, for stats()
@@ -280,6 +300,9 @@ class Consumer:
         ending = [t for t in self._workers if not t.done()]
         if self._discovery is not None:
             ending.append(loop.create_task(self._discovery.close()))
+        if rt.dead_letters is not None:  # (after the drain: a running handler may park)
+            ending.append(loop.create_task(rt.dead_letters.close(
+                max(0.0, self._deadline - loop.time()))))
         if ending:
             # until the deadline, and at least a moment: the handlers were just cancelled,
             # releasing the lookup is quick; what does not end is left behind
@@ -323,6 +346,8 @@ class Consumer:
             rt.queue.stop()
         for task in self._workers:
             task.cancel()
+        if rt.dead_letters is not None:
+            rt.dead_letters.abandon(rt.loop)
 
     def _finished(self) -> None:
         if self._closed:

@@ -11,7 +11,9 @@ A handler's return finishes the message (FIN), a raise requeues it (REQ with the
 policy's delay, counted as a failure for back-off). Nothing is FINed before its handler
 succeeded. ``max_attempts`` gives up on messages delivered too often (``on_give_up``;
 default: log and FIN), except on ordered subscriptions, where a blocked message is never
-skipped unless the hook answers it explicitly.
+skipped unless the hook answers it explicitly. ``dead_letter`` parks such a message first
+(``deadletter``) and FINs it only once the park is confirmed; on ordered subscriptions only
+with ``dead_letter_ordered``.
 """
 
 from __future__ import annotations
@@ -26,13 +28,20 @@ from ..message import FINISHED, PENDING, REQUEUED, Message, Responder
 from ..observability.counters import HANDLER_SAMPLE
 from ..observability.logs import summary
 from .config import Handler
+from .deadletter import applies
 from .runtime import Runtime
 
-__all__ = ["failed", "give_up", "inline_runner", "is_async", "iterate", "undecodable", "worker"]
+__all__ = ["dead_letter", "failed", "give_up", "inline_runner", "is_async", "iterate",
+           "undecodable", "worker"]
 
 log = logging.getLogger("smartnsq.consumer")
 
 _UNTIMED = HANDLER_SAMPLE - 1  # the handler's time is sampled (smartnsq.observability.counters)
+PARK_RETRY_FLOOR = 1.0
+"""The least delay before a message whose park failed comes back: the dead-letter target is
+down for every such message, so an immediate retry helps nobody; and the real youzan nsqd
+refused the immediate ``REQ <id> 0`` of such a message (``E_REQ_FAILED ... Message too much
+requeue``), which leaves it in flight for a whole ``msg_timeout`` before it comes again."""
 
 
 def is_async(handler: Callable[..., Any]) -> bool:
@@ -130,9 +139,16 @@ def failed(rt: Runtime, msg: Message, link: Responder, exc: BaseException) -> No
     max_attempts = rt.config.max_attempts
     where = f"{rt.topic}/{rt.channel}"
     partition = "-" if msg.partition is None else msg.partition
+    parking = rt.dead_letters
+    if parking is not None:
+        parking.errors.note(msg.id, exc)  # what its dead-letter copy will say
     if max_attempts and msg.attempts >= max_attempts:
-        then = ("not skipped (ordered): handled again" if link.ordered
-                else "given up on at its next delivery")
+        if parking is not None and applies(rt.config, link.ordered):
+            then = f"dead-lettered at its next delivery ({rt.config.dead_letter!r})"
+        elif link.ordered:
+            then = "not skipped (ordered): handled again"
+        else:
+            then = "given up on at its next delivery"
         log.error("%s partition %s: handler failed on message %s, attempt %d of %d: %s; %s",
                   where, partition, _label(msg), msg.attempts, max_attempts, summary(exc),
                   then, exc_info=exc)
@@ -211,8 +227,13 @@ def inline_runner(rt: Runtime, handler: Handler) -> Callable[[Message, Responder
 
 async def give_up(rt: Runtime, msg: Message, link: Responder) -> bool:
     """``max_attempts`` exceeded: true when the message is settled and must not be handled.
-    Ordered subscriptions never skip unless the hook answered the message."""
+    Ordered subscriptions never skip unless the hook answered the message, or
+    ``dead_letter_ordered`` lets ``dead_letter`` park it."""
     rt.give_ups += 1
+    parking = rt.dead_letters
+    if parking is not None and applies(rt.config, link.ordered):
+        await dead_letter(rt, msg, link, parking.errors.peek(msg.id))
+        return True
     hook = rt.config.on_give_up
     if hook is None:
         if link.ordered:
@@ -241,10 +262,37 @@ async def give_up(rt: Runtime, msg: Message, link: Responder) -> bool:
     return True
 
 
+async def dead_letter(rt: Runtime, msg: Message, link: Responder, error: str) -> None:
+    """Park ``msg`` (past ``max_attempts``) with ``dead_letter``, then FIN it; when the park
+    fails, requeue it instead (counted for back-off: the dead-letter topic or the hook's
+    store is down for every such message, not just this one), so that nothing is FINed
+    unparked. A hook that answered the message itself keeps its answer."""
+    parking = rt.dead_letters
+    assert parking is not None
+    where = f"{rt.topic}/{rt.channel} partition {'-' if msg.partition is None else msg.partition}"
+    why = await parking.park(msg, error)
+    if why is None:
+        parking.errors.pop(msg.id)
+        answer = "FIN" if msg._state == PENDING else "answered by the hook"
+        log.warning("%s: message %s, delivered %d times (max_attempts %d), parked on %r "
+                    "(last error: %s): %s", where, _label(msg), msg.attempts,
+                    rt.config.max_attempts, rt.config.dead_letter, error, answer)
+        if msg._state == PENDING:
+            link.settle(msg, FINISHED, None, False)
+        return
+    delay = max(rt.requeue_delay(msg), PARK_RETRY_FLOOR)
+    log.error("%s: message %s, attempt %d, could not be parked on %r (%s); requeued for "
+              "%gs, not FINed", where, _label(msg), msg.attempts, rt.config.dead_letter, why,
+              delay)
+    if msg._state == PENDING:
+        link.settle(msg, REQUEUED, delay, True)
+
+
 async def undecodable(rt: Runtime, msg: Message, link: Responder) -> None:
     """A body its publisher compressed that cannot be decoded (``Message.body_error``): it
-    reaches no handler and is not FINed unseen. Past ``max_attempts`` the give-up hook, if
-    there is one, decides, as for a message its handler keeps failing; otherwise it is
+    reaches no handler and is not FINed unseen. Past ``max_attempts`` ``dead_letter`` parks
+    it (the body as stored, its marks, the reason as its last error), or else the give-up
+    hook, if there is one, decides, as for a message its handler keeps failing; otherwise it is
     requeued with the requeue policy's growing delay, so that a fix (the missing codec
     installed, a larger ``max_decompressed_size``) finds it still queued. It does not slow
     the consumer down (no back-off): the fault is this message's, not the handler's or
@@ -255,6 +303,15 @@ async def undecodable(rt: Runtime, msg: Message, link: Responder) -> None:
         return
     rt.undecodable += 1
     max_attempts = rt.config.max_attempts
+    if rt.dead_letters is not None and max_attempts and msg.attempts > max_attempts \
+            and applies(rt.config, link.ordered):
+        rt.give_ups += 1
+        rt.suspended += 1
+        try:
+            await dead_letter(rt, msg, link, f"undecodable body: {msg.body_error}")
+        finally:
+            rt.suspended -= 1
+        return
     if rt.config.on_give_up is not None and max_attempts and msg.attempts > max_attempts:
         rt.suspended += 1
         try:

@@ -107,7 +107,8 @@ def snapshot(rt: Runtime, subs: Subscriptions | None, lookup: Any, max_in_flight
         max_in_flight=max_in_flight, rdy=sum(p.rdy for p in parts),
         backoff=consumer_backoff, starved=flow is not None and flow.is_starved(),
         handler_seconds=latency_summary(meter.handler), partitions=tuple(parts),
-        subscriptions=tuple(subscriptions), lookup=LookupStats.of(lookup), lag=lag)
+        subscriptions=tuple(subscriptions), lookup=LookupStats.of(lookup), lag=lag,
+        dead_lettered=rt.dead_letters.parked if rt.dead_letters is not None else 0)
 
 
 def lag_nodes(subs: Subscriptions | None) -> list[tuple[int | None, str]]:

@@ -14,6 +14,7 @@ from ..observability.counters import ConsumeMeter
 from .config import ConsumerConfig
 
 if TYPE_CHECKING:
+    from .deadletter import DeadLetters
     from .dispatch import Dispatch
     from .flow import Flow
 
@@ -32,6 +33,7 @@ class Runtime:
         "channel",
         "concurrency",
         "config",
+        "dead_letters",
         "discarded",
         "draining",
         "finished",
@@ -91,6 +93,8 @@ class Runtime:
         # (empty but for them: the workers' test of it costs one truth test per message)
         self.undecoded: set[Message] = set()
         self.undecodable = 0  # deliveries of such messages
+        # dead_letter's producer or hook and the last errors it reports (None: not asked for)
+        self.dead_letters: DeadLetters | None = None
         self.meter = ConsumeMeter()  # per partition, for Consumer.stats() (observability.stats)
 
     @property

@@ -326,6 +326,7 @@ class ConsumerStats:
 
     Totals: ``received``, ``finished``, ``requeued``, ``handled`` (handlers that returned,
     plus messages iterated), ``handler_errors``, ``give_ups`` (``max_attempts`` exceeded),
+    ``dead_lettered`` (of those, parked by ``dead_letter`` and FINed),
     ``undecodable`` (deliveries whose compressed body could not be decoded: not handled),
     ``timed_out``, ``duplicates_dropped``, ``discarded`` (received on a connection that closed
     before a handler started: left to the server), ``lost`` (in flight when their connection
@@ -370,6 +371,7 @@ class ConsumerStats:
     subscriptions: tuple[SubscriptionStats, ...] = ()
     lookup: LookupStats | None = None
     lag: ChannelLag | None = None
+    dead_lettered: int = 0
 
     def partition(self, partition: int | None) -> ConsumerPartitionStats | None:
         return next((p for p in self.partitions if p.partition == partition), None)
