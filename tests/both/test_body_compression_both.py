@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from both_support import Collector, consuming, is_real, producer
-from support import bounded, fresh_name, poke_on_log
+from support import bounded, cli, fresh_name, poke_on_log, rows
 
 from smartnsq import BodyCompression, Consumer
 from smartnsq.errors import ProtocolError
@@ -221,3 +221,18 @@ async def test_youzans_go_client_reads_what_the_producer_compressed(
     # never reach 3 (tried: it waits until killed)
     assert json.loads(result[0][len("RESULT "):])["distinct"] == 3, result
 
+
+
+async def test_smartnsq_tail_prints_the_original(nsq_any_cluster: Any) -> None:
+    """``smartnsq tail``: a go-nsq-compressed body is printed as the original, its headers
+    without the two marks."""
+    cluster = nsq_any_cluster
+    topic = await _ext_topic(cluster, "bodytail")
+    body, marks = go_style("lz4")
+    async with producer(cluster) as pub, bounded(10):
+        await pub.publish(topic, body, headers={**marks, "k": "v"})
+    code, out, err = await cli("tail", topic, "--channel", "ch", "-n", "1", "--json",
+                               "--lookupd", cluster.lookupd_http_addresses[0], timeout=60)
+    assert code == 0, err
+    (row,) = rows(out)
+    assert row["body"].encode() == ORIGINAL and row["headers"] == {"k": "v"}
