@@ -7,6 +7,7 @@ checked here, on the driver, so a typo fails the query before any task starts (w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +23,7 @@ from .offsets import (
     OFFSET_LATEST,
     OffsetSpec,
     check_offset_topics,
-    parse_offsets,
-    refuse_kafka_timestamps,
+    position_options,
 )
 
 __all__ = [
@@ -51,6 +51,10 @@ SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "maxmessagespertrigger", "channel", "channelprefix", "commitchannel", "readtimeout",
     "rdy", "httptimeout", "mode", "leadertimeout", "failondataloss", "partitions",
     "minpartitions", "orderedreadchannels", "keyheader", "maxdecompressedsize",
+    # Kafka's names, where they mean the same here
+    "subscribe", "subscribepattern", "startingtimestamp", "startingoffsetsbytimestamp",
+    "endingtimestamp", "endingoffsetsbytimestamp", "maxoffsetspertrigger",
+    "minoffsetspertrigger", "maxtriggerdelay",
 })
 ACK_SOURCE_OPTIONS = CONNECTION_OPTIONS | frozenset({
     "lookupd", "nsqd", "topic", "channel", "mode", "maxinflight", "maxmessagespertrigger",
@@ -188,6 +192,9 @@ SOURCE = _options(
            "its range with at once."),
     Option("maxDecompressedSize", 64 << 20, integer(1, 1 << 31), "Most bytes a body its "
            "producer compressed may decode to; a larger one fails the task.", "bytes"),
+    Option("minOffsetsPerTrigger", 1, integer(1), "Streaming: hold a micro-batch back until "
+           "at least this many new messages wait (or maxTriggerDelay has passed).",
+           default_text="none"),
 )
 ACK_SOURCE = _options(
     Option("maxInFlight", 1000, integer(1, 1_000_000), "mode=ack: the consumer's RDY budget "
@@ -205,14 +212,84 @@ OPTION_TABLES: dict[str, dict[str, Option]] = {
 """Every declared option by the reader that takes it (rendered in docs/configuration.md)."""
 
 
-def _topics(raw: str | None) -> tuple[str, ...]:
+def _topics(raw: str | None, name: str = "topic") -> tuple[str, ...]:
     if not raw:
         raise InvalidArgument("topic", "is required (a topic name, or a comma list to read "
                               "several topics)", raw)
     topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
+    if not topics:
+        raise InvalidArgument(name, "names no topic", raw)
     for topic in topics:
         v.check_topic(topic)
     return topics
+
+
+def _subscription(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """The topics (``topic``, or Kafka's ``subscribe``) or the pattern (``subscribePattern``)
+    read: exactly one of the three, as Kafka wants one of its ``subscribe*``/``assign``."""
+    if "assign" in opts:
+        raise InvalidArgument("assign", "is Kafka's option: here give topic (the topics) and "
+                              "partitions (the partition ids, read of every topic)",
+                              opts["assign"])
+    given = [n for n in ("topic", "subscribe", "subscribePattern") if opts.get(n.lower())]
+    if len(given) > 1:
+        raise InvalidArgument(given[0], f"give one of {', '.join(given)}", opts[given[0].lower()])
+    if given == ["subscribePattern"]:
+        pattern = opts["subscribepattern"]
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InvalidArgument("subscribePattern", f"is not a valid regular expression "
+                                  f"({exc})", pattern) from None
+        return (), pattern
+    return _topics(opts.get(given[0].lower()) if given else None,
+                   given[0] if given else "topic"), None
+
+
+_DELAY_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
+                "d": 86400.0}
+
+
+def _delay(raw: str | None, name: str) -> float:
+    """A duration with its unit (``30s``, ``5m``, ``500ms``): Kafka's ``maxTriggerDelay``
+    form. A bare number is refused: Kafka reads it as milliseconds, every other time option
+    here takes seconds, and either reading would surprise someone."""
+    if raw is None or not raw.strip():
+        return 900.0  # Kafka's default, 15m
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]+)\s*", raw.lower())
+    if match is None or match.group(2) not in _DELAY_UNITS:
+        raise InvalidArgument(name, "must be a duration with its unit, e.g. 30s, 5m, 500ms "
+                              "or 1h", raw)
+    return float(match.group(1)) * _DELAY_UNITS[match.group(2)]
+
+
+def _trigger_limits(opts: Mapping[str, str], streaming: bool
+                    ) -> tuple[int | None, int | None, float]:
+    """``maxMessagesPerTrigger`` (or Kafka's ``maxOffsetsPerTrigger``: a queue offset here is
+    a byte, but Kafka's option counts messages, which is what this one counts),
+    ``minOffsetsPerTrigger`` and ``maxTriggerDelay``: streaming only."""
+    if opts.get("maxoffsetspertrigger") and opts.get("maxmessagespertrigger"):
+        raise InvalidArgument("maxOffsetsPerTrigger", "give one of maxOffsetsPerTrigger, "
+                              "maxMessagesPerTrigger", opts["maxoffsetspertrigger"])
+    limit_name = "maxOffsetsPerTrigger" if opts.get("maxoffsetspertrigger") \
+        else "maxMessagesPerTrigger"
+    for name in (limit_name, "minOffsetsPerTrigger", "maxTriggerDelay"):
+        if opts.get(name.lower()) and not streaming:
+            raise InvalidArgument(name, "is for streaming reads only", opts[name.lower()])
+    limit = None
+    if opts.get(limit_name.lower()):
+        limit = SOURCE["maxMessagesPerTrigger"].read(
+            {"maxmessagespertrigger": opts[limit_name.lower()]})
+    least = SOURCE["minOffsetsPerTrigger"].read(opts) if opts.get("minoffsetspertrigger") \
+        else None
+    if opts.get("maxtriggerdelay") and least is None:
+        raise InvalidArgument("maxTriggerDelay", "bounds how long minOffsetsPerTrigger holds a "
+                              "micro-batch back: give minOffsetsPerTrigger too",
+                              opts["maxtriggerdelay"])
+    if least is not None and limit is not None and least > limit:
+        raise InvalidArgument("minOffsetsPerTrigger", f"is more than {limit_name} ({limit}): "
+                              "no micro-batch could hold it", least)
+    return limit, least, _delay(opts.get("maxtriggerdelay"), "maxTriggerDelay")
 
 
 @dataclass(frozen=True)
@@ -301,6 +378,9 @@ class SinkOptions:
     idempotency_header: str
     idempotency_id: str | None
     key_header: str | None = None  # store the sharding key in this ext header
+    # the columns taken by Kafka's names (topic, key, value, partition, headers), no option
+    # naming them: a null key or partition there means "none", as in Kafka
+    picked: frozenset[str] = frozenset()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -309,9 +389,10 @@ class SinkOptions:
         lookupd, nsqd = _lookupd_or_nsqd(opts)
         topic = opts.get("topic") or None
         topic_column = opts.get("topiccolumn") or None
-        if (topic is None) == (topic_column is None):
-            raise InvalidArgument("topic", "give exactly one of the options topic and "
-                                  "topicColumn", topic)
+        if topic is not None and topic_column is not None:
+            # neither is fine: the sink then takes a column named topic, as Kafka's does
+            raise InvalidArgument("topic", "give one of the options topic and topicColumn, "
+                                  "not both", topic)
         if topic is not None:
             v.check_topic(topic)
         key = opts.get("shardingkeycolumn") or None
@@ -372,11 +453,15 @@ class SourceOptions:
     ordered_read_channels: int = 8  # channels a task reads an ordered range with at once
     key_header: str = "key"  # the ext header the `key` column comes from
     max_decompressed_size: int = 64 << 20  # bound of a producer-compressed body, decoded
+    topic_pattern: str | None = None  # subscribePattern: the topics are the cluster's matches
+    min_messages_per_trigger: int | None = None  # minOffsetsPerTrigger
+    max_trigger_delay: float = 900.0  # maxTriggerDelay, seconds
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         opts = _lower(options)
-        refuse_kafka_timestamps(opts)
+        if "assign" in opts:
+            _subscription(opts)  # refused, pointing at topic + partitions
         _check_known(opts, SOURCE_OPTIONS, "source")
         mode = opts.get("mode", "replay").lower()
         if mode != "replay":
@@ -391,12 +476,11 @@ class SourceOptions:
         if "nsqd" in opts:
             raise InvalidArgument("nsqd", "the source needs HTTP addresses: use nsqdHttp "
                                   "(or lookupd)", opts["nsqd"])
-        if streaming and opts.get("endingoffsets"):
-            raise InvalidArgument("endingOffsets", "is for bounded reads (spark.read) only",
-                                  opts["endingoffsets"])
-        limit = opts.get("maxmessagespertrigger")
-        if limit and not streaming:
-            raise InvalidArgument("maxMessagesPerTrigger", "is for streaming reads only", limit)
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if streaming and opts.get(name.lower()):
+                raise InvalidArgument(name, "is for bounded reads (spark.read) only",
+                                      opts[name.lower()])
+        limit, least, delay = _trigger_limits(opts, streaming)
         channel = opts.get("channel") or None
         if channel is not None:
             v.check_channel(channel)
@@ -405,20 +489,21 @@ class SourceOptions:
             v.check_channel(commit_channel)
         prefix = opts.get("channelprefix", "spark-nsq")
         v.check_channel(prefix + "-" + "0" * 16)
-        topics = _topics(opts.get("topic"))
-        starting = parse_offsets(opts.get("startingoffsets"), "startingOffsets",
-                                 OFFSET_LATEST if streaming else OFFSET_EARLIEST)
-        ending = parse_offsets(opts.get("endingoffsets"), "endingOffsets", OFFSET_LATEST,
-                               (OFFSET_LATEST,))
-        check_offset_topics(starting, topics, "startingOffsets")
-        check_offset_topics(ending, topics, "endingOffsets")
+        topics, pattern = _subscription(opts)
+        starting = position_options(opts, "starting",
+                                    OFFSET_LATEST if streaming else OFFSET_EARLIEST)
+        ending = position_options(opts, "ending", OFFSET_LATEST, (OFFSET_LATEST,))
+        compiled = re.compile(pattern) if pattern is not None else None
+        for which, spec in (("starting", starting), ("ending", ending)):
+            given = next((n for n in (f"{which}Timestamp", f"{which}OffsetsByTimestamp")
+                          if opts.get(n.lower())), f"{which}Offsets")
+            check_offset_topics(spec, topics, given, compiled)
         return cls(
             cluster=ClusterOptions(lookupd=lookupd, nsqd_http=nsqd_http,
                                    http_timeout=SOURCE["httpTimeout"].read(opts),
                                    connection=ConnectionOptions.parse(opts)),
             topics=topics, starting=starting, ending=ending,
-            max_messages_per_trigger=(SOURCE["maxMessagesPerTrigger"].read(opts)
-                                      if limit else None),
+            max_messages_per_trigger=limit,
             channel=channel,
             channel_prefix=prefix,
             commit_channel=commit_channel,
@@ -432,6 +517,9 @@ class SourceOptions:
             ordered_read_channels=SOURCE["orderedReadChannels"].read(opts),
             key_header=_key_header(opts.get("keyheader")),
             max_decompressed_size=SOURCE["maxDecompressedSize"].read(opts),
+            topic_pattern=pattern,
+            min_messages_per_trigger=least,
+            max_trigger_delay=delay,
         )
 
 

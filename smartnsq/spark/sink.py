@@ -17,6 +17,11 @@ Batches of different partitions are in flight together (up to ``maxInFlight``). 
 returns only once every batch was acknowledged; any failure (the server's error after the
 producer's retries, a timeout) fails the task with that error, and Spark retries it.
 
+Columns named as in Spark's Kafka sink (``topic``, ``key``, ``value``, ``partition``,
+``headers``) are taken without an option when no option names that part of the row
+(``resolve_columns``), so a DataFrame shaped for Kafka publishes as it is; nulls in them mean
+what they mean to Kafka (no key, no partition).
+
 Delivery is at least once: a retried task publishes its rows again. With
 ``idempotencyKey=true`` each message carries an ext header (``idempotencyHeader``, default
 ``spark_idempotency_key``) of ``<query id>:<batch id>:<spark partition>:<row number>``, the same
@@ -31,7 +36,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -65,6 +70,7 @@ __all__ = [
     "cached_producer",
     "make_stream_writer",
     "make_writer",
+    "resolve_columns",
 ]
 
 log = logging.getLogger("smartnsq.spark")
@@ -161,6 +167,12 @@ class _Publisher:
         self._key_header = options.key_header
         self._with_headers = (self._headers_col is not None or idempotency_prefix is not None
                               or self._key_header is not None)
+        # Kafka's columns taken by name: a null key or partition is "none", as in Kafka, and
+        # rows without headers need no ext header (the topic may not be an ext topic)
+        self._loose_key = "key" in options.picked
+        self._loose_part = "partition" in options.picked
+        self._bare_headers = options.picked >= {"headers"} and idempotency_prefix is None \
+            and self._key_header is None
         self._routes: dict[str, TopicRoutes] = {}
         self._open: dict[tuple[str, int | None], _Batch] = {}
         # one future per (topic, partition) in flight, oldest first
@@ -191,14 +203,18 @@ class _Publisher:
             body = bytes(body)
         target: int | None = None
         key: Any = None
-        if self._key is not None:
+        pinned = row[self._part] if self._part is not None else None
+        if self._key is not None and (pinned is None or not self._loose_part):
             key = row[self._key]
-            if key is None:
+            if key is None and not self._loose_key:  # a picked key's null: no key, as Kafka
                 raise InvalidArgument("shardingKeyColumn", f"row {self.rows} has a null "
                                       "sharding key", None)
             if isinstance(key, bytearray):
                 key = bytes(key)
-            routes = self._routes_of(topic)
+        routes = self._routes_of(topic) if key is not None else None
+        if routes is not None and routes.partition_num <= 0 and self._loose_key:
+            routes = None  # a picked key on a topic without partitions has nothing to route
+        if routes is not None:
             if routes.partition_num <= 0:
                 # rows are batched per partition, so a key needs one (refused here, the
                 # column named, rather than by partition_for below)
@@ -208,12 +224,11 @@ class _Publisher:
             # the Producer's own choice (smartnsq.model.partitions), so rows land where
             # publish(sharding_key=key) would put them
             target = partition_for(routes, self._router, sharding_key=key)
-        elif self._part is not None:
-            target = row[self._part]
-            if target is None:
+        if target is None and self._part is not None and key is None:
+            if pinned is None and not self._loose_part:
                 raise InvalidArgument("partitionColumn", f"row {self.rows} has a null "
                                       "partition", None)
-            target = int(target)
+            target = None if pinned is None else int(pinned)
         size = _MSG_OVERHEAD + len(body)
         trace_id = None
         if self._trace is not None:
@@ -223,11 +238,7 @@ class _Publisher:
             size += _TRACE_OVERHEAD
         headers: dict[str, str] | None = None
         if self._with_headers:
-            if self._headers_col is not None:
-                raw = row[self._headers_col]
-                headers = dict(raw) if raw else {}
-            else:
-                headers = {}
+            headers = {} if self._headers_col is None else _header_map(row[self._headers_col])
             if self._prefix is not None:
                 headers[self._options.idempotency_header] = f"{self._prefix}:{self.rows}"
             if self._key_header is not None and key is not None:
@@ -260,10 +271,12 @@ class _Publisher:
             oldest = next(iter(self._inflight))
             self._settle(self._inflight.pop(oldest))
         topic, partition = slot
+        with_headers = self._with_headers and not (self._bare_headers
+                                                   and not any(batch.headers))
         coro = self._async.publish_many(
             topic, batch.bodies, partition=partition,
             trace_id=batch.traces if self._trace is not None else None,
-            headers=batch.headers if self._with_headers else None,
+            headers=batch.headers if with_headers else None,
             timeout=self._options.timeout)
         self._inflight[slot] = self._loop_thread.submit(coro)
         self.batches += 1
@@ -290,6 +303,27 @@ class _Publisher:
         for future in self._inflight.values():
             future.cancel()
         self._inflight.clear()
+
+
+def _header_map(raw: Any) -> dict[str, str]:
+    """A row's headers: a ``map<string,string>`` (pairs or a dict), or Kafka's
+    ``array<struct<key:string,value:binary>>`` (values decoded as UTF-8: ext headers are
+    text)."""
+    if not raw:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    out: dict[str, str] = {}
+    for item in raw:
+        if isinstance(item, Mapping) or hasattr(item, "asDict"):
+            entry = item.asDict() if hasattr(item, "asDict") else item
+            name, value = entry["key"], entry["value"]
+        else:
+            name, value = item
+        if isinstance(value, (bytes, bytearray)):
+            value = bytes(value).decode()
+        out[str(name)] = "" if value is None else str(value)
+    return out
 
 
 def _write(options: SinkOptions, schema: Any, rows: Iterator[Any],
@@ -393,8 +427,49 @@ _COLUMN_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
                           "string, binary or an integer type"),
     "partitionColumn": (_INTEGRAL, "an integer type"),
     "traceIdColumn": (_INTEGRAL, "an integer type (bigint)"),
-    "headersColumn": (("MapType",), "map<string,string>"),
+    "headersColumn": (("MapType", "ArrayType"), "map<string,string> (or Kafka's "
+                      "array<struct<key:string,value:binary>>)"),
 }
+
+
+def resolve_columns(options: SinkOptions, schema: Any) -> SinkOptions:
+    """The options with Kafka's column names filled in where no option names that part.
+
+    Spark's Kafka sink finds its columns by name (``value``, ``key``, ``topic``,
+    ``partition``, ``headers``); a user coming from it has a DataFrame shaped that way. An
+    option always wins; ``body`` stays the body column when both ``body`` and ``value`` are
+    there. As in Kafka, the ``topic`` option wins over a ``topic`` column."""
+    names = set(schema.fieldNames())
+    picked: set[str] = set()
+
+    def pick(name: str) -> str | None:
+        if name in names:
+            picked.add(name)
+            return name
+        return None
+
+    body = options.body_column
+    if body == "body" and "body" not in names and "value" in names:
+        body = "value"
+        picked.add("value")
+    if body not in names:
+        raise InvalidArgument("bodyColumn", f"no column {body!r} (or Kafka's 'value') in the "
+                              f"DataFrame (columns: {', '.join(schema.fieldNames())})", body)
+    topic_column = options.topic_column
+    if options.topic is None and topic_column is None:
+        topic_column = pick("topic")
+        if topic_column is None:
+            raise InvalidArgument("topic", "give the option topic or topicColumn, or a column "
+                                  "named topic (as Kafka's sink takes it)", None)
+    key, part = options.sharding_key_column, options.partition_column
+    if key is None and part is None:  # an option for one of them: the other is not picked
+        key, part = pick("key"), pick("partition")
+    headers = options.headers_column or pick("headers")
+    if not picked:
+        return options
+    return replace(options, body_column=body, topic_column=topic_column,
+                   sharding_key_column=key, partition_column=part, headers_column=headers,
+                   picked=frozenset(picked))
 
 
 def check_columns(options: SinkOptions, schema: Any) -> None:
@@ -417,15 +492,28 @@ def check_columns(options: SinkOptions, schema: Any) -> None:
         allowed, wording = _COLUMN_TYPES[option]
         ok = type(kind).__name__ in allowed
         if ok and option == "headersColumn":
-            ok = (type(kind.keyType).__name__ == "StringType"
-                  and type(kind.valueType).__name__ == "StringType")
+            ok = _header_type(kind)
         if not ok:
             raise InvalidArgument(option, f"column {column!r} is {kind.simpleString()}; it "
                                   f"must be {wording}", column)
 
 
+def _header_type(kind: Any) -> bool:
+    """``map<string,string>``, or Kafka's ``array<struct<key:string,value:binary|string>>``."""
+    if type(kind).__name__ == "MapType":
+        return (type(kind.keyType).__name__ == "StringType"
+                and type(kind.valueType).__name__ == "StringType")
+    element = kind.elementType
+    if type(element).__name__ != "StructType":
+        return False
+    fields = {f.name: type(f.dataType).__name__ for f in element.fields}
+    return (fields.get("key") == "StringType"
+            and fields.get("value") in ("BinaryType", "StringType") and len(fields) == 2)
+
+
 def make_writer(options: SinkOptions, schema: Any) -> DataSourceWriter:
     """The fastest batch writer this pyspark offers."""
+    options = resolve_columns(options, schema)
     check_columns(options, schema)
     if DataSourceArrowWriter is not None:
         return NSQArrowWriter(options, schema)
@@ -434,6 +522,7 @@ def make_writer(options: SinkOptions, schema: Any) -> DataSourceWriter:
 
 def make_stream_writer(options: SinkOptions, schema: Any) -> DataSourceStreamWriter:
     """The fastest streaming writer this pyspark offers."""
+    options = resolve_columns(options, schema)
     check_columns(options, schema)
     if DataSourceStreamArrowWriter is not None:
         return NSQStreamArrowWriter(options, schema)

@@ -40,10 +40,12 @@ from ..errors import (
     LookupFailed,
     NSQError,
     PartitionUnavailable,
+    TopicNotFound,
 )
 from ..protocol.commands import StartPosition
 from ..protocol.frames import MessageFrame
 from ..transport import loop_thread as _loop_thread
+from .admission import MinTrigger, lag_metrics, new_messages, prorate
 from .cluster import (
     ClusterClient,
     LeaderInfo,
@@ -56,9 +58,11 @@ from .cluster import (
     read_range,
     temporary_channel,
 )
-from .offsets import OFFSET_EARLIEST, OFFSET_LATEST, check_offsets, timestamp_of_spec
+from .offsets import OFFSET_EARLIEST, OFFSET_LATEST, check_offsets
 from .options import SourceOptions
+from .positions import Bounds, first_at_or_after, resolve
 from .schema import message_batch
+from .topics import TopicSet
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
@@ -72,7 +76,7 @@ except ImportError:  # pragma: no cover - Spark 4.0/4.1
     ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
     _MIXINS = ()
 
-__all__ = ["NSQBatchReader", "NSQRangePartition", "NSQStreamReader", "prorate"]
+__all__ = ["NSQBatchReader", "NSQRangePartition", "NSQStreamReader"]
 
 log = logging.getLogger("smartnsq.spark")
 
@@ -113,15 +117,13 @@ class NSQRangePartition(InputPartition):
         self.splits = splits
 
 
-Bounds = dict[str, dict[int, tuple[int, int]]]
-
-
 class _Planner:
     """Driver-side view of the topics: layouts and queue bounds, refreshed on demand."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.client = ClusterClient(options.cluster)
+        self.topics = TopicSet(options)
         self.layouts: dict[str, TopicLayout] = {}
         # partitions without a usable leader at the last refresh -> the condition seen
         self.down: dict[tuple[str, int], str] = {}
@@ -140,11 +142,13 @@ class _Planner:
         """
         out: Bounds = {}
         self.down = {}
-        for topic in self.options.topics:
+        for topic in self.topics.current():
             try:
                 layout = self.client.layout(topic)
             except Exception as exc:
                 known = self.layouts.get(topic)
+                if isinstance(exc, TopicNotFound) and self.topics.pattern is not None:
+                    continue  # a pattern's topic without nodes (yet, or any more)
                 if known is None or not is_transient(exc):
                     raise
                 for p in self.selected(known):  # no lookupd answers: nothing can move
@@ -190,7 +194,7 @@ class _Planner:
             try:
                 bounds = self.refresh()
             except Exception as exc:
-                topic = next((t for t in self.options.topics if t not in self.layouts), None)
+                topic = next((t for t in self.topics.current() if t not in self.layouts), None)
                 if topic is None or isinstance(exc, LookupFailed):
                     # every layout was read, so refresh() raised what no wait for a leader
                     # clears (a partitions option the topic lacks...); or no lookupd answered
@@ -206,48 +210,24 @@ class _Planner:
             waits.setdefault((topic, p), LeaderWait(topic, p, self.options.leader_timeout)) \
                 .failed(ClusterError(condition, transient=True))
 
-    def resolve(self, spec: Any, bounds: dict[str, dict[int, tuple[int, int]]],
-                name: str, missing: str = OFFSET_EARLIEST) -> Offsets:
-        """``earliest`` / ``latest`` / explicit offsets as complete offsets.
+    def resolve(self, spec: Any, bounds: Bounds, name: str,
+                missing: str = OFFSET_EARLIEST) -> Offsets:
+        """``spec`` as complete offsets (``positions.resolve``, searching on the leaders)."""
+        return resolve(spec, bounds, name, self, missing)
 
-        Partitions explicit offsets leave out start at ``missing`` (earliest for starting
-        offsets, latest for ending ones).
-        """
-        out: Offsets = {}
-        explicit = spec if isinstance(spec, dict) else {}
-        when = timestamp_of_spec(spec)
-        if when is not None:
-            # an empty queue has no message at any time: its end, without a search (the
-            # real nsqd refuses one there: "commit log end of file")
-            return {topic: {str(p): self.offset_at(topic, p, when, last) if first < last
-                            else last for p, (first, last) in parts.items()}
-                    for topic, parts in bounds.items()}
-        for topic, parts in bounds.items():
-            given = explicit.get(topic, {})
-            unknown = set(given) - {str(p) for p in parts}
-            if unknown:
-                raise InvalidArgument(name, f"topic {topic!r} has no partition(s) "
-                                      f"{sorted(unknown)}", sorted(unknown))
-            row: dict[str, int] = {}
-            for p, (first, last) in parts.items():
-                if str(p) in given:
-                    offset = given[str(p)]
-                    if not first <= offset <= last:
-                        raise InvalidArgument(name, f"offset {offset} of {topic}/{p} is "
-                                              f"outside the queue [{first}, {last}]", offset)
-                    if first < offset < last:  # the bounds are boundaries; others are asked
-                        self.check_boundary(topic, p, offset, last, name)
-                    row[str(p)] = offset
-                elif spec == OFFSET_LATEST or (spec != OFFSET_EARLIEST
-                                               and missing == OFFSET_LATEST):
-                    row[str(p)] = last
-                else:
-                    row[str(p)] = first
-            out[topic] = row
-        return out
-
-    def offset_at(self, topic: str, partition: int, unix_seconds: int, end: int) -> int:
-        return self._search(topic, partition, StartPosition.timestamp(unix_seconds), end)
+    def offset_at(self, topic: str, partition: int, unix_ms: int, end: int) -> int:
+        """The first message published at or after ``unix_ms``: nsqd's search by the
+        second, then, for a time inside a second, the messages of that second read past."""
+        found = self._search(topic, partition, StartPosition.timestamp(unix_ms // 1000), end)
+        if unix_ms % 1000 == 0 or found >= end:
+            return found
+        layout = self.layouts[topic]
+        with _reading(self.options) as (loop_thread, client):
+            return first_at_or_after(read_range(
+                loop_thread, client, topic, partition, layout.leaders[partition], found, end,
+                ordered=layout.ordered, ext=layout.ext, rdy=self.options.rdy,
+                read_timeout=self.options.read_timeout, channel=None,
+                channel_prefix=self.options.channel_prefix), unix_ms, end)
 
     def check_boundary(self, topic: str, partition: int, offset: int, end: int,
                        name: str) -> None:
@@ -606,24 +586,6 @@ def _limited_end(options: SourceOptions, layout: TopicLayout, partition: int, st
     return found[0]
 
 
-def prorate(limit: int, backlog: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
-    """Split ``limit`` messages across partitions in proportion to their backlog (>= 1 each).
-
-    Largest remainders get the leftover, so the shares add up to ``limit`` whenever there are
-    at most ``limit`` partitions with a backlog.
-    """
-    waiting = {k: b for k, b in backlog.items() if b > 0}
-    total = sum(waiting.values())
-    if not waiting:
-        return {}
-    shares = {k: limit * b // total for k, b in waiting.items()}
-    leftover = limit - sum(shares.values())
-    by_remainder = sorted(waiting, key=lambda k: (-(limit * waiting[k] % total), k))
-    for k in by_remainder[:max(leftover, 0)]:
-        shares[k] += 1
-    return {k: max(1, s) for k, s in shares.items()}
-
-
 class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
     """Micro-batch source; see the module docstring."""
 
@@ -634,6 +596,10 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         self._available_now: Offsets | None = None
         self._down_since: dict[tuple[str, int], float] = {}
         self._latest_seen: Offsets | None = None
+        self._min = (MinTrigger(options.min_messages_per_trigger, options.max_trigger_delay)
+                     if options.min_messages_per_trigger else None)
+        # (topic, partition) -> (offset, message count there): counts new messages exactly
+        self._counted: dict[tuple[str, int], tuple[int, int]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to call read() on executors: only the options travel
@@ -653,6 +619,7 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         offsets = planner.resolve(self._options.starting, planner.refresh_all(),
                                   "startingOffsets")
         self._last_end = offsets
+        self._remember_counts(offsets)
         return offsets
 
     def getDefaultReadLimit(self) -> Any:
@@ -718,9 +685,23 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         elif limit is None:
             max_rows = self._options.max_messages_per_trigger
         self._latest_seen = latest
+        everything = ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable)
+        if self._min is not None and not everything and self._available_now is None \
+                and self._min.hold(new_messages(start, latest, self.planner.counts,
+                                                self._counted)):
+            return start  # Spark plans no batch: the same offsets as the start
         if max_rows:
             latest = self._limit(start, latest, max_rows)
+        self._remember_counts(latest)
         return latest
+
+    def _remember_counts(self, offsets: Offsets) -> None:
+        """The message counts at ``offsets`` where they are the queue ends just seen, so
+        that ``minOffsetsPerTrigger`` counts the next batch's messages exactly."""
+        counts = self.planner.counts
+        self._counted = {(t, int(p)): counts[(t, int(p))] for t, parts in offsets.items()
+                         for p, end in parts.items()
+                         if counts.get((t, int(p)), (None,))[0] == end}
 
     def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
         """The queue ends seen at the last planning (Spark 4.2+ shows them in the query
@@ -728,22 +709,16 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         return self._latest_seen
 
     def metrics(self, consumed: dict | None = None) -> dict[str, Any]:  # type: ignore[type-arg]
-        """Lag behind the queue ends: ``{"offsetsBehindLatest": {topic: bytes}, ...}``.
+        """Lag behind the queue ends, as Kafka's source reports it (``min``/``max``/
+        ``avgOffsetsBehindLatest``; ``admission.lag_metrics``).
 
         ``consumed`` defaults to the end of the last planned batch. Spark's Python source API
-        does not call this itself (yet); the same figures are in the progress as
-        ``latestOffset`` minus ``endOffset``.
+        has no hook that puts these in the query progress (pyspark 4.3); the same figures are
+        in the progress as ``latestOffset`` minus ``endOffset``.
         """
-        latest = self._latest_seen or {}
         done = check_offsets(consumed, "consumed") if consumed else (self._last_end or {})
-        behind: dict[str, int] = {}
-        worst: dict[str, int] = {}
-        for topic, parts in latest.items():
-            gaps = [max(0, end - done.get(topic, {}).get(pid, end)) for pid, end in parts.items()]
-            behind[topic] = sum(gaps)
-            worst[topic] = max(gaps, default=0)
-        return {"offsetsBehindLatest": behind, "maxOffsetsBehindLatest": worst,
-                "partitionsWithoutLeader": sorted(f"{t}/{p}" for t, p in self._down_since)}
+        return lag_metrics(self._latest_seen or {}, done,
+                           sorted(f"{t}/{p}" for t, p in self._down_since))
 
     def _limit(self, start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
         planner = self.planner

@@ -7,7 +7,8 @@ an empty Kafka offset range is; the queue bounds and the timestamp search are th
 Bodies compressed as youzan/go-nsq's producers compress them read back as the originals; a
 start offset inside a message is refused (the real nsqd's setoffset moves such a channel on
 to the next message, so only the server tells it from a gap); a lookupd option naming a
-dead port or nsqd's TCP port is refused at once, naming the address.
+dead port or nsqd's TCP port is refused at once, naming the address; Kafka's millisecond
+timestamps select inside a second (the server searches by the second).
 Spark's Python workers are other processes: they reach either
 cluster over loopback. The Spark calls block, so they run in a thread while the test's event
 loop keeps serving the dev cluster. One test each: a SparkSession is slow.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import json
 import socket
 import time
@@ -269,3 +271,31 @@ async def test_spark_refuses_a_lookupd_option_naming_no_lookupd(nsq_any_cluster:
         assert f"lookupd at {wrong} does not answer" in text, text
         assert "no usable leader" not in text, text
         assert time.monotonic() - began < 60, text  # JVM time included; was 120 s + it
+
+
+async def test_spark_kafka_millisecond_timestamps_select_inside_a_second(
+        nsq_any_cluster: Any, spark_session: Any) -> None:
+    """Kafka's timestamp options take milliseconds, and the server searches by the second:
+    the messages of the second before the time are read past, on the real search too."""
+    cluster = nsq_any_cluster
+    topic = fresh_name("spark-kafka-ms")
+    await cluster.create_topic(topic, partitions=1, replicas=1, channels=["ch"])
+    async with Producer(lookupd=cluster.lookupd_http_addresses) as producer:
+        for i in range(50):
+            async with bounded(10):
+                await producer.publish(topic, b"ms-%d" % i, partition=0, timeout=10)
+            await asyncio.sleep(0.03)
+    lookupd = ",".join(cluster.lookupd_http_addresses)
+
+    def ms(row: Any) -> int:
+        return int(row.timestamp.timestamp() * 1_000_000) // 1000
+
+    every = sorted(await asyncio.wait_for(asyncio.to_thread(
+        _load, spark_session, lookupd, topic), SPARK_WAIT), key=lambda r: r.queue_offset)
+    pick = next(r for prev, r in itertools.pairwise(every)
+                if ms(prev) // 1000 == ms(r) // 1000 and ms(prev) < ms(r))
+    rows = await asyncio.wait_for(asyncio.to_thread(
+        _load, spark_session, lookupd, topic, startingTimestamp=str(ms(pick)),
+        endingOffsetsByTimestamp=json.dumps({topic: {"0": ms(every[-3])}})), SPARK_WAIT)
+    assert [bytes(r.body) for r in sorted(rows, key=lambda r: r.queue_offset)] == \
+        [bytes(r.body) for r in every if ms(pick) <= ms(r) < ms(every[-3])]

@@ -10,8 +10,8 @@
 * Explicit offsets keyed by a topic the source does not read are refused (Kafka refuses
   offsets that do not match the assigned partitions), naming the topic(s) expected.
 * A ``timestamp:`` in milliseconds (Kafka's unit) is refused with a message naming the unit
-  instead of being taken as seconds tens of thousands of years ahead; so are Kafka's
-  millisecond option names (``startingTimestamp``...), pointing at the option to use.
+  instead of being taken as seconds tens of thousands of years ahead; Kafka's own options
+  (``startingTimestamp``...) take Kafka's milliseconds, and refuse seconds the same way.
 """
 
 from __future__ import annotations
@@ -161,13 +161,14 @@ def test_second_timestamps_up_to_the_limit_are_taken() -> None:
 
 
 @pytest.mark.parametrize("kafka, ours", [("startingTimestamp", "startingOffsets"),
-                                         ("endingTimestamp", "endingOffsets"),
-                                         ("startingOffsetsByTimestamp", "startingOffsets"),
-                                         ("endingOffsetsByTimestamp", "endingOffsets")])
-def test_kafkas_timestamp_options_point_at_the_option_to_use(kafka: str, ours: str) -> None:
-    with pytest.raises(InvalidArgument, match=rf"{kafka}.*milliseconds.*{ours}=timestamp:"
-                       r"<unix seconds>") as refused:
-        parse(**{kafka: "1700000000000"})
+                                         ("endingTimestamp", "endingOffsets")])
+def test_kafkas_timestamp_options_take_kafkas_milliseconds(kafka: str, ours: str) -> None:
+    from smartnsq.spark.offsets import ByTimestamp
+
+    options = parse(**{kafka: "1700000000123"})
+    assert getattr(options, ours[:-len("Offsets")]) == ByTimestamp(every=1700000000123)
+    with pytest.raises(InvalidArgument, match=r"looks like seconds.*milliseconds") as refused:
+        parse(**{kafka: "1700000000"})  # seconds where Kafka's option takes milliseconds
     assert refused.value.field == kafka
 
 

@@ -192,3 +192,40 @@ def test_commit_and_abort_report_what_was_published(nsq: Any,
     assert "aborted after publishing 7 rows" in caplog.text
     assert "stream batch 5 committed: 7 rows in 3 MPUB batches" in caplog.text
     assert "stream batch 6 aborted after publishing 7 rows" in caplog.text
+
+
+def test_kafkas_column_names_are_taken_without_options(nsq: Any) -> None:
+    from pyspark.sql.types import ArrayType
+
+    nsq.create_topic("sink_kafka_cols", partitions=3, ext=True)
+    nsq.create_topic("sink_kafka_plain", partitions=1)
+    kafka_headers = ArrayType(StructType([StructField("key", StringType()),
+                                          StructField("value", BinaryType())]))
+    fields = schema(("topic", StringType()), ("key", StringType()), ("value", BinaryType()),
+                    ("partition", IntegerType()), ("headers", kafka_headers))
+    writer = make_writer(SinkOptions.parse({"lookupd": nsq.lookupd}), fields)
+    batch = pa.RecordBatch.from_pylist([
+        {"topic": "sink_kafka_cols", "key": "k1", "value": b"keyed", "partition": None,
+         "headers": [{"key": "h", "value": b"v"}]},
+        {"topic": "sink_kafka_cols", "key": None, "value": b"pinned", "partition": 2,
+         "headers": None},
+        {"topic": "sink_kafka_cols", "key": None, "value": b"neither", "partition": None,
+         "headers": []},
+        {"topic": "sink_kafka_plain", "key": None, "value": b"plain", "partition": None,
+         "headers": []},  # no headers on a non-ext topic: sent without an ext header
+    ], schema=pa.schema([("topic", pa.string()), ("key", pa.string()),
+                         ("value", pa.binary()), ("partition", pa.int32()),
+                         ("headers", pa.list_(pa.struct([("key", pa.string()),
+                                                         ("value", pa.binary())])))]))
+    assert writer.write(iter([batch])).rows == 4
+    with sync.Producer(lookupd=nsq.lookupd.split(",")) as producer:
+        keyed_to = producer.routes("sink_kafka_cols")
+    from smartnsq.model.partitions import partition_for
+    from smartnsq.model.sharding import make_router
+
+    back = {r["body"]: r for r in read_back(nsq, "sink_kafka_cols")}
+    assert back[b"keyed"]["partition"] == partition_for(keyed_to, make_router("murmur3"),
+                                                        sharding_key="k1")
+    assert dict(back[b"keyed"]["headers"]) == {"h": "v"}
+    assert back[b"pinned"]["partition"] == 2 and b"neither" in back
+    assert [r["body"] for r in read_back(nsq, "sink_kafka_plain")] == [b"plain"]

@@ -11,6 +11,7 @@ whose leader is missing or behind (and its failure past ``leaderTimeout``), lag 
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import time
@@ -160,10 +161,11 @@ def test_a_stream_plans_limited_batches_and_reports_its_lag(
     assert len(rows) == 8  # the limit, shared by backlog
     assert len(by_partition[0]) > len(by_partition[1]) >= 1
     metrics = reader.metrics()
-    assert metrics["offsetsBehindLatest"]["plan_stream"] == \
-        sum(latest["plan_stream"][p] - end["plan_stream"][p] for p in ("0", "1"))
+    gaps = [latest["plan_stream"][p] - end["plan_stream"][p] for p in ("0", "1")]
+    assert metrics["offsetsBehindLatest"]["plan_stream"] == dict(zip(("0", "1"), gaps, strict=True))
+    assert metrics["maxOffsetsBehindLatest"] == str(max(gaps))
     assert metrics["partitionsWithoutLeader"] == []
-    assert reader.metrics(latest)["offsetsBehindLatest"] == {"plan_stream": 0}
+    assert reader.metrics(latest)["maxOffsetsBehindLatest"] == "0"
 
 
 def test_available_now_stops_at_the_ends_seen_when_it_began(
@@ -298,3 +300,83 @@ def test_what_travels_to_the_executors_is_the_options_only(
     part = NSQRangePartition("plan_pickle", 0, 0, 10, None, False, False, (5,))
     assert pickle.loads(pickle.dumps(part)) == part
     assert parse_offsets("latest", "startingOffsets", "earliest") == "latest"
+
+
+# -- Kafka's names -------------------------------------------------------------------------------
+
+def test_kafkas_minus_two_and_minus_one_are_earliest_and_latest(nsq: Any) -> None:
+    nsq.create_topic("plan_kafka_json", partitions=2)
+    first = publish(nsq, "plan_kafka_json", 4, partition=0)
+    publish(nsq, "plan_kafka_json", 3, partition=1)
+    options = source(nsq, "plan_kafka_json", streaming=False,
+                     startingOffsets='{"plan_kafka_json": {"0": -2, "1": -1}}',
+                     endingOffsets='{"plan_kafka_json": {"0": -1}}')
+    rows = rows_of(options, NSQBatchReader(options).partitions())
+    assert [(r["partition"], r["body"]) for r in rows] == [(0, b) for b in first]
+
+
+def test_kafka_millisecond_timestamps_select_within_the_second(nsq: Any) -> None:
+    nsq.create_topic("plan_kafka_ms", partitions=1)
+    with sync.Producer(lookupd=nsq.lookupd.split(",")) as producer:
+        for i in range(60):
+            producer.publish("plan_kafka_ms", b"t%d" % i, partition=0)
+            time.sleep(0.025)
+    every = rows_of(source(nsq, "plan_kafka_ms", streaming=False),
+                    NSQBatchReader(source(nsq, "plan_kafka_ms", streaming=False)).partitions())
+
+    def ms(row: dict[str, Any]) -> int:
+        return int(row["timestamp"].timestamp() * 1_000_000) // 1000
+
+    # a message with an earlier one in its second: a search by seconds alone would take that
+    pick = next(r for prev, r in itertools.pairwise(every)
+                if ms(prev) // 1000 == ms(r) // 1000 and ms(prev) < ms(r))
+    options = source(nsq, "plan_kafka_ms", streaming=False, startingTimestamp=str(ms(pick)),
+                     endingOffsetsByTimestamp=json.dumps({"plan_kafka_ms": {
+                         "0": ms(every[-5])}}))
+    rows = rows_of(options, NSQBatchReader(options).partitions())
+    expected = [r["body"] for r in every if ms(pick) <= ms(r) < ms(every[-5])]
+    assert [r["body"] for r in rows] == expected and expected[0] == pick["body"]
+
+
+def test_a_pattern_stream_reads_topics_that_appear_later_from_their_start(
+        nsq: Any, stream_reader: list[NSQStreamReader], monkeypatch: pytest.MonkeyPatch) -> None:
+    from smartnsq.spark import topics as topics_module
+
+    monkeypatch.setattr(topics_module, "RELIST_INTERVAL", 0.0)
+    nsq.create_topic("plan_pat_one", partitions=1)
+    nsq.create_topic("plan_other", partitions=1)
+    publish(nsq, "plan_pat_one", 2)
+    publish(nsq, "plan_other", 2)
+    options = SourceOptions.parse({"lookupd": nsq.lookupd, "subscribePattern": r"plan_pat_.*",
+                                   "startingOffsets": "earliest"}, streaming=True)
+    reader = stream(stream_reader, options)
+    start = reader.initialOffset()
+    assert set(start) == {"plan_pat_one"}
+    nsq.create_topic("plan_pat_two", partitions=2)
+    later = publish(nsq, "plan_pat_two", 3, partition=1, prefix="late")
+    end = reader.latestOffset(start)
+    assert set(end) == {"plan_pat_one", "plan_pat_two"}
+    parts = reader.partitions(start, end)
+    assert [r["body"] for r in rows_of(options, parts) if r["topic"] == "plan_pat_two"] == later
+    nothing = SourceOptions.parse({"lookupd": nsq.lookupd, "subscribePattern": "plan_none_.*"},
+                                  streaming=False)
+    assert list(NSQBatchReader(nothing).partitions()) == []
+
+
+def test_min_offsets_per_trigger_waits_for_messages_or_the_delay(
+        nsq: Any, stream_reader: list[NSQStreamReader]) -> None:
+    nsq.create_topic("plan_min", partitions=2)
+    options = source(nsq, "plan_min", startingOffsets="earliest", minOffsetsPerTrigger="10",
+                     maxTriggerDelay="1500ms")
+    reader = stream(stream_reader, options)
+    start = reader.initialOffset()
+    publish(nsq, "plan_min", 3, partition=0)
+    publish(nsq, "plan_min", 2, partition=1)
+    assert reader.latestOffset(start) == start  # 5 < 10 and the delay has not passed
+    time.sleep(1.6)
+    end = reader.latestOffset(start)  # the delay passed: what there is
+    assert end != start and len(rows_of(options, reader.partitions(start, end))) == 5
+    publish(nsq, "plan_min", 4, partition=1)
+    assert reader.latestOffset(end) == end  # the delay counts from the last batch
+    publish(nsq, "plan_min", 6, partition=0)
+    assert len(rows_of(options, reader.partitions(end, reader.latestOffset(end)))) == 10

@@ -401,3 +401,21 @@ def test_fail_on_data_loss_in_a_stream(spark: Any, nsq: Any, tmp_path: Any) -> N
     run("false")  # skips the 10, reads the 10 retained
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     assert sorted(r.body for r in rows) == sorted(sent + more[10:])
+
+
+def test_kafka_names_sink_columns_and_a_pattern_read(spark: Any, nsq: Any) -> None:
+    nsq.create_topic("spark_kafka_a", partitions=2)
+    nsq.create_topic("spark_kafka_b", partitions=1)
+    rows = [("spark_kafka_a" if i % 3 else "spark_kafka_b", f"k{i % 5}", f"v{i}".encode())
+            for i in range(30)]
+    df = spark.createDataFrame(rows, "topic STRING, key STRING, value BINARY")
+    df.write.format("nsq").option("lookupd", nsq.lookupd).mode("append").save()  # no options
+    got = (spark.read.format("nsq").option("lookupd", nsq.lookupd)
+           .option("subscribePattern", "spark_kafka_.*")
+           .option("startingOffsets", '{"spark_kafka_a": {"0": -2, "1": -2}}')
+           .option("endingOffsets", '{"spark_kafka_b": {"0": -1}}').load().collect())
+    assert sorted((r.topic, r.body) for r in got) == sorted((t, v) for t, _, v in rows)
+    for row in got:
+        if row.topic == "spark_kafka_a":
+            key = next(k for t, k, v in rows if v == row.body)
+            assert row.partition == murmur3_partition(key, 2)

@@ -13,10 +13,10 @@ pytest.importorskip("pyarrow")
 
 from smartnsq.errors import InvalidArgument
 from smartnsq.protocol.frames import MessageFrame, youzan_message_id
+from smartnsq.spark.admission import prorate
 from smartnsq.spark.offsets import parse_offsets
 from smartnsq.spark.options import AckSourceOptions, SinkOptions, SourceOptions, source_mode
 from smartnsq.spark.schema import arrow_schema, message_batch, message_row, signed64
-from smartnsq.spark.source import prorate
 
 pytestmark = pytest.mark.spark
 
@@ -33,7 +33,6 @@ def test_sink_options_defaults_and_case_insensitivity() -> None:
 @pytest.mark.parametrize("options, name", [
     ({"topic": "t"}, "lookupd"),
     ({**LOOKUPD, "nsqd": "127.0.0.1:4150", "topic": "t"}, "lookupd"),
-    ({**LOOKUPD}, "topic"),
     ({**LOOKUPD, "topic": "t", "topicColumn": "c"}, "topic"),
     ({**LOOKUPD, "topic": "bad topic"}, "topic"),
     ({**LOOKUPD, "topic": "t", "shardingKeyColumn": "k", "partitionColumn": "p"},
@@ -170,7 +169,7 @@ def test_offsets_json() -> None:
     assert parse_offsets(" LATEST ", "x", "earliest") == "latest"
     assert parse_offsets(json.dumps({"t": {"0": 8192, "1": 0}}), "x", "earliest") == \
         {"t": {"0": 8192, "1": 0}}
-    for bad in ('{"t": {"0": -1}}', '{"t": {"x": 1}}', '{"t": [1]}', "[1]", "soon",
+    for bad in ('{"t": {"0": -3}}', '{"t": {"x": 1}}', '{"t": [1]}', "[1]", "soon",
                 '{"bad topic": {"0": 1}}', '{"t": {"0": true}}'):
         with pytest.raises(InvalidArgument):
             parse_offsets(bad, "startingOffsets", "earliest")
@@ -479,10 +478,11 @@ def test_stream_lag_metrics_and_partition_option() -> None:
     reader._latest_seen = {"t": {"0": 500, "2": 300}}
     reader._last_end = {"t": {"0": 200, "2": 300}}
     assert reader.reportLatestOffset() == {"t": {"0": 500, "2": 300}}
-    metrics = reader.metrics()
-    assert metrics["offsetsBehindLatest"] == {"t": 300}
-    assert metrics["maxOffsetsBehindLatest"] == {"t": 300}
-    assert reader.metrics({"t": {"0": 500, "2": 100}})["offsetsBehindLatest"] == {"t": 200}
+    metrics = reader.metrics()  # Kafka's names and form (strings): 300 and 0 bytes behind
+    assert (metrics["minOffsetsBehindLatest"], metrics["maxOffsetsBehindLatest"],
+            metrics["avgOffsetsBehindLatest"]) == ("0", "300", "150.0")
+    assert metrics["offsetsBehindLatest"] == {"t": {"0": 300, "2": 0}}
+    assert reader.metrics({"t": {"0": 500, "2": 100}})["maxOffsetsBehindLatest"] == "200"
 
 
 def test_key_header_needs_a_sharding_key() -> None:
@@ -546,3 +546,180 @@ def test_a_range_whose_start_retention_removed_while_planned(nsq: Any, fail: boo
     else:
         rows = [r for b in _read(options, parts[0]) for r in b.to_pylist()]
         assert [r["body"] for r in rows] == [f"m{i}".encode() for i in range(5, 20)]
+
+
+# -- Kafka's option names, where they mean the same ------------------------------------------------
+
+def test_kafka_json_offsets_take_minus_two_and_minus_one() -> None:
+    spec = parse_offsets('{"t": {"0": -2, "1": -1, "2": 96}}', "startingOffsets", "earliest")
+    assert spec == {"t": {"0": -2, "1": -1, "2": 96}}  # resolved against the queues later
+    assert parse_offsets('{"t": {"0": -1}}', "endingOffsets", "latest", ("latest",)) == \
+        {"t": {"0": -1}}
+    with pytest.raises(InvalidArgument, match=r"-2 .earliest. is not an end") as info:
+        parse_offsets('{"t": {"0": -2}}', "endingOffsets", "latest", ("latest",))
+    assert info.value.field == "endingOffsets"
+    with pytest.raises(InvalidArgument, match=r"-1 .latest. or -2 .earliest."):
+        parse_offsets('{"t": {"0": -3}}', "startingOffsets", "earliest")
+
+
+def test_kafka_timestamp_options_are_milliseconds() -> None:
+    from smartnsq.spark.offsets import ByTimestamp
+
+    every = SourceOptions.parse({**LOOKUPD, "topic": "t", "startingTimestamp": "1700000000123"},
+                                streaming=True)
+    assert every.starting == ByTimestamp(every=1700000000123)
+    per = SourceOptions.parse({**LOOKUPD, "topic": "t", "startingOffsetsByTimestamp":
+                               '{"t": {"0": 1700000000123, "1": 0}}',
+                               "endingOffsetsByTimestamp": '{"t": {"1": 1700000000999}}'},
+                              streaming=False)
+    assert per.starting == ByTimestamp(partitions={"t": {"0": 1700000000123, "1": 0}})
+    assert per.ending == ByTimestamp(partitions={"t": {"1": 1700000000999}})
+    ending = SourceOptions.parse({**LOOKUPD, "topic": "t", "endingTimestamp": "1000"},
+                                 streaming=False)
+    assert ending.ending == ByTimestamp(every=1000)  # Kafka's own example value
+
+
+@pytest.mark.parametrize("options, field, text", [
+    ({"startingTimestamp": "1700000000"}, "startingTimestamp", "looks like seconds.*multiply "
+     "by 1000.*1700000000000"),
+    ({"startingOffsetsByTimestamp": '{"t": {"0": 1700000000}}'}, "startingOffsetsByTimestamp",
+     "looks like seconds"),
+    ({"startingTimestamp": "soon"}, "startingTimestamp", "milliseconds"),
+    ({"startingTimestamp": "-5"}, "startingTimestamp", "milliseconds"),
+    ({"startingOffsetsByTimestamp": '{"other": {"0": 0}}'}, "startingOffsetsByTimestamp",
+     "names topic.*'other'"),
+    ({"startingOffsetsByTimestamp": "[1]"}, "startingOffsetsByTimestamp", "JSON object"),
+    ({"startingTimestamp": "0", "startingOffsets": "earliest"}, "startingTimestamp",
+     "give one of"),
+    ({"startingTimestamp": "0", "startingOffsetsByTimestamp": '{"t": {"0": 0}}'},
+     "startingTimestamp", "give one of"),
+    ({"endingTimestamp": "0", "endingOffsets": "latest"}, "endingTimestamp", "give one of"),
+])
+def test_kafka_timestamp_options_refuse_what_they_cannot_mean(
+        options: dict[str, str], field: str, text: str) -> None:
+    with pytest.raises(InvalidArgument, match=text) as info:
+        SourceOptions.parse({**LOOKUPD, "topic": "t", **options}, streaming=False)
+    assert info.value.field == field
+
+
+def test_ending_timestamps_are_for_bounded_reads() -> None:
+    for name, value in (("endingTimestamp", "0"), ("endingOffsetsByTimestamp", '{"t": {"0": 0}}')):
+        with pytest.raises(InvalidArgument, match="bounded reads") as info:
+            SourceOptions.parse({**LOOKUPD, "topic": "t", name: value}, streaming=True)
+        assert info.value.field == name
+
+
+def test_subscribe_and_subscribe_pattern() -> None:
+    opts = SourceOptions.parse({**LOOKUPD, "subscribe": "a, b"}, streaming=True)
+    assert opts.topics == ("a", "b") and opts.topic_pattern is None
+    pattern = SourceOptions.parse({**LOOKUPD, "subscribePattern": r"orders\..*",
+                                   "startingOffsets": '{"orders.eu": {"0": 0}}'},
+                                  streaming=True)
+    assert pattern.topics == () and pattern.topic_pattern == r"orders\..*"
+    for options, field, text in (
+            ({"subscribePattern": "(", }, "subscribePattern", "not a valid regular"),
+            ({"subscribePattern": "a.*", "topic": "a"}, "topic", "give one of"),
+            ({"subscribe": "a", "topic": "a"}, "topic", "give one of"),
+            ({"subscribePattern": "a.*", "startingOffsets": '{"b": {"0": 0}}'},
+             "startingOffsets", "'b'.*does not match"),
+            ({"assign": '{"a": [0]}'}, "assign", "topic.*partitions")):
+        with pytest.raises(InvalidArgument, match=text) as info:
+            SourceOptions.parse({**LOOKUPD, **options}, streaming=True)
+        assert info.value.field == field
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay() -> None:
+    opts = SourceOptions.parse({**LOOKUPD, "topic": "t", "minOffsetsPerTrigger": "100"},
+                               streaming=True)
+    assert opts.min_messages_per_trigger == 100 and opts.max_trigger_delay == 900.0  # 15m
+    for text, seconds in (("30s", 30.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0),
+                          ("1.5 min", 90.0)):
+        assert SourceOptions.parse({**LOOKUPD, "topic": "t", "minOffsetsPerTrigger": "1",
+                                    "maxTriggerDelay": text},
+                                   streaming=True).max_trigger_delay == seconds
+    alias = SourceOptions.parse({**LOOKUPD, "topic": "t", "maxOffsetsPerTrigger": "7"},
+                                streaming=True)
+    assert alias.max_messages_per_trigger == 7
+    for options, field, text in (
+            ({"maxTriggerDelay": "30s"}, "maxTriggerDelay", "minOffsetsPerTrigger"),
+            ({"minOffsetsPerTrigger": "1", "maxTriggerDelay": "30"}, "maxTriggerDelay",
+             "unit"),
+            ({"minOffsetsPerTrigger": "1", "maxTriggerDelay": "soon"}, "maxTriggerDelay",
+             "unit"),
+            ({"minOffsetsPerTrigger": "0"}, "minOffsetsPerTrigger", "minOffsetsPerTrigger"),
+            ({"minOffsetsPerTrigger": "10", "maxMessagesPerTrigger": "5"},
+             "minOffsetsPerTrigger", "maxMessagesPerTrigger"),
+            ({"maxOffsetsPerTrigger": "1", "maxMessagesPerTrigger": "1"},
+             "maxOffsetsPerTrigger", "give one of")):
+        with pytest.raises(InvalidArgument, match=text) as info:
+            SourceOptions.parse({**LOOKUPD, "topic": "t", **options}, streaming=True)
+        assert info.value.field == field
+    with pytest.raises(InvalidArgument, match="streaming") as info:
+        SourceOptions.parse({**LOOKUPD, "topic": "t", "minOffsetsPerTrigger": "1"},
+                            streaming=False)
+    assert info.value.field == "minOffsetsPerTrigger"
+
+
+def test_sink_takes_kafkas_column_names_without_options() -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from smartnsq.spark.sink import resolve_columns
+
+    kafka_headers = ArrayType(StructType([StructField("key", StringType()),
+                                          StructField("value", BinaryType())]))
+    fields = StructType([StructField(n, k) for n, k in (
+        ("topic", StringType()), ("key", StringType()), ("value", BinaryType()),
+        ("partition", IntegerType()), ("headers", kafka_headers))])
+    opts = resolve_columns(SinkOptions.parse(LOOKUPD), fields)
+    assert (opts.topic, opts.topic_column, opts.body_column, opts.sharding_key_column,
+            opts.partition_column, opts.headers_column) == \
+        (None, "topic", "value", "key", "partition", "headers")
+    assert opts.picked == frozenset({"topic", "value", "key", "partition", "headers"})
+    # an option wins over a column of Kafka's name; the topic option over a topic column
+    named = resolve_columns(SinkOptions.parse({**LOOKUPD, "topic": "t",
+                                               "partitionColumn": "partition"}), fields)
+    assert (named.topic, named.topic_column, named.sharding_key_column) == ("t", None, None)
+    body = StructType([StructField("body", BinaryType()), StructField("value", BinaryType())])
+    assert resolve_columns(SinkOptions.parse({**LOOKUPD, "topic": "t"}), body).body_column \
+        == "body"
+    mapped = StructType([StructField("value", StringType()),
+                         StructField("headers", MapType(StringType(), StringType()))])
+    assert resolve_columns(SinkOptions.parse({**LOOKUPD, "topic": "t"}), mapped) \
+        .headers_column == "headers"
+    with pytest.raises(InvalidArgument, match=r"topic.*or a column named topic") as info:
+        resolve_columns(SinkOptions.parse(LOOKUPD), body)
+    assert info.value.field == "topic"
+    with pytest.raises(InvalidArgument, match=r"no column 'body' .or Kafka's 'value'.") as info:
+        resolve_columns(SinkOptions.parse({**LOOKUPD, "topic": "t"}),
+                        StructType([StructField("payload", BinaryType())]))
+    assert info.value.field == "bodyColumn"
+
+
+def test_min_trigger_holds_until_enough_messages_or_the_delay() -> None:
+    from smartnsq.spark.admission import MinTrigger, new_messages
+
+    now = [100.0]
+    gate = MinTrigger(10, 5.0, clock=lambda: now[0])
+    assert gate.hold(3)  # the delay counts from the first planning
+    now[0] = 104.0
+    assert gate.hold(9)
+    assert not gate.hold(10)  # enough: a batch, and the delay starts again
+    now[0] = 108.0
+    assert gate.hold(1)
+    now[0] = 109.0
+    assert gate.hold(0)  # nothing waits: never a batch, whatever the time
+    assert not gate.hold(1)  # the delay has passed, and a message waits
+    # counted exactly where the counts at both ends are known, else by the average size
+    counts = {("t", 0): (1000, 50), ("t", 1): (400, 4)}
+    known = {("t", 0): (800, 42)}
+    assert new_messages({"t": {"0": 800, "1": 100}}, {"t": {"0": 1000, "1": 400}}, counts,
+                        known) == 8 + 3
+    assert new_messages({"t": {"0": 800}}, {"t": {"0": 800}}, counts, known) == 0
