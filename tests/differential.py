@@ -1143,9 +1143,7 @@ CLASSIC_HTTP = [
     http("nsqd_channel_pause", "POST", "any", "/channel/pause", {"topic": "cn", "channel": "hc"}),
     http("nsqd_channel_delete_unknown", "POST", "any", "/channel/delete",
          {"topic": "cn", "channel": "never"}),
-    http("nsqd_topic_pause", "POST", "any", "/topic/pause", {"topic": "cn2"},
-         deviation="classic /topic/pause and /topic/unpause: the dev cluster has no such "
-                   "routes (404)"),
+    http("nsqd_topic_pause", "POST", "any", "/topic/pause", {"topic": "cn2"}),
     http("nsqd_topic_delete", "POST", "any", "/topic/delete", {"topic": "cn2"}),
     http("nsqd_topic_delete_unknown", "POST", "any", "/topic/delete", {"topic": "nope"}),
     http("nsqd_pub_unknown_partition_arg", "POST", "any", "/pub", {"topic": "cn", "partition": "3"},
