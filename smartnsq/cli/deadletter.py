@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .util import (
     CLIError,
+    Pump,
     check_topic,
     cluster_addresses,
     deadline_of,
@@ -174,53 +174,32 @@ async def run_dead_letter(args: argparse.Namespace) -> int:
     consumer = Consumer(topic, args.channel, handler=None, max_in_flight=1, decompress=False,
                         partitions=args.partition, drain_timeout=min(1.0, timeout),
                         connect_timeout=timeout, request_timeout=timeout, **options)
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
-    held: set[Any] = set()  # received, not re-published: given back when the command ends
     done: list[dict[str, Any]] = []
     out = args.out
-
-    async def pump() -> None:
-        async for message in consumer:
-            held.add(message)
-            await queue.put(message)
-        await queue.put(None)
-
     try:
-        async with consumer:
-            pumping = asyncio.create_task(pump())
-            try:
-                last = time.monotonic()
-                while args.count is None or len(done) < args.count:
-                    wait = max(0.0, min(0.5, last + idle_exit - time.monotonic()))
-                    try:
-                        message = await asyncio.wait_for(queue.get(), wait)
-                    except asyncio.TimeoutError:
-                        if pumping.done():
-                            pumping.result()  # the consumer failed: raise its error
-                            break
-                        if time.monotonic() - last >= idle_exit:
-                            break
-                        continue
-                    if message is None:
+        async with consumer, Pump(consumer) as pump:
+            last = time.monotonic()
+            while args.count is None or len(done) < args.count:
+                wait = max(0.0, min(0.5, last + idle_exit - time.monotonic()))
+                try:
+                    message = await pump.next(wait)
+                except asyncio.TimeoutError:
+                    if pump.ended() or time.monotonic() - last >= idle_exit:
                         break
-                    try:
-                        row = await _republish(producer, message, args.to, deadline)
-                    except (NSQError, OSError, asyncio.TimeoutError) as exc:
-                        raise CLIError(f"re-publishing message {_label(message)} failed "
-                                       f"({exc}); it stays on {topic}") from None
-                    message.fin()  # (the publish was acknowledged)
-                    held.discard(message)
-                    done.append(row)
-                    last = time.monotonic()
-                    out.write((dumps(row) if args.json else _line(row)) + "\n")
-                    out.flush()
-            finally:
-                pumping.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pumping
-                for message in held:
-                    with contextlib.suppress(Exception):
-                        message.req(0, backoff=False)  # not re-published: back to the topic
+                    continue
+                if message is None:
+                    break
+                try:
+                    row = await _republish(producer, message, args.to, deadline)
+                except (NSQError, OSError, asyncio.TimeoutError) as exc:
+                    raise CLIError(f"re-publishing message {_label(message)} failed "
+                                   f"({exc}); it stays on {topic}") from None
+                message.fin()  # (the publish was acknowledged)
+                pump.settled(message)
+                done.append(row)
+                last = time.monotonic()
+                out.write((dumps(row) if args.json else _line(row)) + "\n")
+                out.flush()
     finally:
         await producer.close()
         if manager is not None:

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import base64
 import binascii
-import contextlib
 import random
 import string
 import time
@@ -28,6 +27,7 @@ from ..model.partitions import NEVER_WRITTEN
 from .util import (
     CLIError,
     Deadline,
+    Pump,
     admin_client,
     check_topic,
     cluster_addresses,
@@ -188,62 +188,41 @@ async def run_tail(args: argparse.Namespace) -> int:
                         **options)
     out = args.out
     seen = 0
-    # a task moves messages from the consumer to a queue: waiting on the queue with a timeout
-    # is safe, while cancelling the consumer's iterator on a timeout would end it
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
-    held: set[Any] = set()  # received, not printed: given back when the command ends
-
-    async def pump() -> None:
-        async for message in consumer:
-            held.add(message)
-            await queue.put(message)
-        await queue.put(None)
-
     try:
-        async with consumer:
-            pumping = asyncio.create_task(pump())
-            try:
-                started = time.monotonic()
-                last_message = started
-                while args.count is None or seen < args.count:
-                    wait = 0.5 if seen else min(0.5, deadline.left())
-                    if args.idle_exit is not None:
-                        wait = min(wait, max(0.0, last_message + args.idle_exit
-                                             - time.monotonic()))
-                    try:
-                        message = await asyncio.wait_for(queue.get(), wait)
-                    except asyncio.TimeoutError:
-                        if pumping.done():
-                            pumping.result()  # the consumer failed: raise its error
-                            break
-                        now = time.monotonic()
-                        if args.idle_exit is not None and now - last_message >= args.idle_exit:
-                            if seen == 0:
-                                _check_subscribed(consumer, topic, None, bool(nsqd))
-                            break
-                        if seen == 0 and deadline.passed:
-                            _check_subscribed(consumer, topic, deadline.seconds, bool(nsqd))
-                        continue
-                    if message is None:
+        async with consumer, Pump(consumer) as pump:
+            started = time.monotonic()
+            last_message = started
+            while args.count is None or seen < args.count:
+                wait = 0.5 if seen else min(0.5, deadline.left())
+                if args.idle_exit is not None:
+                    wait = min(wait, max(0.0, last_message + args.idle_exit
+                                         - time.monotonic()))
+                try:
+                    message = await pump.next(wait)
+                except asyncio.TimeoutError:
+                    if pump.ended():  # (raises the error that stopped the consumer)
                         break
-                    held.discard(message)
-                    last_message = time.monotonic()
-                    if args.json:
-                        out.write(dumps(_row(message)) + "\n")
-                    elif args.show == "meta":
-                        out.write(_meta_line(message) + "\n")
-                    else:
-                        out.write(message.body.decode("utf-8", "replace") + "\n")
-                    out.flush()
-                    message.fin()
-                    seen += 1
-            finally:
-                pumping.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pumping
-                for message in held:
-                    with contextlib.suppress(Exception):
-                        message.req(0, backoff=False)  # not printed: back to the channel
+                    now = time.monotonic()
+                    if args.idle_exit is not None and now - last_message >= args.idle_exit:
+                        if seen == 0:
+                            _check_subscribed(consumer, topic, None, bool(nsqd))
+                        break
+                    if seen == 0 and deadline.passed:
+                        _check_subscribed(consumer, topic, deadline.seconds, bool(nsqd))
+                    continue
+                if message is None:
+                    break
+                last_message = time.monotonic()
+                if args.json:
+                    out.write(dumps(_row(message)) + "\n")
+                elif args.show == "meta":
+                    out.write(_meta_line(message) + "\n")
+                else:
+                    out.write(message.body.decode("utf-8", "replace") + "\n")
+                out.flush()
+                message.fin()
+                pump.settled(message)
+                seen += 1
     finally:
         if manager is not None:
             await manager.close()

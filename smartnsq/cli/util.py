@@ -7,6 +7,8 @@ argparse and this file, not httpx or the clients.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import os
@@ -21,6 +23,7 @@ __all__ = [
     "CLIError",
     "Deadline",
     "Progress",
+    "Pump",
     "admin_client",
     "lookup_manager",
     "parse_start",
@@ -327,3 +330,52 @@ def report(args: Any, row: dict[str, Any], text: str) -> int:
     """A command's result: one JSON object with ``--json``, else one line for people."""
     args.out.write((dumps(row) if getattr(args, "json", False) else text) + "\n")
     return 0
+
+
+class Pump:
+    """A consumer's messages, taken one at a time with a wait: a task moves them from the
+    consumer to a one-slot queue, since waiting on a queue with a timeout is safe while
+    cancelling the consumer's iterator on a timeout would end it. What was taken and not
+    ``settled`` when the command ends is given back (REQ 0, no back-off) on the way out."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1)
+        self._held: set[Any] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Pump:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        async for message in self._consumer:
+            self._held.add(message)
+            await self._queue.put(message)
+        await self._queue.put(None)
+
+    async def next(self, wait: float) -> Any:
+        """The next message, ``None`` once the consumer ended; ``TimeoutError`` after
+        ``wait`` seconds without one."""
+        return await asyncio.wait_for(self._queue.get(), wait)
+
+    def ended(self) -> bool:
+        """Whether the consumer stopped delivering; raises the error that stopped it."""
+        assert self._task is not None
+        if not self._task.done():
+            return False
+        self._task.result()
+        return True
+
+    def settled(self, message: Any) -> None:
+        """``message`` was answered: nothing to give back for it."""
+        self._held.discard(message)
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        for message in self._held:
+            with contextlib.suppress(Exception):
+                message.req(0, backoff=False)  # not handled here: back to the channel
