@@ -9,8 +9,10 @@ Every refresh asks each nsqd for its ``/stats`` (through ``smartnsq.admin``; the
 from lookupd's ``/nodes`` unless given with ``--nsqd-http``). A youzan node reports the
 partitions it only replicates too: ``top`` shows each partition once, from its leader. Rates
 are the change of the counters between two readings: ``pub/s`` the topic's (partition's)
-message count, ``out/s`` the channel's. ``--json`` takes two readings ``--interval`` seconds
-apart (``--interval 0``: one reading, rates ``null``) and prints one JSON object per row.
+message count, ``out/s`` what left the channel (its message count less what it still holds:
+depth, in flight, deferred), so a channel nobody reads shows 0. ``--json`` takes two
+readings ``--interval`` seconds apart (``--interval 0``: one reading, rates ``null``) and
+prints one JSON object per row.
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ async def _reading(admin: Any, nodes: list[str], topic: str | None,
 def _rates(now: dict[Key, dict[str, Any]], before: dict[Key, dict[str, Any]] | None,
            seconds: float) -> None:
     """Add ``pub_rate`` (topic rows and their channels: the partition's) and ``out_rate``
-    (channel rows) per second over ``seconds``; ``None`` without an earlier reading."""
+    (channel rows: what left the channel, finished or dropped) per second over ``seconds``;
+    ``None`` without an earlier reading."""
     for key, row in now.items():
         topic_key = (key[0], key[1], None)
         row["pub_rate"] = row["out_rate"] = None
@@ -94,7 +97,14 @@ def _rates(now: dict[Key, dict[str, Any]], before: dict[Key, dict[str, Any]] | N
             row["pub_rate"] = max(0, new_topic["messages"] - old_topic["messages"]) / seconds
         old = before.get(key)
         if key[2] is not None and old is not None:
-            row["out_rate"] = max(0, row["messages"] - old["messages"]) / seconds
+            row["out_rate"] = max(0, _left(row) - _left(old)) / seconds
+
+
+def _left(row: dict[str, Any]) -> int:
+    """Messages that entered a channel and are no longer in it (the counter counts entries:
+    an idle channel's grows with its depth)."""
+    held = sum(row.get(k) or 0 for k in ("depth", "in_flight", "deferred"))
+    return int(row["messages"]) - held
 
 
 def _sorted(rows: dict[Key, dict[str, Any]]) -> list[dict[str, Any]]:

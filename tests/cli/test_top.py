@@ -91,3 +91,25 @@ async def test_usage_errors_are_one_line() -> None:
     err = io.StringIO()
     code = await asyncio.to_thread(main, ["top"], stdout=io.StringIO(), stderr=err)
     assert code != 0 and len(err.getvalue().strip().splitlines()) == 1
+
+
+def _channel_row(messages: int, depth: int, in_flight: int = 0, deferred: int = 0
+                 ) -> dict[str, Any]:
+    return {"messages": messages, "depth": depth, "in_flight": in_flight,
+            "deferred": deferred}
+
+
+def test_out_rate_counts_what_left_the_channel_not_what_entered() -> None:
+    """A channel nobody reads: ten messages entered in the second and all wait (depth 10).
+    What left it is 0/s; messages_count alone would say 10/s."""
+    from smartnsq.cli.top import _rates
+
+    topic_key = ("t", 0, None)
+    before = {topic_key: {"messages": 0}, ("t", 0, "idle"): _channel_row(0, 0),
+              ("t", 0, "busy"): _channel_row(0, 0)}
+    now = {topic_key: {"messages": 10}, ("t", 0, "idle"): _channel_row(10, 10),
+           ("t", 0, "busy"): _channel_row(10, 2, in_flight=3)}
+    _rates(now, before, 1.0)
+    assert now[("t", 0, "idle")]["out_rate"] == 0
+    assert now[("t", 0, "busy")]["out_rate"] == 5  # 10 in, 2 waiting, 3 in flight
+    assert now[("t", 0, "idle")]["pub_rate"] == 10
