@@ -19,6 +19,7 @@ from typing import Final, Union
 
 from ..errors import ProtocolError
 from .diagnose import describe_start, looks_like_http, nsqd_hint_for_http
+from .validate import TRACE_ID_HEADER
 
 FRAME_RESPONSE: Final = 0
 FRAME_ERROR: Final = 1
@@ -102,7 +103,8 @@ class MessageFrame:
 
     @property
     def headers(self) -> dict[str, str]:
-        """The ext JSON header as a dict (empty when the message has none).
+        """The ext JSON header as a dict (empty when the message has none), without the
+        server's ``##trace_id`` key: that is ``trace_id`` (``ext`` keeps the bytes as stored).
 
         Parsed on first access (not at decode: most handlers never look) and kept: every
         access returns the same dict."""
@@ -122,7 +124,8 @@ class MessageFrame:
             raise ProtocolError(f"ext header is not JSON: {self.ext[:64]!r}") from exc
         if not isinstance(value, dict):
             raise ProtocolError(f"ext header is not a JSON object: {self.ext[:64]!r}")
-        return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+        return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()
+                if k != TRACE_ID_HEADER}
 
     def __repr__(self) -> str:
         ident = (f"internal_id={self.internal_id} trace_id={self.trace_id}"

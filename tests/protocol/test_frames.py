@@ -381,3 +381,17 @@ def test_custom_message_class() -> None:
     reader = FrameReader(message_class=Mine)
     (msg,) = reader.feed(encode_message(1, 1, bytes(16), b"x"))
     assert type(msg) is Mine
+
+
+def test_trace_id_header_is_the_trace_id_not_a_header() -> None:
+    """The real nsqd keeps ``##trace_id`` in a traced PUB_EXT message's ext header (captured
+    in tests/fixtures/youzan/tcp_15_ext_topic.txt). It is already ``trace_id``; the internal
+    key stays in ``ext`` (the bytes as stored) and out of ``headers``."""
+    layout = MessageLayout.for_subscription(youzan=True, extend_support=True, command="SUB")
+    ext = b'{"##trace_id": "12345", "k1": "v1"}'
+    frame = encode_message(1, 1, youzan_message_id(2, 12345), b"b", layout, ext_version=4,
+                           ext=ext)
+    (msg,) = FrameReader(layout).feed(frame)
+    assert isinstance(msg, MessageFrame)
+    assert msg.trace_id == 12345 and msg.ext == ext
+    assert msg.headers == {"k1": "v1"}
