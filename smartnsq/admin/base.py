@@ -24,6 +24,7 @@ from ..errors import (
     InvalidArgument,
     LookupdError,
     LookupFailed,
+    NotHttp,
     NSQError,
     ProtocolError,
     Timeout,
@@ -32,6 +33,7 @@ from ..errors import (
 from ..model.lookupd_health import http_url
 from ..protocol import admin as p
 from ..protocol import validate
+from ..protocol.diagnose import first_line, is_html, lookupd_hint, not_lookupd
 from ..protocol.lookup import (
     LookupdList,
     Node,
@@ -125,11 +127,22 @@ class AdminBase:
                                     f"answer (limit {self.max_answer_bytes})") from None
             raise ProtocolError(f"{what}: {address} answered more than "
                                 f"{self.max_answer_bytes} bytes") from None
+        except NotHttp as exc:
+            if address in self.lookupd:  # nsqd's TCP port given as a lookupd, say
+                raise ProtocolError(f"{what}: {address}: {lookupd_hint(exc.found)}") from None
+            raise ProtocolError(f"{what}: {address}: {exc}") from None
         except HttpError as exc:
             raise ProtocolError(f"{what}: {address}: {exc}") from None
         except ConnectionFailed as exc:
             reason = getattr(exc, "reason", "") or str(exc)
             raise ConnectionFailed(f"{what}: cannot reach {address} ({reason})") from exc
+        if address in self.lookupd and not_lookupd(answer.status, answer.body, path):
+            # another kind of server answers there, the same way every time: the sentence the
+            # producer's and the consumer's lookups give for the same wrong address
+            found = (f"an HTML page (HTTP {answer.status}, {first_line(answer.body)!r})"
+                     if is_html(answer.body) else
+                     f"nsqd's {answer.status} NOT_FOUND to {path}")
+            raise ProtocolError(f"{what}: {address}: {lookupd_hint(found)}")
         return answer.status, answer.body
 
     async def _write(self, address: str, path: str, params: dict[str, str], *, what: str,

@@ -34,6 +34,8 @@ LINE: Final = 80
 
 _HTTP: Final = b"HTTP/"
 _NO_ROUTE: Final = "NOT_FOUND"  # nsqd's (any Go NSQ daemon's) answer to a path it lacks
+# routes both nsqlookupd kinds serve and nsqd lacks (classic lookupds lack /listlookup)
+_EVERY_LOOKUPD_ROUTE: Final = frozenset({"/lookup", "/nodes"})
 _NSQ_FRAME_TYPES: Final = {0: "response", 1: "error", 2: "message"}
 
 
@@ -130,9 +132,9 @@ def _error_text(body: bytes | str) -> str:
 def not_lookupd(status: int, body: bytes | str, path: str) -> bool:
     """The HTTP answer to ``path`` shows the peer is some server other than nsqlookupd: a web
     page below 500 (a 5xx page is a proxy's, whose lookupd may come back), or nsqd's
-    ``404 NOT_FOUND`` to ``/lookup`` (a route every lookupd has; ``/listlookup`` answers so on
-    a classic lookupd). Such a peer answers the same way every time: a wrong address, not a
-    fault to wait out."""
+    ``404 NOT_FOUND`` to ``/lookup`` or ``/nodes`` (routes every lookupd has; ``/listlookup``
+    answers so on a classic lookupd). Such a peer answers the same way every time: a wrong
+    address, not a fault to wait out."""
     if is_html(body):
         return status < 500
-    return path == "/lookup" and status == 404 and _error_text(body) == _NO_ROUTE
+    return path in _EVERY_LOOKUPD_ROUTE and status == 404 and _error_text(body) == _NO_ROUTE
