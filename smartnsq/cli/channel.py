@@ -17,10 +17,10 @@ from typing import Any
 from .util import (
     CLIError,
     check_topic,
+    lookupd_or_node,
     parse_start,
     report,
     run_admin,
-    split_addresses,
     targets_json,
     targets_text,
 )
@@ -80,18 +80,12 @@ async def run_channel(args: argparse.Namespace) -> int:
         extra.append(StartPosition.end() if position is None else position)
     elif args.position is not None:
         raise CLIError(f"channel {args.action} takes no POSITION (got {args.position!r})")
-    nodes = split_addresses(args.nsqd_http, "nsqd HTTP")
-    lookupd = split_addresses(args.lookupd, "lookupd")
-    if len(nodes) > 1:
-        raise CLIError("--nsqd-http takes one node for channel actions")
-    if not nodes and not lookupd:
-        raise CLIError(f"channel {args.action} needs --lookupd HOST:PORT (or "
-                       f"SMARTNSQ_LOOKUPD) or --nsqd-http HOST:PORT")
+    lookupd, address = lookupd_or_node(args, f"channel {args.action}")
 
     async def call(admin: Any) -> Any:
         return await getattr(admin, method)(topic, args.channel, *extra,
                                             partition=args.partition,
-                                            address=nodes[0] if nodes else None)
+                                            address=address)
 
     targets = await run_admin(args, lookupd, f"channel {args.action}", call)
     where = targets_text(targets)

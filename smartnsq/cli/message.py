@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .util import CLIError, check_topic, dumps, run_admin, split_addresses
+from .util import CLIError, check_topic, dumps, lookupd_or_node, run_admin
 
 __all__ = ["register", "run_message"]
 
@@ -48,14 +48,7 @@ async def run_message(args: argparse.Namespace) -> int:
     from ..errors import InvalidArgument
 
     topic = check_topic(args.topic)
-    lookupd = split_addresses(args.lookupd, "lookupd")
-    nodes = split_addresses(args.nsqd_http, "nsqd HTTP")
-    if len(nodes) > 1:
-        raise CLIError("--nsqd-http takes one node")
-    if not nodes and not lookupd:
-        raise CLIError(f"message {args.action} needs --lookupd HOST:PORT (or "
-                       f"SMARTNSQ_LOOKUPD) or --nsqd-http HOST:PORT")
-    address = nodes[0] if nodes else None
+    lookupd, address = lookupd_or_node(args, f"message {args.action}")
     try:
         if args.action == "finish":
             return await _finish(args, topic, lookupd, address)

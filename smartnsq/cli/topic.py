@@ -18,6 +18,7 @@ from .util import (
     CLIError,
     Progress,
     check_topic,
+    lookupd_or_node,
     report,
     run_admin,
     split_addresses,
@@ -64,12 +65,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 async def run_topic(args: argparse.Namespace) -> int:
     topic = check_topic(args.topic)
-    lookupd = split_addresses(args.lookupd, "lookupd")
-    nodes = split_addresses(args.nsqd_http, "nsqd HTTP")
-    if len(nodes) > 1:
-        raise CLIError("--nsqd-http takes one node")
-    if not lookupd and not (nodes and args.action in ("pause", "unpause")):
-        raise CLIError(f"topic {args.action} needs --lookupd HOST:PORT (or SMARTNSQ_LOOKUPD)")
+    lookupd, address = lookupd_or_node(args, f"topic {args.action}",
+                                       node_suffices=args.action in ("pause", "unpause"))
     if args.action == "create":
         return await _create(args, topic, lookupd)
     if args.action == "expand":
@@ -97,7 +94,6 @@ async def run_topic(args: argparse.Namespace) -> int:
                              "restore": args.restore, "lookupds": list(told)},
                       f"{verb} {node} for {topic} on lookupd {', '.join(told)}")
     method = "pause_topic" if args.action == "pause" else "unpause_topic"
-    address = nodes[0] if nodes else None
     targets = await run_admin(args, lookupd, f"topic {args.action}",
                               lambda admin: getattr(admin, method)(topic, address=address))
     return report(args, {"action": args.action, "topic": topic,

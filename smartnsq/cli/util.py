@@ -26,6 +26,7 @@ __all__ = [
     "Pump",
     "admin_client",
     "lookup_manager",
+    "lookupd_or_node",
     "parse_start",
     "split_addresses",
     "timeout_of",
@@ -137,6 +138,21 @@ def split_addresses(values: Iterable[str] | str | None, what: str) -> list[str]:
             except InvalidArgument:
                 raise CLIError(f"bad {what} address {item!r}: expected HOST:PORT") from None
     return out
+
+
+def lookupd_or_node(args: Any, command: str, *,
+                    node_suffices: bool = True) -> tuple[list[str], str | None]:
+    """The operator commands' ``--lookupd`` (or ``SMARTNSQ_LOOKUPD``) and at most one
+    ``--nsqd-http`` node: one of them is needed, or the lookupd always when a node alone
+    cannot serve ``command`` (``node_suffices=False``)."""
+    lookupd = split_addresses(args.lookupd, "lookupd")
+    nodes = split_addresses(args.nsqd_http, "nsqd HTTP")
+    if len(nodes) > 1:
+        raise CLIError(f"--nsqd-http takes one node for {command}")
+    if not lookupd and not (nodes and node_suffices):
+        other = " or --nsqd-http HOST:PORT" if node_suffices else ""
+        raise CLIError(f"{command} needs --lookupd HOST:PORT (or SMARTNSQ_LOOKUPD){other}")
+    return lookupd, nodes[0] if nodes else None
 
 
 class Progress:
