@@ -6,8 +6,10 @@
   ``classic=`` option; the Consumer's hook);
 * :class:`MigrationPolicy`: which cluster a topic found on both kinds is written to (the
   Producer's ``migration=`` option);
-* :mod:`~smartnsq.compat.pynsq`: ``Reader`` / ``Writer`` / ``run`` with pynsq's arguments
-  (also importable from here: ``from smartnsq.compat import Reader, Writer, run``).
+* :mod:`~smartnsq.compat.pynsq`: pynsq's ``nsq`` package (``Reader`` / ``Writer`` / ``run``
+  with pynsq's arguments, ``AsyncConn`` and its events, the protocol helpers, pynsq's
+  modules); ``Reader``, ``Writer``, ``run``... are also importable from here
+  (``from smartnsq.compat import Reader, Writer, run``).
 
 See docs/compat.md and docs/migration-pynsq.md.
 """

@@ -25,8 +25,10 @@ from smartnsq import errors
 ROOT = Path(__file__).resolve().parents[1]
 API_PAGE = (ROOT / "docs" / "api.md").read_text()
 ERRORS_PAGE = (ROOT / "docs" / "errors.md").read_text()
-SURFACES = {"smartnsq", "smartnsq.devcluster", "smartnsq.compat", "smartnsq.spark",
-            "smartnsq.cli", "smartnsq.admin"}
+# smartnsq.compat.pynsq stands for pynsq's ``nsq`` package, whose __init__ gathers the names
+# of its modules (nsq.Message from nsq.message, nsq.pub from nsq.protocol...)
+SURFACES = {"smartnsq", "smartnsq.devcluster", "smartnsq.compat", "smartnsq.compat.pynsq",
+            "smartnsq.spark", "smartnsq.cli", "smartnsq.admin"}
 OPTIONAL = ("smartnsq.spark", "smartnsq.testing.spark")  # need pyspark
 
 

@@ -17,6 +17,8 @@ import pytest
 
 import smartnsq.compat.pynsq_loops as loops
 from smartnsq.compat import pynsq as nsq
+from smartnsq.compat.pynsq import options as pynsq_options
+from smartnsq.compat.pynsq import reader as pynsq_reader
 from smartnsq.devcluster import DevCluster
 from smartnsq.errors import InvalidArgument
 from smartnsq.transport.loop_thread import LoopThread
@@ -264,14 +266,14 @@ def test_arguments() -> None:
         nsq.Reader("t", "c", lambda m: True, nsqd_tcp_addresses="127.0.0.1:1", bogus=1)
     with pytest.raises(InvalidArgument):
         nsq.Writer()
-    options, delay = nsq.connection_options({"snappy": True, "heartbeat_interval": 10,
+    options, delay = pynsq_options.connection_options({"snappy": True, "heartbeat_interval": 10,
                                              "output_buffer_timeout": 5, "msg_timeout": 30,
                                              "requeue_delay": 3, "auth_secret": b"s"})
     assert options == {"compression": "snappy", "heartbeat_interval": 10.0,
                        "output_buffer_timeout": 0.01, "msg_timeout": 30.0,
                        "auth_secret": "s"} and delay == 3.0
     with pytest.raises(InvalidArgument):
-        nsq.connection_options({"heartbeat_interval": 100})
+        pynsq_options.connection_options({"heartbeat_interval": 100})
 
 
 def test_tornado_patterns_keep_working(cluster_of: Callable[..., DevCluster]) -> None:
@@ -331,8 +333,8 @@ def test_answers_by_hand_and_both_sources(cluster_of: Callable[..., DevCluster])
     run_until(done)
     assert seen == [1, 2] and len(refused) == 1 and reader.message_handler is handler
     assert [s.topic for s in reader.stats()] == ["t", "t"]  # one consumer per source
-    assert nsq._split(3, 2) == [2, 1] and nsq._split(1, 2) == [1, 1]
-    assert nsq._split(0, 2) == [0, 0] and nsq._split(7, 1) == [7]
+    assert pynsq_reader._split(3, 2) == [2, 1] and pynsq_reader._split(1, 2) == [1, 1]
+    assert pynsq_reader._split(0, 2) == [0, 0] and pynsq_reader._split(7, 1) == [7]
     reader.close().result(10)
     writer.close()
 
@@ -395,7 +397,7 @@ def test_close_after_run_gives_back_what_no_handler_took(
 def test_tls_and_compression_arguments() -> None:
     import ssl
 
-    options, _ = nsq.connection_options({
+    options, _ = pynsq_options.connection_options({
         "tls_v1": True, "deflate": True, "deflate_level": 3, "timeout": 2.0,
         "tls_options": {"cert_reqs": ssl.CERT_NONE, "ca_certs": "/ca.pem",
                         "certfile": "/c.pem", "keyfile": "/k.pem"}})
@@ -403,4 +405,4 @@ def test_tls_and_compression_arguments() -> None:
                        "tls_cert_file": "/c.pem", "tls_key_file": "/k.pem",
                        "compression": "deflate", "deflate_level": 3, "connect_timeout": 2.0}
     with pytest.raises(InvalidArgument, match="snappy or deflate"):
-        nsq.connection_options({"snappy": True, "deflate": True})
+        pynsq_options.connection_options({"snappy": True, "deflate": True})

@@ -14,6 +14,7 @@ import pytest
 
 import smartnsq.compat.pynsq_loops as loops
 from smartnsq.compat import pynsq as nsq
+from smartnsq.compat.pynsq import options as pynsq_options
 from smartnsq.errors import ConnectionFailed, InvalidArgument
 from smartnsq.transport import loop_thread
 from smartnsq.transport.loop_thread import LoopThread
@@ -185,7 +186,7 @@ def test_the_run_loop_is_cleaned_up_with_its_last_user() -> None:
 
 def test_lookupd_addresses_are_normalised_by_the_core() -> None:
     # https:// keeps its scheme: the lookupd is asked over TLS, not as plain http
-    assert nsq._lookupd(["http://h:4161/", " h:4161 ", "https://h:4161"]) == \
+    assert pynsq_options.lookupd_addresses(["http://h:4161/", " h:4161 ", "https://h:4161"]) == \
         ["h:4161", "h:4161", "https://h:4161"]
     for bad in ("http://nohost", "h:port", "h:0"):
         with pytest.raises(InvalidArgument):

@@ -28,6 +28,8 @@ import pytest
 import smartnsq.compat.pynsq_loops as loops
 from smartnsq import sync
 from smartnsq.compat import pynsq as nsq
+from smartnsq.compat.pynsq import options as pynsq_options
+from smartnsq.compat.pynsq import writer as pynsq_writer
 from smartnsq.errors import AlreadyResponded, ConnectionFailed, InvalidArgument
 from smartnsq.message import FINISHED, PENDING, REQUEUED
 from smartnsq.message import Message as CoreMessage
@@ -371,20 +373,45 @@ def test_messages_no_handler_took_go_back_on_close() -> None:
 def test_message_fields() -> None:
     recorder = Recorder()
     reader = reader_of(lambda m: True)
-    classic = nsq.Message(core_message(recorder, b"x" * 50, attempts=3), reader)
+    classic = reader._message(core_message(recorder, b"x" * 50, attempts=3))
     assert classic.id == "0123456789abcdef"  # a classic id: its 16 ASCII hex characters
     assert classic.body == b"x" * 50 and classic.attempts == 3
     assert classic.timestamp == 1_700_000_000_000_000_000
     assert classic.node == recorder.node and classic.topic == "t"  # the core message's
     assert repr(classic) == f"<Message id=0123456789abcdef attempts=3 body={b'x' * 40!r}>"
-    youzan = nsq.Message(core_message(recorder, b"y", youzan=True,
-                                      ident=bytes(range(16))), reader)
+    youzan = reader._message(core_message(recorder, b"y", youzan=True,
+                                          ident=bytes(range(16))))
     assert youzan.id == bytes(range(16)).hex() and len(youzan.id) == 32
+
+
+def test_a_readers_message_triggers_pynsqs_message_events() -> None:
+    """``message.on("finish" | "requeue" | "touch", cb)`` in a handler: called as pynsq calls
+    them, after the answer went to the server."""
+    recorder = Recorder()
+    heard: list[tuple[str, dict[str, Any]]] = []
+
+    def handler(message: nsq.Message) -> bool:
+        for name in (nsq.event.FINISH, nsq.event.REQUEUE, nsq.event.TOUCH):
+            message.on(name, lambda name=name, **kwargs: heard.append((name, kwargs)))
+        message.touch()
+        if message.body == b"again":
+            message.requeue(backoff=False)
+        return True
+
+    reader = reader_of(handler)
+    deliver(reader, [core_message(recorder, b"done"), core_message(recorder, b"again")])
+    run_until(lambda: len(heard) == 4)
+    assert [(name, kwargs.get("backoff")) for name, kwargs in heard] == [
+        ("touch", None), ("finish", None), ("touch", None), ("requeue", False)]
+    assert all(isinstance(kwargs["message"], nsq.Message) for _, kwargs in heard)
+    assert recorder.by_body(2) == {b"done": (FINISHED, None, False),  # requeue_delay x 1:
+                                   b"again": (REQUEUED, 90.0, False)}
+    reader.close().result(DEADLINE)
 
 
 def test_message_is_alive_as_in_pynsq() -> None:
     reader = reader_of(lambda m: True)
-    message = nsq.Message(core_message(Recorder(), b"x"), reader)
+    message = reader._message(core_message(Recorder(), b"x"))
     assert isinstance(message.is_alive(), bool)
 
 
@@ -416,24 +443,26 @@ def test_names_addresses_and_reprs() -> None:
     assert writer.name == NOWHERE and writer.nsqd_tcp_addresses == [NOWHERE]
     assert repr(writer) == f"<smartnsq.compat.pynsq.Writer {NOWHERE}>"
     assert isinstance(writer.producer, sync.Producer)
-    conn = nsq.Conn("10.0.0.1:4150")
+    conn = pynsq_options.Conn("10.0.0.1:4150")
     assert (conn.host, conn.port, conn.id, repr(conn)) == \
         ("10.0.0.1", 4150, "10.0.0.1:4150", "<Conn 10.0.0.1:4150>")
-    assert nsq.Conn("sock").port == 0
+    assert pynsq_options.Conn("sock").port == 0
 
 
 def test_connection_arguments_map_to_the_core() -> None:
-    options, delay = nsq.connection_options({
+    options, delay = pynsq_options.connection_options({
         "user_agent": "app/1.0", "sample_rate": 10, "hostname": "worker-1",
         "output_buffer_size": 16384, "tls_v1": True})
     assert options == {"user_agent": "app/1.0", "sample_rate": 10, "hostname": "worker-1",
                        "output_buffer_size": 16384, "tls": True}
     assert delay == 90.0  # pynsq's default requeue_delay
-    verified, _ = nsq.connection_options({"tls_v1": True,
+    verified, _ = pynsq_options.connection_options({"tls_v1": True,
                                           "tls_options": {"cert_reqs": ssl.CERT_REQUIRED}})
     assert verified == {"tls": True}  # verification stays on
-    assert nsq.connection_options({"tls_options": {"ca_certs": "/ca"}})[0] == {}  # no tls_v1
-    assert nsq._body(bytearray(b"ab")) == b"ab" and nsq._body(memoryview(b"cd")) == b"cd"
+    no_tls = pynsq_options.connection_options({"tls_options": {"ca_certs": "/ca"}})[0]
+    assert no_tls == {}  # no tls_v1
+    assert pynsq_writer._body(bytearray(b"ab")) == b"ab"
+    assert pynsq_writer._body(memoryview(b"cd")) == b"cd"
 
 
 def test_a_failed_construction_takes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -186,7 +186,7 @@ def test_is_alive_says_whether_the_message_timed_out_as_pynsq_documents() -> Non
     core._responder = Responder()  # type: ignore[assignment]
     core._state = PENDING
     core._auto = False
-    message = nsq.Message(core, reader)
+    message = reader._message(core)
     delivered = message._since
     assert message.is_alive() is False  # just delivered
     assert message._timed_out(delivered + 29.9) is False

@@ -20,6 +20,7 @@ import pytest
 
 import smartnsq.compat.pynsq_loops as loops
 from smartnsq.compat import pynsq as nsq
+from smartnsq.compat.pynsq import reader as pynsq_reader
 from smartnsq.devcluster import DevCluster
 from smartnsq.transport import loop_thread
 from smartnsq.transport.loop_thread import LoopThread
@@ -144,7 +145,7 @@ def test_a_reader_whose_loop_closed_does_not_outlive_it(nsqd: str) -> None:
             loop.close()
             assert poll(lambda: reader._closed), "the Reader outlived its loop"
             assert poll(lambda: loop_thread.shared_users() == before)
-            assert reader not in nsq._open_readers
+            assert reader not in pynsq_reader._open_readers
         finally:
             reader.close().result(DEADLINE)
 
