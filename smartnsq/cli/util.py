@@ -101,7 +101,8 @@ def lookup_failure(exc: BaseException, topic: str, lookupd: Sequence[str],
         return CLIError(f"no lookup answer for {topic!r} from {where} within {timeout:g} s "
                         f"(hint: --lookupd takes nsqlookupd's HTTP address, port 4161 by "
                         f"default; raise --timeout for a slow cluster)")
-    return CLIError(f"lookup of {topic!r} failed: {text}")
+    prefix = f"lookup of {topic!r} failed"
+    return CLIError(text if text.startswith(prefix) else f"{prefix}: {text}")
 
 
 def topic_missing(topic: str) -> CLIError:

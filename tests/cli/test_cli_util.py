@@ -61,3 +61,16 @@ def test_one_line() -> None:
             raise RuntimeError("connect failed") from cause
     except RuntimeError as exc:
         assert one_line(exc) == "connect failed (refused second line)"
+
+
+def test_a_lookup_failure_is_said_once() -> None:
+    """The library's LookupFailed already starts with "lookup of 't' failed": the CLI's line
+    does not say it twice (it printed "lookup of 't' failed: lookup of 't' failed: ...")."""
+    from smartnsq.cli.util import lookup_failure
+    from smartnsq.errors import LookupFailed
+
+    said = str(lookup_failure(LookupFailed("lookup of 't' failed: no lookupd given is "
+                                           "nsqlookupd"), "t", ["127.0.0.1:1"], 5))
+    assert said == "lookup of 't' failed: no lookupd given is nsqlookupd"
+    other = str(lookup_failure(LookupFailed("no lookupd answered"), "t", ["127.0.0.1:1"], 5))
+    assert other == "lookup of 't' failed: no lookupd answered"
