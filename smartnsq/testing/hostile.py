@@ -19,7 +19,10 @@ lists them), so a test can show the client survives it:
 * :class:`StallingNsqd` completes the handshake, then answers the first command with half a
   frame and goes silent (no heartbeats either);
 * :class:`LateNsqd` completes the handshake and answers the first command after ``delay``
-  seconds, every later one at once, in order, as nsqd does.
+  seconds, every later one at once, in order, as nsqd does;
+* :class:`ReplayingProxy` stands between a client and a real nsqd, passes everything both
+  ways, and sends the client an earlier message frame of the server's once more (an older
+  message redelivered after newer ones), built from the server's own bytes, not forged.
 
 All are async context managers binding 127.0.0.1 on a free port (``address`` /
 ``host``/``port``); leaving the block closes the listener and aborts every connection.
@@ -33,7 +36,7 @@ import asyncio
 import json
 import ssl
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -44,6 +47,7 @@ __all__ = [
     "HugeLookupd",
     "LateNsqd",
     "PartitionsLookupd",
+    "ReplayingProxy",
     "SilentLookupd",
     "SilentNsqd",
     "StallingNsqd",
@@ -379,3 +383,91 @@ class LateNsqd(_Nsqd):
             writer.write(frame(b"CLOSE_WAIT" if name == b"CLS" else b"OK"))
             await writer.drain()
 
+
+
+# -- a proxy in front of a real nsqd -----------------------------------------------------------
+
+Replay = Callable[[list[bytes]], bytes | None]
+"""``replay(messages)``: given the message frames forwarded so far on one connection (whole
+frames, size prefix included, oldest first), the bytes to send the client once more right now,
+or ``None``."""
+
+
+class ReplayingProxy(_Peer):
+    """A loopback TCP proxy in front of one nsqd (``upstream``, ``"host:port"``).
+
+    Client to server, bytes pass verbatim. Server to client, the stream is cut at frame
+    boundaries (the 4-byte size prefix: nothing else of a frame is read) and each frame is
+    passed on whole; after each *message* frame, ``replay`` is asked whether to send one of
+    the connection's earlier message frames again, and what it returns is written right
+    behind the frame just forwarded. So a test gets a genuine order regression made of a real
+    server's own bytes: ids, offsets, attempts and bodies as the server wrote them, only one
+    of them out of its place. A copy rather than a held-back frame, because an ordered youzan
+    subscription has one message in flight per partition: the next frame only comes once the
+    client answered the last one, so holding frames back would stall the channel.
+
+    Plain streams only: with TLS or stream compression negotiated the frames cannot be told
+    apart (the proxy does not look at IDENTIFY). ``messages`` holds each connection's message
+    frames as forwarded, ``injected`` what ``replay`` added, in order, and ``errors`` what a
+    ``replay`` raised (that connection ends: a test asserts the list is empty).
+    """
+
+    def __init__(self, upstream: str, replay: Replay) -> None:
+        super().__init__()
+        host, _, port = upstream.rpartition(":")
+        self.upstream = (host, int(port))
+        self.replay = replay
+        self.messages: list[list[bytes]] = []
+        self.injected: list[bytes] = []
+        self.errors: list[BaseException] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream),
+                                                      10.0)
+        self._writers.add(up_writer)  # aborted with the client's when the proxy closes
+        try:
+            pumps = [asyncio.ensure_future(self._to_server(reader, up_writer)),
+                     asyncio.ensure_future(self._to_client(up_reader, writer))]
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            # one side is gone: so is the other (the aborts end the pump still reading)
+            up_writer.transport.abort()
+            writer.transport.abort()
+            await asyncio.wait(pumps)
+            # the pumps end by EOF or OSError; anything else came from replay
+            self.errors += [e for e in (p.exception() for p in pumps) if e is not None]
+        finally:
+            self._writers.discard(up_writer)
+            up_writer.transport.abort()
+
+    @staticmethod
+    async def _to_server(reader: asyncio.StreamReader, up: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                up.write(data)
+                await up.drain()
+        except OSError:
+            pass
+
+    async def _to_client(self, up: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        messages: list[bytes] = []
+        self.messages.append(messages)
+        pending = bytearray()
+        try:
+            while data := await up.read(65536):
+                pending += data
+                while len(pending) >= 8:
+                    end = 4 + int.from_bytes(pending[:4], "big")
+                    if len(pending) < end:
+                        break
+                    one = bytes(pending[:end])
+                    del pending[:end]
+                    writer.write(one)
+                    if int.from_bytes(one[4:8], "big") == 2:  # a message frame
+                        messages.append(one)
+                        again = self.replay(messages)
+                        if again is not None:
+                            self.injected.append(again)
+                            writer.write(again)
+                await writer.drain()
+        except OSError:
+            pass

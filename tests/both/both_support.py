@@ -174,3 +174,14 @@ async def writable_partitions(cluster: Any, topic: str) -> set[int]:
     async with AsyncAdmin(cluster.lookupd_http_addresses, timeout=5) as admin:
         view = await admin.lookup(topic, "w")
     return {pid for pid, part in view.partitions.items() if part.leader is not None}
+
+
+async def leader_address(cluster: Any, topic: str, partition: int = 0) -> str:
+    """``"host:port"`` (TCP) of ``partition``'s leader as the lookupds list it now: the node to
+    subscribe to with ``nsqd=`` (or to put a proxy in front of)."""
+    async with AsyncAdmin(cluster.lookupd_http_addresses, timeout=5) as admin:
+        view = await admin.lookup(topic, "r")
+    part = view.partitions.get(partition)
+    if part is None or part.leader is None:
+        raise AssertionError(f"{topic}/{partition} has no leader listed")
+    return str(part.leader)
