@@ -18,12 +18,15 @@ misconfiguration is reported where it is written, not at the first connection.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import socket
 import ssl
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from .errors import InvalidArgument
 from .protocol.compression import COMPRESSIONS, Compression
@@ -34,6 +37,7 @@ from .protocol.numbers import check_int, check_number, range_text
 __all__ = [
     "RETRY_CONCEPTS",
     "ConnectionConfig",
+    "ConnectionOptions",
     "Rule",
     "SettingDoc",
     "check_fields",
@@ -45,11 +49,16 @@ __all__ = [
     "flag",
     "instance",
     "integer",
+    "keyword_options",
     "number",
     "one_source",
+    "option_default_text",
+    "refuse_unknown",
     "seconds",
     "text",
 ]
+
+C = TypeVar("C", bound=type)
 
 
 @dataclass(frozen=True)
@@ -242,6 +251,102 @@ def describe(cls: type) -> list[SettingDoc]:
         rows.append(SettingDoc(f.name, str(f.type), f.default, meta.get("doc", ""),
                                meta.get("unit", ""), meta.get("range", "")))
     return rows
+
+
+def _option_fields(*configs: type, skip: Collection[str] = ()) -> list[dataclasses.Field[Any]]:
+    """The keyword options of a client whose keywords fill ``configs`` (its own config first,
+    then the ConnectionConfig whose fields go to ``connection``): every field once, the first
+    config's where two declare a name, none named in ``skip``."""
+    seen = set(skip)
+    found = []
+    for config in configs:
+        for f in dataclasses.fields(config):
+            if f.name not in seen:
+                seen.add(f.name)
+                found.append(f)
+    return found
+
+
+class _Shown:
+    """A default as help() shows it: the factory's call, not its value's (long) repr."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def option_default_text(f: dataclasses.Field[Any]) -> str:
+    """How help() shows a field's default: its repr, or the call of its factory."""
+    if f.default_factory is not dataclasses.MISSING:
+        factory = f.default_factory
+        return "{}" if factory is dict else f"{getattr(factory, '__name__', factory)}()"
+    return repr(f.default)
+
+
+def _shown_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return _Shown(option_default_text(f))
+    return f.default
+
+
+def keyword_options(*configs: type, skip: Collection[str] = ()) -> Callable[[C], C]:
+    """Class decorator for a client whose ``**options`` are the fields of ``configs``: its
+    signature (``inspect.signature``, ``help()``) and docstring list every option by name,
+    type and default, made from the fields, so the declaration stays the one place an option
+    is written (type checkers read the names from the client's TypedDict)."""
+
+    def apply(cls: C) -> C:
+        init = cls.__init__  # type: ignore[misc]
+        signature = inspect.signature(init)
+        named = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        fields = _option_fields(*configs, skip={*skip, *(p.name for p in named)})
+        options = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
+                                     default=_shown_default(f), annotation=f.type)
+                   for f in fields]
+        full = signature.replace(parameters=[*named, *options])
+        init.__signature__ = full
+        setattr(cls, "__signature__", full.replace(parameters=[*named[1:], *options]))  # noqa: B010
+        lines = ["", "", *textwrap.wrap(f"Options (keywords, the defaults of "
+                                        f"{' and '.join(c.__name__ for c in configs)}; one "
+                                        "given overrides that field of config=):", 88), ""]
+        for f in fields:
+            unit, check = f.metadata.get("unit"), f.metadata.get("range")
+            text = " ".join(filter(None, [f.metadata.get("doc"), unit and f"Unit: {unit}.",
+                                          check and f"Range: {check}."]))
+            lines.append(f"    {f.name}: {f.type} = {option_default_text(f)}")
+            lines.extend(textwrap.wrap(text, 88, initial_indent=" " * 8,
+                                       subsequent_indent=" " * 8))
+        cls.__doc__ = inspect.cleandoc(cls.__doc__ or "") + "\n".join(lines)
+        return cls
+
+    return apply
+
+
+def refuse_unknown(who: str, given: Iterable[str], accepted: Collection[str],
+                   constructor: Callable[..., Any] | None = None) -> None:
+    """Raise :class:`InvalidArgument` naming the options of ``given`` not in ``accepted``,
+    each with the nearest name (an option or a parameter ``constructor`` names) when one is
+    close: a misspelt keyword is told what was meant, not only that it is unknown."""
+    unknown = sorted(set(given) - set(accepted))
+    if not unknown:
+        return
+    names = sorted({*accepted, *_named_parameters(constructor)})
+    parts = []
+    for name in unknown:
+        near = difflib.get_close_matches(name, names, n=1)
+        parts.append(f"{name!r} (did you mean {near[0]!r}?)" if near else repr(name))
+    plural = "s" if len(unknown) > 1 else ""
+    raise InvalidArgument(f"{who} option", f"unknown option{plural} {', '.join(parts)}",
+                          unknown)
+
+
+def _named_parameters(function: Callable[..., Any] | None) -> tuple[str, ...]:
+    """The parameters a constructor names (not ``self`` nor its ``**options``), read from its
+    code, which a signature set by :func:`keyword_options` does not hide."""
+    code = getattr(function, "__code__", None)
+    return () if code is None else code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
 
 
 @lru_cache(maxsize=1)
@@ -447,6 +552,38 @@ class ConnectionConfig:
             desired_tag=desired_tag,
             ext_filter=ext_filter,
         )
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """ConnectionConfig's fields as keywords of a client (``Producer(..., tls=True)``): what
+    type checkers and editors read, kept equal to the fields by a test."""
+
+    connect_timeout: float
+    request_timeout: float | None
+    max_timed_out: int
+    close_timeout: float
+    heartbeat_interval: float | None
+    msg_timeout: float | None
+    output_buffer_size: int | None
+    output_buffer_timeout: float | None
+    sample_rate: int
+    compression: Compression
+    deflate_level: int
+    tls: bool | ssl.SSLContext
+    tls_verify: bool
+    tls_ca_file: str | None
+    tls_cert_file: str | None
+    tls_key_file: str | None
+    tls_server_hostname: str | None
+    tls_min_version: str | None
+    tls_required: bool
+    auth_secret: str | None
+    allow_plaintext_auth: bool
+    max_frame_size: int
+    flush_threshold: int
+    client_id: str | None
+    hostname: str | None
+    user_agent: str
 
 
 _CLOSE_TIMEOUT = seconds(low_open=False)

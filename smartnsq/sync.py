@@ -45,13 +45,16 @@ from collections.abc import (
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .config import close_timeout
+from .config import ConnectionConfig, close_timeout, keyword_options, refuse_unknown
+from .consumer.config import ConsumerConfig
 from .consumer.core import Consumer as AsyncConsumer
+from .consumer.options import ConsumerOptions
 from .errors import ClientClosed, InvalidArgument, LoopTimeout, Timeout
 from .message import Message
 from .model.routes import TopicRoutes
 from .model.sharding import ShardingKey
 from .producer.config import ProducerConfig
+from .producer.options import ProducerOptions
 from .producer.producer import Producer as AsyncProducer
 from .producer.results import BatchResult, PublishResult
 from .producer.validation import batch_items
@@ -61,6 +64,9 @@ from .transport.event_loop import warn_if_blocking_a_loop
 from .transport.loop_thread import LoopThread, Slot
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .model.routes import RouteSource
     from .observability.stats import ConsumerStats, ProducerStats
 
 __all__ = ["Consumer", "Producer"]
@@ -192,6 +198,7 @@ class _Facade:
         self.close()
 
 
+@keyword_options(ProducerConfig, ConnectionConfig)
 class Producer(_Facade):
     """``smartnsq.Producer`` as blocking calls; safe to share between threads.
 
@@ -208,12 +215,21 @@ class Producer(_Facade):
 
     def __init__(self, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, *,
-                 loop_thread: LoopThread | None = None, **kwargs: Any) -> None:
+                 config: ProducerConfig | None = None, source: RouteSource | None = None,
+                 lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
+                 tracer_provider: Any = None, meter_provider: Any = None,
+                 loop_thread: LoopThread | None = None,
+                 **options: Unpack[ProducerOptions]) -> None:
+        # refused before the loop thread is taken, with this facade's parameters suggested
+        refuse_unknown("Producer", options, ProducerOptions.__annotations__, Producer.__init__)
         super().__init__(loop_thread)
 
         def create() -> AsyncProducer:
             # not started: the first call connects, within its own deadline
-            return AsyncProducer(lookupd, nsqd, **kwargs)
+            return AsyncProducer(lookupd, nsqd, config=config, source=source, lookup=lookup,
+                                 lookup_options=lookup_options,
+                                 tracer_provider=tracer_provider,
+                                 meter_provider=meter_provider, **options)
 
         # closing waits for unanswered publishes (drain_timeout) before the usual guard
         self._producer = self._start(create, lambda p: p.close,
@@ -297,6 +313,7 @@ class Producer(_Facade):
 _handler_thread = threading.local()
 
 
+@keyword_options(ConsumerConfig, ConnectionConfig, skip={"concurrency"})
 class Consumer(_Facade):
     """``smartnsq.Consumer`` for code without an event loop: the handler runs in a
     thread pool, so it may block (database calls, HTTP requests...).
@@ -321,12 +338,16 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
                  nsqd: Sequence[str] | str | None = None,
                  handler: Callable[[Message], Any] | None = None, *,
                  threads: int | None = None, loop_thread: LoopThread | None = None,
-                 **kwargs: Any) -> None:
+                 lookup: Any = None, config: ConsumerConfig | ConnectionConfig | None = None,
+                 tracer_provider: Any = None, meter_provider: Any = None,
+                 **options: Unpack[ConsumerOptions]) -> None:
         if handler is not None and not callable(handler):
             raise InvalidArgument("handler", "must be callable", handler)
-        if "concurrency" in kwargs:
+        if "concurrency" in options:
             raise InvalidArgument("concurrency", "the sync Consumer's concurrency is threads=")
-        max_in_flight = kwargs.get("max_in_flight", 100)
+        # refused before a thread is started, with this facade's parameters suggested
+        refuse_unknown("Consumer", options, ConsumerOptions.__annotations__, Consumer.__init__)
+        max_in_flight = options.get("max_in_flight", 100)
         if threads is None:
             threads = max(1, min(32, max_in_flight if isinstance(max_in_flight, int) else 1))
         check_int("threads", threads, 1)
@@ -348,10 +369,13 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
 
         super().__init__(loop_thread)
 
+        given: dict[str, Any] = {**options,
+                                 "concurrency": threads if wrapper is not None else None}
+
         def create() -> AsyncConsumer:
-            return AsyncConsumer(topic, channel, lookupd, nsqd, wrapper,
-                                 concurrency=threads if wrapper is not None else None,
-                                 **kwargs)
+            return AsyncConsumer(topic, channel, lookupd, nsqd, wrapper, lookup=lookup,
+                                 config=config, tracer_provider=tracer_provider,
+                                 meter_provider=meter_provider, **given)
 
         try:
             self._consumer = self._start(create, lambda c: c.close)

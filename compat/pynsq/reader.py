@@ -109,6 +109,7 @@ class Reader:
             "max_in_flight": max_in_flight,
             "handler": self._deliver,
             "auto_finish": False,
+            "max_attempts": 0,  # the Reader's own max_tries decides (giving_up), as pynsq's
             "low_rdy_idle_timeout": float(low_rdy_idle_timeout),
             "backoff_policy": BackoffPolicy(initial=min(1.0, float(max_backoff_duration)),
                                             max=float(max_backoff_duration)),

@@ -24,6 +24,7 @@ from ..config import (
     flag,
     instance,
     integer,
+    refuse_unknown,
     seconds,
 )
 from ..errors import InvalidArgument
@@ -148,9 +149,12 @@ class ConsumerConfig:
     extend_support: bool | None = field(default=None, metadata=doc(
         "Force IDENTIFY extend_support; None follows the topic's meta (or the server's "
         "refusal).", check=flag(optional=True)))
-    max_attempts: int = field(default=0, metadata=doc(
-        "Give up on a message delivered more often than this (on_give_up; ordered "
-        "subscriptions never skip by default); 0: never.", check=integer(0)))
+    max_attempts: int = field(default=5, metadata=doc(
+        "Give up on a message delivered more often than this (on_give_up, dead_letter; by "
+        "default logged and FINed, as pynsq's max_tries and go-nsq's MaxAttempts, 5 too); "
+        "ordered subscriptions never skip by default. 0: retry for ever. The handler's "
+        "traceback is logged once per message: with its last allowed attempt (ERROR), or "
+        "with 0 its first; the other attempts are one line each.", check=integer(0)))
     on_give_up: GiveUpHook | None = field(default=None, metadata=doc(
         "fn(message) (or async) called instead of the handler past max_attempts; None logs "
         "and finishes it.", check=_CALLABLE))
@@ -251,13 +255,13 @@ _CONNECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(ConnectionConf
 
 
 def build_config(config: ConsumerConfig | ConnectionConfig | None,
-                 options: Mapping[str, Any]) -> ConsumerConfig:
+                 options: Mapping[str, Any],
+                 constructor: Callable[..., Any] | None = None) -> ConsumerConfig:
     """The Consumer's configuration from its ``config=`` and keywords: a ConsumerConfig as is
     (keywords override its fields), a ConnectionConfig as its ``connection``; keywords naming
-    ConnectionConfig fields go to the connection."""
-    unknown = set(options) - _CONSUMER_FIELDS - _CONNECTION_FIELDS
-    if unknown:
-        raise InvalidArgument("Consumer option", "unknown option", sorted(unknown))
+    ConnectionConfig fields go to the connection. An unknown keyword is refused with the
+    nearest option or parameter of ``constructor`` suggested."""
+    refuse_unknown("Consumer", options, _CONSUMER_FIELDS | _CONNECTION_FIELDS, constructor)
     if config is None:
         base = ConsumerConfig()
     elif isinstance(config, ConsumerConfig):

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from ..config import ConnectionConfig, close_timeout, one_source
+from ..config import ConnectionConfig, close_timeout, keyword_options, one_source
 from ..errors import InvalidArgument
 from ..message import Message
 from ..model.routes import Address, address_list, address_text, parse_address
@@ -44,8 +45,11 @@ from .subscription import ABORT_GRACE, Subscriptions, reconnect_delay
 from .targets import static_targets
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..observability.stats import ChannelLag, ConsumerStats
     from ..producer.producer import Producer
+    from .options import ConsumerOptions
 
 __all__ = ["Consumer"]
 
@@ -53,8 +57,10 @@ log = logging.getLogger("smartnsq.consumer")
 
 # the most of close()'s timeout kept from the drain for CLS and closing the connections
 _CLOSE_RESERVE: Final = 1.0
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)  # what run() drains on
 
 
+@keyword_options(ConsumerConfig, ConnectionConfig)
 class Consumer:
     """Consumes one topic's channel from youzan NSQ (partitions, ordered, ext) or classic NSQ.
 
@@ -80,7 +86,7 @@ class Consumer:
     Options: ``config=`` a :class:`ConsumerConfig` (or a ``ConnectionConfig`` for the
     connections), and/or its fields as keywords (``max_in_flight=10``, ``ordered=True``...),
     and ConnectionConfig fields as keywords (``msg_timeout=30``...); keywords override
-    ``config``. Every option is in the configuration reference. ``tracer_provider``:
+    ``config``. Every option is listed below. ``tracer_provider``:
     OpenTelemetry spans per handled message (``smartnsq.observability.otel``); ``meter_provider``:
     OpenTelemetry's messaging metrics (``smartnsq.observability.otel_metrics``).
     """
@@ -89,7 +95,7 @@ class Consumer:
                  nsqd: Sequence[str] | str | None = None, handler: Handler | None = None, *,
                  lookup: Any = None, config: ConsumerConfig | ConnectionConfig | None = None,
                  tracer_provider: Any = None, meter_provider: Any = None,
-                 **options: Any) -> None:
+                 **options: Unpack[ConsumerOptions]) -> None:
         v.check_topic(topic)
         v.check_channel(channel)
         self.topic = topic
@@ -106,7 +112,7 @@ class Consumer:
         if handler is not None and not callable(handler):
             raise InvalidArgument("handler", "must be callable", handler)
         self._handler = handler
-        self.config = cfg = build_config(config, options)
+        self.config = cfg = build_config(config, options, Consumer.__init__)
         # spans around the handler and give-ups, when asked for (observability.otel)
         handler, self.config = otel.consumer_tracing(topic, channel, handler, cfg,
                                                      tracer_provider)
@@ -221,6 +227,78 @@ class Consumer:
         await asyncio.shield(self._closed_signal)
         if self._fatal is not None:
             raise self._fatal
+
+    async def run(self, timeout: float | None = None, *,
+                  stop_on: Iterable[int] = _STOP_SIGNALS) -> bool:
+        """Start if needed and wait until the consumer is closed (True), or until ``timeout``
+        seconds pass (False: it keeps consuming); raise the error that closed it, as join().
+
+        Run on the main thread's loop, the signals in ``stop_on`` (Ctrl-C's SIGINT and the
+        SIGTERM a container's stop sends) close it as ``close()`` does: what is in flight is
+        handled and answered within ``drain_timeout``, and ``run()`` returns True instead of
+        the program ending in a ``KeyboardInterrupt`` traceback with work half done. A second
+        signal while draining acts as it did before ``run()`` (under ``asyncio.run``, Ctrl-C
+        interrupts). The previous handlers are back when it returns; ``stop_on=()``, or a
+        loop on another thread (Python's signals reach only the main thread), installs none.
+        """
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            return self._ran()
+        # taken before anything waits, so that a signal right after run() began is caught
+        restore = self._catch(loop, stop_on)
+        try:
+            if not self._started:
+                await self.start()
+            assert self._closed_signal is not None
+            # (asyncio.wait leaves the future alone when it times out or is cancelled)
+            done, _ = await asyncio.wait({self._closed_signal}, timeout=timeout)
+        finally:
+            restore()
+        return self._ran() if done else False
+
+    def _ran(self) -> bool:
+        if self._fatal is not None:
+            raise self._fatal
+        return True
+
+    def _catch(self, loop: asyncio.AbstractEventLoop,
+               signals: Iterable[int]) -> Callable[[], None]:
+        """Make ``signals`` close the consumer; the function that puts back what they did
+        before (idempotent: the first signal calls it, so that a second one acts as before)."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous: dict[int, Any] = {}
+
+        def restore() -> None:
+            for signum, handler in previous.items():
+                loop.remove_signal_handler(signum)
+                # (remove_signal_handler resets to the default, not to what was there)
+                signal.signal(signum, handler)
+            previous.clear()
+
+        def stopping(signum: int) -> None:
+            log.info("%s received: draining %s/%s (again to interrupt)",
+                     signal.Signals(signum).name, self.topic, self.channel)
+            restore()
+            if not self._closing and self._close_task is None:
+                self._close_task = loop.create_task(self.close())
+
+        for signum in signals:
+            if signum in previous:
+                continue
+            handler = signal.getsignal(signum)
+            try:
+                loop.add_signal_handler(signum, stopping, signum)
+            except NotImplementedError:
+                # a loop without signal support (Windows' proactor, some embeddings): as
+                # stop_on=(); what was installed so far is put back
+                restore()
+                return lambda: None
+            except (RuntimeError, ValueError, TypeError) as exc:  # SIGKILL, not a signal...
+                restore()
+                raise InvalidArgument("stop_on", f"cannot catch it ({exc})", signum) from None
+            previous[signum] = handler
+        return restore
 
     def _fail(self, error: BaseException) -> None:
         """A subscription found the configuration unworkable: close, report from join()."""

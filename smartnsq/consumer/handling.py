@@ -9,11 +9,11 @@ loop turn later (a plain function blocks the loop wherever it runs, so nothing e
 
 A handler's return finishes the message (FIN), a raise requeues it (REQ with the requeue
 policy's delay, counted as a failure for back-off). Nothing is FINed before its handler
-succeeded. ``max_attempts`` gives up on messages delivered too often (``on_give_up``;
-default: log and FIN), except on ordered subscriptions, where a blocked message is never
-skipped unless the hook answers it explicitly. ``dead_letter`` parks such a message first
-(``deadletter``) and FINs it only once the park is confirmed; on ordered subscriptions only
-with ``dead_letter_ordered``.
+succeeded. ``max_attempts`` (5 by default, as pynsq and go-nsq) gives up on messages
+delivered too often (``on_give_up``; default: log and FIN), except on ordered
+subscriptions, where a blocked message is never skipped unless the hook answers it
+explicitly. ``dead_letter`` parks such a message first (``deadletter``) and FINs it only
+once the park is confirmed; on ordered subscriptions only with ``dead_letter_ordered``.
 """
 
 from __future__ import annotations
@@ -131,9 +131,13 @@ def failed(rt: Runtime, msg: Message, link: Responder, exc: BaseException) -> No
     """The handler raised: REQ with the requeue policy's delay, counted for back-off (unless
     the handler answered the message itself or took the answer over).
 
-    One WARNING line per failed attempt (topic, channel, partition, message id, attempt, the
-    exception in one line); the traceback once, with the attempt ``max_attempts`` allows last
-    (ERROR), and on every attempt at DEBUG.
+    One line per failed attempt (topic, channel, partition, message id, attempt, the
+    exception in one line): WARNING, ERROR from the last attempt ``max_attempts`` allows on.
+    The traceback once per message, where it helps most: with that last attempt, which
+    decides the give-up (or, on an ordered subscription, that the message blocks its
+    partition); with ``max_attempts=0``, which has no last attempt, with the first. Every
+    other attempt's goes at DEBUG, so that a message retried a hundred times does not fill
+    the log with a hundred copies of one traceback.
     """
     rt.handler_errors += 1
     max_attempts = rt.config.max_attempts
@@ -142,6 +146,7 @@ def failed(rt: Runtime, msg: Message, link: Responder, exc: BaseException) -> No
     parking = rt.dead_letters
     if parking is not None:
         parking.errors.note(msg.id, exc)  # what its dead-letter copy will say
+    traced = msg.attempts == (max_attempts or 1)  # once per message (the docstring's why)
     if max_attempts and msg.attempts >= max_attempts:
         if parking is not None and applies(rt.config, link.ordered):
             then = f"dead-lettered at its next delivery ({rt.config.dead_letter!r})"
@@ -151,13 +156,14 @@ def failed(rt: Runtime, msg: Message, link: Responder, exc: BaseException) -> No
             then = "given up on at its next delivery"
         log.error("%s partition %s: handler failed on message %s, attempt %d of %d: %s; %s",
                   where, partition, _label(msg), msg.attempts, max_attempts, summary(exc),
-                  then, exc_info=exc)
+                  then, exc_info=exc if traced else None)
     else:
         log.warning("%s partition %s: handler failed on message %s, attempt %d: %s; requeued",
-                    where, partition, _label(msg), msg.attempts, summary(exc))
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s partition %s: message %s, attempt %d: the handler's traceback",
-                      where, partition, _label(msg), msg.attempts, exc_info=exc)
+                    where, partition, _label(msg), msg.attempts, summary(exc),
+                    exc_info=exc if traced else None)
+    if not traced and log.isEnabledFor(logging.DEBUG):
+        log.debug("%s partition %s: message %s, attempt %d: the handler's traceback",
+                  where, partition, _label(msg), msg.attempts, exc_info=exc)
     if msg._state == PENDING and msg._auto:
         link.settle(msg, REQUEUED, None, True)
 

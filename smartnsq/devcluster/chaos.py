@@ -328,6 +328,7 @@ async def _run(config: ChaosConfig, cluster: Any, schedule: list[Step],
 
     consumers = [Consumer(ledger.topic, CHANNEL, lookupd=lookupd,
                           handler=handler_for(ledger), max_in_flight=50,
+                          max_attempts=0,  # every delivery is counted: none may be given up
                           reconnect_delay=0.1, reconnect_delay_max=1.0,
                           lookup_options=lookup_options)
                  for ledger in ledgers]

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType, TracebackType
 from typing import Any, TypeVar
 
-from ..config import Rule, check_fields, doc, flag, integer, number, seconds, text
+from ..config import Rule, check_fields, doc, flag, integer, number, refuse_unknown, seconds, text
 from ..errors import InvalidArgument, LookupFailed, LookupTimeout, TopicNotFound
 from ..model.backoff import exponential_delay
 from ..model.lookupd_health import LookupdStatus
@@ -235,10 +235,8 @@ class LookupManager:
                  client: HttpClient | None = None, **options: Any) -> None:
         config = config or LookupConfig()
         if options:
-            unknown = set(options) - {f.name for f in fields(LookupConfig)}
-            if unknown:
-                raise InvalidArgument("LookupManager option", "unknown option",
-                                      sorted(unknown))
+            refuse_unknown("LookupManager", options, {f.name for f in fields(LookupConfig)},
+                           LookupManager.__init__)
             config = replace(config, **options)
         self._config = config
         seeds = tuple(normalize_lookupds(lookupd))  # ("a:1,b:2" is two, as --lookupd takes)

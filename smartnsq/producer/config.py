@@ -9,7 +9,7 @@ way and checked another. The rules are the ones every config uses (``smartnsq.co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -22,6 +22,7 @@ from ..config import (
     flag,
     instance,
     integer,
+    refuse_unknown,
     seconds,
 )
 from ..errors import InvalidArgument
@@ -164,17 +165,20 @@ class ProducerConfig:
         check_fields(self)
 
 
-def with_options(config: ProducerConfig, options: dict[str, Any]) -> ProducerConfig:
+def with_options(config: ProducerConfig, given: Mapping[str, Any],
+                 constructor: Callable[..., Any] | None = None) -> ProducerConfig:
     """``config`` with a Producer's keyword options applied (``ConnectionConfig`` fields go to
-    ``config.connection``), checked again."""
-    if not options:
+    ``config.connection``), checked again; an unknown keyword is refused with the nearest
+    option or parameter of ``constructor`` suggested."""
+    if not given:
         return config
     producer_fields = ProducerConfig.__dataclass_fields__
+    connection_fields = ConnectionConfig.__dataclass_fields__
+    refuse_unknown("Producer", given, producer_fields.keys() | connection_fields.keys(),
+                   constructor)
+    options = dict(given)
     conn_opts = {k: options.pop(k) for k in list(options)
-                 if k in ConnectionConfig.__dataclass_fields__ and k not in producer_fields}
+                 if k in connection_fields and k not in producer_fields}
     if conn_opts:
         options["connection"] = dataclasses.replace(config.connection, **conn_opts)
-    unknown = set(options) - set(producer_fields)
-    if unknown:
-        raise InvalidArgument("Producer option", "unknown option", sorted(unknown))
     return dataclasses.replace(config, **options)

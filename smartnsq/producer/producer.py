@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, overload
 
-from ..config import close_timeout
+from ..config import ConnectionConfig, close_timeout, keyword_options
 from ..discovery.nodes import NodePool
 from ..errors import (
     ClientClosed,
@@ -66,35 +66,37 @@ from .routing import check_features, choose_side, choose_target, route_source
 from .validation import Checks, timeout_seconds
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..observability.stats import ProducerStats
+    from .options import ProducerOptions
 
 __all__ = ["Producer"]
 
 log = logging.getLogger("smartnsq.producer")
 
 
+@keyword_options(ProducerConfig, ConnectionConfig)
 class Producer:
     """Publishes to youzan NSQ (partitions, tracing, ext headers) and classic NSQ.
 
     ``async with Producer(lookupd=["127.0.0.1:4161"]) as producer:`` discovers nodes through
     nsqlookupd; ``nsqd=["127.0.0.1:4150"]`` writes to fixed nodes instead (classic nodes, or
-    standalone youzan nodes, without partitions); ``source=`` takes any
-    :class:`~smartnsq.model.routes.RouteSource`. Keyword ``options`` override ``config`` fields
-    (``Producer(lookupd=..., timeout=5, sharding="java")``); ``lookup_options`` go to the
-    lookup manager. ``tracer_provider``: OpenTelemetry spans per publish
-    (``smartnsq.observability.otel``); ``meter_provider``: OpenTelemetry's messaging metrics
-    (``smartnsq.observability.otel_metrics``).
-    """
+    standalone youzan nodes, without partitions); ``source=`` takes any RouteSource. Keywords
+    override ``config``'s fields (``timeout=5, sharding="java"``: every option is listed
+    below); ``lookup_options`` go to the lookup manager. ``tracer_provider``: OpenTelemetry
+    spans per publish (``smartnsq.observability.otel``); ``meter_provider``: its messaging
+    metrics (``smartnsq.observability.otel_metrics``)."""
 
     def __init__(self, lookupd: Sequence[str] | str | None = None,
                  nsqd: Sequence[str] | str | None = None, *,
                  config: ProducerConfig | None = None, source: RouteSource | None = None,
                  lookup: Any = None, lookup_options: Mapping[str, Any] | None = None,
                  tracer_provider: Any = None, meter_provider: Any = None,
-                 **options: Any) -> None:
+                 **options: Unpack[ProducerOptions]) -> None:
         if config is not None and not isinstance(config, ProducerConfig):
             raise InvalidArgument("config", "must be a ProducerConfig", config)
-        self._config = config = with_options(config or ProducerConfig(), options)
+        self._config = config = with_options(config or ProducerConfig(), options, Producer.__init__)
         self._source = source = route_source(lookupd, nsqd, source, lookup, lookup_options)
         self._pool = NodePool(source, config.connection, idle_timeout=config.idle_timeout,
                                    reconnect_delay=config.reconnect_delay,
@@ -127,8 +129,7 @@ class Producer:
         self._tasks: set[asyncio.Task[PublishResult]] = set()  # publish_nowait slow paths
         self._slow: dict[str, int] = {}  # topic -> its publish_nowait slow paths running
         self._linger = config.linger
-        # lingering batches per (topic, partition, node): a topic of several plain nodes
-        # round-robins over their connections, one batch each
+        # lingering batches per (topic, partition, node): plain nodes round-robin, a batch each
         self._lingering: dict[tuple[str, int | None, Address], Batch] = {}
         otel.producer_tracing(self, tracer_provider)  # spans, when asked for (observability.otel)
         self._meter = otel_metrics.producer_meter(self, self._meter, meter_provider)  # metrics

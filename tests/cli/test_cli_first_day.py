@@ -3,11 +3,12 @@ big together for one MPUB: each a clear answer (or just working), whatever the c
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
-from support import cli
+from support import bounded, cli
 
 COMMANDS = [("pub", "t"), ("lookup", "t"), ("tail", "t"), ("stats", "t"), ("top", "t", "--json")]
 
@@ -43,3 +44,35 @@ async def test_pub_batches_by_bytes_within_max_body_size(nsq_cluster: Any) -> No
     summary = json.loads(out)
     assert summary["messages"] == 8
     assert summary["commands"] >= 2  # 5 MiB per MPUB at most
+
+
+@pytest.mark.nsq_cluster(mode="classic", nodes=1)
+async def test_tail_prints_a_message_however_often_it_was_delivered(nsq_cluster: Any) -> None:
+    """A message requeued more times than a Consumer's default max_attempts (5) is still
+    printed by ``tail``: a reader that only looks never gives a message up (each tail that
+    exits gives back what it took, one more attempt each time)."""
+    from smartnsq import BackoffPolicy, Consumer, RequeuePolicy
+
+    await nsq_cluster.create_topic("seen", channels=["c"])
+    lookupd = nsq_cluster.lookupd_http_addresses[0]
+    code, _, err = await cli("pub", "seen", "--lookupd", lookupd, stdin="again\n")
+    assert code == 0, err
+    attempts: list[int] = []
+    six = asyncio.Event()
+
+    def bounce(message: Any) -> None:
+        attempts.append(message.attempts)
+        if len(attempts) == 6:
+            six.set()
+        raise RuntimeError("not yet")
+
+    async with Consumer("seen", "c", lookupd=[lookupd], handler=bounce, max_attempts=0,
+                        backoff_policy=BackoffPolicy(enabled=False),
+                        requeue_policy=RequeuePolicy(initial=0.0)) as consumer:
+        async with bounded(20):
+            await six.wait()
+        await consumer.close()
+    code, out, err = await cli("tail", "seen", "--channel", "c", "--lookupd", lookupd,
+                               "-n", "1", "--json", "--timeout", "20")
+    assert code == 0, err
+    assert json.loads(out)["body"] == "again" and json.loads(out)["attempts"] >= 7

@@ -406,3 +406,34 @@ def test_tls_and_compression_arguments() -> None:
                        "compression": "deflate", "deflate_level": 3, "connect_timeout": 2.0}
     with pytest.raises(InvalidArgument, match="snappy or deflate"):
         pynsq_options.connection_options({"snappy": True, "deflate": True})
+
+
+def test_max_tries_is_the_readers_own_past_the_cores_default(
+        cluster_of: Callable[..., DevCluster]) -> None:
+    """pynsq counts ``max_tries`` itself (``giving_up`` past it): the core consumer's own
+    give-up (5 attempts by default) must not finish the message first. With
+    ``max_tries=10`` a message failed six times reaches its seventh attempt."""
+    cluster = classic(cluster_of)
+    attempts: list[int] = []
+    gave_up: list[int] = []
+    done = threading.Event()
+
+    def handler(message: nsq.Message) -> bool:
+        attempts.append(message.attempts)
+        if message.attempts == 7:
+            done.set()
+            nsq.stop()
+            return True
+        message.requeue(delay=0, backoff=False)
+        return False
+
+    writer = nsq.Writer(cluster.nsqd_tcp_addresses)
+    writer.pub("t", b"again")
+    reader = nsq.Reader(topic="t", channel="c", message_handler=handler, max_tries=10,
+                        lookupd_http_addresses=cluster.lookupd_http_addresses,
+                        lookupd_poll_interval=1)
+    reader.giving_up = lambda message: gave_up.append(message.attempts)  # type: ignore
+    run_until(done)
+    assert attempts == [1, 2, 3, 4, 5, 6, 7] and gave_up == []
+    reader.close().result(10)
+    writer.close()

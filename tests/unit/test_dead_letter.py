@@ -106,7 +106,7 @@ def test_ordered_messages_are_parked_only_with_the_opt_in() -> None:
 
 
 @pytest.mark.parametrize(("options", "name"), [
-    ({"dead_letter": "orders_dead"}, "dead_letter"),  # no max_attempts
+    ({"dead_letter": "orders_dead", "max_attempts": 0}, "dead_letter"),  # never past it
     ({"dead_letter": "bad topic!", "max_attempts": 2}, "dead_letter"),
     ({"dead_letter": 42, "max_attempts": 2}, "dead_letter"),
     ({"dead_letter_ordered": True, "max_attempts": 2}, "dead_letter_ordered"),
