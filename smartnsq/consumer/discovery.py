@@ -7,6 +7,9 @@ partition without a leader (a failover: tens of seconds on a real cluster) is lo
 on a doubling delay rather than at the next regular poll, and a lost connection or a refused
 SUB (:meth:`Discovery.refresh`) starts a chase whose timing (``CHASE_*``) is
 :mod:`smartnsq.model.failover`'s, the same rule as the producers' wait for a route change.
+A SUB refused because the partition is not writable starts no chase (its leader is right):
+the writer view (``access=w``) is watched instead, and the partition listed there again
+re-applies the targets, which wakes the refused subscription at once.
 """
 
 from __future__ import annotations
@@ -19,7 +22,16 @@ from typing import Any
 
 from ..discovery.chase import ViewChase
 from ..errors import InvalidArgument, LookupFailed, TopicNotFound
-from ..model.failover import CHASE_FAST, CHASE_FAST_PERIOD, CHASE_FOR, CHASE_PERIOD, ROUND_TIMEOUT
+from ..model.failover import (
+    CHASE_FAST,
+    CHASE_FAST_PERIOD,
+    CHASE_FOR,
+    CHASE_PERIOD,
+    ROUND_TIMEOUT,
+    WRITERS_LOOK_EVERY,
+    listed_again,
+    still_refused,
+)
 from .targets import Target, missing_leaders, view_targets
 
 __all__ = ["CHASE_FAST", "CHASE_FAST_PERIOD", "CHASE_FOR", "CHASE_PERIOD", "ROUND_TIMEOUT",
@@ -52,6 +64,12 @@ class Discovery:
         self._task: asyncio.Task[None] | None = None
         self._chase: ViewChase | None = None
         self._last_view: Any = None
+        # partitions whose SUB was refused as not writable -> when last (loop time), the
+        # partitions the writer view listed last (None: not seen), and the look's timer
+        self._refused: dict[int, float] = {}
+        self._writers: set[int] | None = None
+        self._writers_watched = False
+        self._writers_look: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         """Begin in the background and return at once: a slow or silent lookupd delays the
@@ -142,10 +160,27 @@ class Discovery:
             await asyncio.sleep(self._delay(failures))
 
     def _on_topic_change(self, change: Any) -> None:
-        if change.topic != self.topic or change.access != "r" or self._closing:
+        if change.topic != self.topic or self._closing or change.new is None:
             return
-        if change.new is not None:
+        if change.access == "r":
             self._on_view(change.new)
+        elif change.access == "w":
+            self._on_writers(change.new)
+
+    def _on_writers(self, view: Any) -> None:
+        """Lookup's writer view changed (ours, or a producer's sharing the lookup manager):
+        a refused partition listed again takes writes again, so the subscriptions are
+        re-applied, which wakes the refused ones (:meth:`Subscriptions.apply`)."""
+        listed = {p for p, part in view.partitions.items() if part.leader is not None}
+        again = listed_again(self._refused, self._writers, listed)
+        self._writers = listed
+        if not again or self._last_view is None:
+            return
+        for p in again:
+            del self._refused[p]
+        log.info("%s: partitions %s listed for writers again; subscribing now", self.topic,
+                 sorted(again))
+        self._apply(view_targets(self._last_view, self._partitions))
 
     def _on_view(self, view: Any) -> None:
         if self._chase is not None:
@@ -165,15 +200,59 @@ class Discovery:
 
         self._chase.leaderless(missing_leaders(view, self._partitions), again)
 
-    def refresh(self) -> None:
+    def refresh(self, refused: int | None = None) -> None:
         """Ask lookup for a fresh view soon, and again until the view changes (the chase of
-        :class:`smartnsq.discovery.chase.ViewChase`)."""
-        if not self._closing and self._chase is not None:
+        :class:`smartnsq.discovery.chase.ViewChase`).
+
+        ``refused``: that partition's leader refused a SUB as not writable. Its leader is
+        right, so no chase; instead lookup's writer view (``access=w``, which lists a
+        youzan partition only while it takes writes) is watched and asked every
+        ``WRITERS_LOOK_EVERY`` s until ``WRITERS_WATCH_FOR`` s after the last refusal."""
+        if self._closing or self._chase is None:
+            return
+        if refused is None:
             self._chase.lost()
+            return
+        loop = asyncio.get_running_loop()
+        self._refused[refused] = loop.time()
+        if not self._writers_watched:
+            self._writers_watched = True
+            self.lookup.watch(self.topic, "w")  # (looked up at once when not known)
+        if self._writers_look is None:
+            self._writers_look = loop.call_later(WRITERS_LOOK_EVERY, self._look_writers)
+
+    def _look_writers(self) -> None:
+        self._writers_look = None
+        if self._closing:
+            return
+        loop = asyncio.get_running_loop()
+        self._refused = still_refused(self._refused, loop.time())
+        if not self._refused:
+            self._unwatch_writers()
+            return
+        try:
+            self.lookup.refresh(self.topic, "w")
+        except Exception as exc:
+            log.debug("lookup refresh failed: %s", exc)
+        self._writers_look = loop.call_later(WRITERS_LOOK_EVERY, self._look_writers)
+
+    def _unwatch_writers(self) -> None:
+        if self._writers_look is not None:
+            self._writers_look.cancel()
+            self._writers_look = None
+        if self._writers_watched:
+            self._writers_watched = False
+            self._writers = None
+            with contextlib.suppress(Exception):
+                self.lookup.unwatch(self.topic, "w")
 
     def stop(self) -> None:
         """Stop reacting (the consumer is closing); :meth:`close` releases the lookup."""
         self._closing = True
+        self._refused.clear()
+        if self._writers_look is not None:
+            self._writers_look.cancel()
+            self._writers_look = None
         if self._chase is not None:
             self._chase.stop()
         if self._task is not None:
@@ -186,6 +265,10 @@ class Discovery:
                 await self._task
         if self.lookup is None:
             return
+        if self._writers_watched:
+            self._writers_watched = False
+            with contextlib.suppress(Exception):
+                self.lookup.unwatch(self.topic, "w")
         if self._registered:
             with contextlib.suppress(Exception):
                 self.lookup.unwatch(self.topic, "r")

@@ -25,6 +25,7 @@ from ..errors import Action, InvalidArgument, NSQError, ProtocolError, ServerErr
 from ..message import Message
 from ..model.backoff import exponential_delay
 from ..model.dialect import DEFAULT_POLICY
+from ..model.failover import sub_probe_delay
 from ..model.partitions import NEVER_WRITTEN
 from ..model.routes import Address
 from ..protocol import commands
@@ -36,13 +37,14 @@ from .runtime import Runtime
 from .setoffset import set_offset
 from .targets import Starts, Target, sub_command
 
-__all__ = ["ABORT_GRACE", "Subscription", "Subscriptions", "reconnect_delay"]
+__all__ = ["ABORT_GRACE", "Subscription", "Subscriptions", "not_writable", "reconnect_delay"]
 
 log = logging.getLogger("smartnsq.consumer")
 
 # past a close's deadline: how long aborted connections and cancelled tasks get to unwind
 ABORT_GRACE: Final = 0.2
 _RECANCEL_EVERY: Final = 0.1  # how often stop() cancels again a task that outlived a cancel
+NOT_WRITABLE: Final = "E_FAILED_ON_NOT_WRITABLE"
 _SUB_ERRORS_LEARNT: Final = frozenset({"E_SUB_EXTEND_NEED", "E_SUB_EXTEND_FORBIDDON",
                                        "E_SUB_ORDER_IS_MUST"})
 
@@ -60,6 +62,7 @@ class Subscription:
         self.handshake: Connection | None = None
         self.wanted = True
         self.failures = 0
+        self.refused = 0  # SUBs refused in a row as not writable (E_FAILED_ON_NOT_WRITABLE)
         self.last_error: BaseException | None = None
         self._ext_guess: bool | None = None
         self._tag_told = False  # desired_tag on a topic without ext: said once
@@ -177,6 +180,14 @@ class Subscription:
                 self.owner.fatal(exc)
                 return
             self.failures += 1
+            if not_writable(exc):
+                # the leader is up but its channel disabled (catching up): probe it on a
+                # bounded pace, woken at once by lookup listing the partition for writers
+                self.refused += 1
+                self.owner.refused(self, exc)
+                await self._pause(self.owner.refused_delay(self.refused))
+                return
+            self.refused = 0
             self.owner.subscribe_failed(self, exc)
             await self._pause()
             return
@@ -188,6 +199,10 @@ class Subscription:
             return
         self.link = link
         self.failures = 0
+        if self.refused:
+            log.info("%s: %s/%s writable again: subscribed after %d refused SUBs", self.name,
+                     self.rt.topic, self.rt.channel, self.refused)
+            self.refused = 0
         flow = self.rt.flow
         try:
             flow.add(link)
@@ -222,8 +237,9 @@ class Subscription:
         log.info("%s: %s; resubscribing accordingly", self.name, exc.code)
         return True
 
-    async def _pause(self) -> None:
-        delay = self.owner.reconnect_delay(self.failures)
+    async def _pause(self, delay: float | None = None) -> None:
+        if delay is None:
+            delay = self.owner.reconnect_delay(self.failures)
         self._wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), delay)
@@ -349,6 +365,14 @@ def unworkable(exc: BaseException) -> bool:
     return getattr(exc, "retriable", True) is False
 
 
+def not_writable(exc: BaseException) -> bool:
+    """A SUB refused because the partition takes no writes now: youzan's leader disables its
+    channels while it is below its write quorum or catching up, and says so for a SUB with
+    ``E_FAILED_ON_NOT_WRITABLE``. Not a failed node: it is asked again on the partition's
+    probe pace (:func:`smartnsq.model.failover.sub_probe_delay`)."""
+    return isinstance(exc, ServerError) and exc.code == NOT_WRITABLE
+
+
 def reconnect_delay(config: ConsumerConfig, failures: int) -> float:
     """The wait before the next attempt after ``failures`` consecutive ones (jittered)."""
     return exponential_delay(config.reconnect_delay, config.reconnect_max, failures, 0.5)
@@ -358,10 +382,13 @@ class Subscriptions:
     """The consumer's subscriptions, one per target; opened and closed as targets change.
 
     ``refresh()`` asks for a fresh lookup (``None`` with ``nsqd=`` addresses: nothing to
-    look up); ``fatal(error)`` closes the consumer with an error retrying cannot fix.
+    look up), ``refresh(partition)`` says that partition refused a SUB as not writable (watch
+    lookup's writer view for it, and re-apply the targets when it is listed again: every
+    :meth:`apply` wakes the refused subscriptions); ``fatal(error)`` closes the consumer
+    with an error retrying cannot fix.
     """
 
-    def __init__(self, rt: Runtime, *, static: bool, refresh: Callable[[], None] | None,
+    def __init__(self, rt: Runtime, *, static: bool, refresh: Callable[..., None] | None,
                  fatal: Callable[[BaseException], None]) -> None:
         self.rt = rt
         self.static = static
@@ -379,6 +406,23 @@ class Subscriptions:
     def refresh(self) -> None:
         if self._refresh is not None and not self.closing:
             self._refresh()
+
+    def refused_delay(self, refusals: int) -> float:
+        config = self.rt.config
+        return sub_probe_delay(refusals, config.reconnect_delay, config.reconnect_max)
+
+    def refused(self, sub: Subscription, exc: BaseException) -> None:
+        """``sub``'s SUB was refused as not writable: count it, say it once per outage, and
+        have discovery watch lookup's writer view for the partition's return."""
+        rt = self.rt
+        rt.meter.partition(sub.target.partition).subscribe_failures += 1
+        level = logging.WARNING if sub.refused == 1 else logging.DEBUG
+        log.log(level, "%s: %s/%s partition %s not writable now (%s): subscribing again when "
+                "lookup lists it for writers, or within %gs", sub.name, rt.topic, rt.channel,
+                sub.target.partition, getattr(exc, "code", exc),
+                self.refused_delay(sub.refused))
+        if self._refresh is not None and not self.closing:
+            self._refresh(sub.target.partition)
 
     def subscribe_failed(self, sub: Subscription, exc: BaseException) -> None:
         rt = self.rt
@@ -420,6 +464,8 @@ class Subscriptions:
             elif existing.target != target:
                 existing.retarget(target)
                 existing.wake()
+            elif existing.refused:
+                existing.wake()  # a lookup change: the evidence a refused SUB waits for
 
     def links(self) -> list[Link]:
         """The live links."""

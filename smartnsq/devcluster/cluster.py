@@ -18,7 +18,8 @@ fault                          what a client sees
 ``move_leader``                the old leader answers PUB ``E_FAILED_ON_NOT_LEADER``,
                                lookups name the new leader
 ``set_writable(..., False)``   PUB ``E_FAILED_ON_NOT_WRITABLE``; ``access=w`` lookups
-                               hide the partition, ``access=r`` still list it
+                               hide the partition, ``access=r`` still list it; with
+                               ``refuse_sub=True`` a new SUB is refused the same way
 ``stop_lookupd``               that lookupd refuses connections; if it led, another
                                lookupd becomes leader (``/listlookup``)
 ``cut_connections``            (proxied) every open client connection closes at once
@@ -464,9 +465,15 @@ class DevCluster:
         new = self.state.move_leader(topic, partition, target)
         return None if new is None else self.node(new)
 
-    def set_writable(self, topic: str, partition: int, writable: bool) -> None:
-        """Disable (or re-enable) writes on a partition, as during an ISR shortage."""
-        self.state.set_writable(topic, partition, writable)
+    def set_writable(self, topic: str, partition: int, writable: bool, *,
+                     refuse_sub: bool = False) -> None:
+        """Disable (or re-enable) writes on a partition, as during an ISR shortage.
+
+        ``refuse_sub=True`` (with ``writable=False``) disables the leader's channels too, as
+        the real leader does while below its write quorum or catching up: a new ``SUB`` is
+        refused with ``E_FAILED_ON_NOT_WRITABLE`` (fatal) until writes come back; the
+        consumers already subscribed keep theirs."""
+        self.state.set_writable(topic, partition, writable, refuse_sub=refuse_sub)
 
     def tombstone(self, ref: NodeRef, tombstoned: bool = True) -> None:
         """Hide a node from ``access=w`` lookups (``/topic/tombstone``), or restore it."""

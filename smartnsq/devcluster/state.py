@@ -188,6 +188,9 @@ class PartitionInfo:
     leader: str | None  # node_id, None while no leader is elected
     replicas: list[str]
     writable: bool = True
+    # True while the leader's channels are disabled too (a leader below its write quorum or
+    # catching up, youzan's DisableConsume): SUB is refused E_FAILED_ON_NOT_WRITABLE
+    refuses_sub: bool = False
     # False between a cluster check naming the leader and that nsqd taking the lead (slow
     # topic creation): read lookups list the leader, the nsqd answers E_FAILED_ON_NOT_LEADER
     leader_ready: bool = True
@@ -436,9 +439,11 @@ class ClusterState:
         self.emit("leader_moved", topic=topic, partition=partition, old=old, new=node_id)
         return node_id
 
-    def set_writable(self, topic: str, partition: int, writable: bool) -> None:
+    def set_writable(self, topic: str, partition: int, writable: bool, *,
+                     refuse_sub: bool = False) -> None:
         p = self.partition(topic, partition)
         if p is None:
             raise KeyError(f"{topic}/{partition}")
         p.writable = writable
+        p.refuses_sub = refuse_sub and not writable
         self.emit("writable_changed", topic=topic, partition=partition, writable=writable)

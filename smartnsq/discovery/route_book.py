@@ -13,7 +13,8 @@ the decisions of :mod:`smartnsq.model.failover` with timers:
   stays open is *held* on that leader (``TopicRoutes.held``): youzan hides a partition that
   refuses writes (a dead replica, an ISR shrink, a catch-up) although its leader is alive,
   and that leader is the first to know when writes work again. Pinned publishes keep going
-  there (they get ``E_FAILED_ON_NOT_WRITABLE`` and probe again, one at a time per partition:
+  there (they get ``E_FAILED_ON_NOT_WRITABLE`` and probe again, one at a time per partition,
+  the turns further apart per refusal up to ``PROBE_PERIOD_MAX``:
   :meth:`RouteBook.probe_delay`); unpinned ones skip held partitions. A hold ends when lookup
   names a leader again, the connection closes, or the node answers that it does not lead the
   partition or leaves a publish unanswered (a stalled node: a probe would only queue behind
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from ..model import failover as policy
-from ..model.failover import Chase, holds, probe_turn, wait_delay
+from ..model.failover import Chase, ProbePace, holds, wait_delay
 from ..model.routes import Address, RouteSource, TopicRoutes, describe
 from .race import outcome_read
 
@@ -47,6 +48,7 @@ __all__ = ["Pause", "RouteBook"]
 log = logging.getLogger("smartnsq.pool")  # (the logger users already filter on)
 
 NOT_WRITABLE = "E_FAILED_ON_NOT_WRITABLE"
+_NOT_REFUSING = ProbePace()
 
 
 class RouteBook:
@@ -74,7 +76,8 @@ class RouteBook:
         self._waiters: dict[str, list[tuple[asyncio.Future[None], int | None]]] = {}
         self.polling: dict[str, asyncio.TimerHandle] = {}  # chase timers while waited on
         self._chases: dict[str, Chase] = {}
-        self._probes: dict[tuple[str, int], float] = {}  # next free probe time per partition
+        # per refusing partition: refusals in a row and its next free probe turn
+        self._probes: dict[tuple[str, int], ProbePace] = {}
         # partitions dropped by lookup while their leader was stalled: that leader, to hold
         # them on once it answers again (``rehold``)
         self._lost: dict[tuple[str, int], Address] = {}
@@ -226,15 +229,15 @@ class RouteBook:
     def probe_delay(self, topic: str, partition: int, period: float,
                     horizon: float) -> float | None:
         """This caller's turn to probe a partition that refused writes (see
-        :func:`~smartnsq.model.failover.probe_turn`): seconds to wait, or None when no turn
-        is free within ``horizon`` (the caller's own back-off: it waits that, woken early by
-        :meth:`writable` or a route change)."""
+        :class:`~smartnsq.model.failover.ProbePace`: turns ``period`` apart at first, the gap
+        doubling per refusal up to ``PROBE_PERIOD_MAX``): seconds to wait, or None when no
+        turn is free within ``horizon`` (the caller's own back-off: it waits that, woken
+        early by :meth:`writable` or a route change)."""
         key = (topic, partition)
         now = asyncio.get_running_loop().time()
-        turn = probe_turn(self._probes.get(key, 0.0), now, period, horizon)
+        self._probes[key], turn = self._probes.get(key, _NOT_REFUSING).turn(now, period, horizon)
         if turn is None:
             return None
-        self._probes[key] = turn
         return turn - now
 
     def after_failure(self, topic: str, partition: int | None, delay: float, *,

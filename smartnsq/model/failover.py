@@ -15,7 +15,15 @@ the Spark driver's :class:`~smartnsq.spark.cluster.LeaderWait`) only keep the st
   per ``FAST_POLL_REARM`` s) and the consumers' (a chase lasts ``CHASE_FOR`` s after the last
   loss; losses during a chase do not restart its fast window).
 * **Probe turns.** A partition whose leader refuses writes for now (``E_FAILED_ON_NOT_WRITABLE``)
-  is asked by one publish at a time, ``period`` apart (:func:`probe_turn`).
+  is asked by one publish at a time, ``period`` apart (:func:`probe_turn`), the period
+  doubling per refused probe after the first ``PROBES_AT_BASE`` up to ``PROBE_PERIOD_MAX``
+  (:class:`ProbePace`): a partition refusing for minutes costs its leader about one refused
+  command per ``PROBE_PERIOD_MAX``.
+* **Refused subscriptions.** A consumer's ``SUB`` refused because the partition is not
+  writable (the leader's channels are disabled while it catches up) is asked again on the
+  same bounded pace (:func:`sub_probe_delay`, at most ``SUB_PROBE_MAX`` apart), and at once
+  when lookup lists the partition for writers again (:func:`listed_again`): the evidence that
+  wakes the publishers.
 * **Holds.** A partition lookup stops listing while its leader's connection still answers is
   held on that leader (:func:`holds`): youzan hides partitions that refuse writes, and the
   leader is the first to know when they work again.
@@ -26,9 +34,11 @@ the Spark driver's :class:`~smartnsq.spark.cluster.LeaderWait`) only keep the st
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import random
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+from .backoff import exponential_delay
 from .routes import Address
 
 __all__ = [
@@ -40,14 +50,23 @@ __all__ = [
     "FAST_POLL_FOR",
     "FAST_POLL_REARM",
     "LEADER_WAIT_FIRST",
+    "PROBES_AT_BASE",
+    "PROBE_PERIOD_MAX",
     "ROUND_TIMEOUT",
+    "SUB_PROBE_MAX",
+    "WRITERS_LOOK_EVERY",
+    "WRITERS_WATCH_FOR",
     "Chase",
     "Hold",
     "LeaderWaitStep",
+    "ProbePace",
     "Step",
     "holds",
     "leader_wait",
+    "listed_again",
     "probe_turn",
+    "still_refused",
+    "sub_probe_delay",
     "wait_delay",
 ]
 
@@ -63,6 +82,15 @@ CHASE_FAST_PERIOD = 0.05  # ... and between the rounds of the first CHASE_FAST s
 CHASE_FOR = 10.0  # s after the last loss those refreshes go on (or until the view changes)
 CHASE_FAST = 5.0  # s after a loss during which they are rounds of their own (not spaced):
 # the real cluster's slowest graceful handoffs took 1.3-4.1 s (docs/devcluster.md)
+
+# a partition whose leader refuses writes for now (E_FAILED_ON_NOT_WRITABLE): how often it is
+# asked again. The real cluster keeps a partition unwritable for 22-49 s after a replica's
+# loss and 93-139 s while a spare catches up (docs/reliability.md, "Recovery pace")
+PROBE_PERIOD_MAX = 1.0  # s: the longest gap between two publishes probing one partition
+PROBES_AT_BASE = 2  # refused probes of a partition at the producer's retry_delay, then doubling
+SUB_PROBE_MAX = 2.0  # s: the longest gap between two SUBs of a partition refusing them
+WRITERS_LOOK_EVERY = 1.0  # s: a consumer with a refused SUB asks lookup's writer view so often
+WRITERS_WATCH_FOR = 10.0  # s after a partition's last refused SUB the writer view is watched
 
 # the Spark driver and executors: waiting for a partition's leader, blocking
 LEADER_WAIT_FIRST = 0.1  # s the first pause; it doubles per failure up to 2 s
@@ -126,6 +154,63 @@ def probe_turn(next_free: float, now: float, period: float, horizon: float) -> f
     if turn - now > horizon:
         return None
     return turn
+
+
+class ProbePace(NamedTuple):
+    """One refusing partition's probe turns: how many probes it refused in a row and the last
+    turn handed out (0: none). The empty value is "not refusing"."""
+
+    refusals: int = 0
+    next_free: float = 0.0
+
+    def period(self, base: float, cap: float = PROBE_PERIOD_MAX) -> float:
+        """The gap between turns now: ``base`` for the first ``PROBES_AT_BASE`` refusals (a
+        short refusal, a fresh leader's 0.3 s, is over quickly), then doubled per refusal, at
+        most ``cap`` (never below ``base``: a user's slower ``retry_delay`` stays)."""
+        n = min(max(self.refusals - PROBES_AT_BASE, 0), 62)
+        return max(base, min(cap, base * (1 << n)))
+
+    def turn(self, now: float, base: float, horizon: float,
+             cap: float = PROBE_PERIOD_MAX) -> tuple[ProbePace, float | None]:
+        """A refused probe asks for the next turn: the pace after counting the refusal, and
+        the time of the turn (:func:`probe_turn` at the grown period), or None when it is
+        more than ``horizon`` away (the pace is unchanged then: nothing was handed out)."""
+        grown = ProbePace(self.refusals + 1, self.next_free)
+        at = probe_turn(self.next_free, now, grown.period(base, cap), horizon)
+        if at is None:
+            return grown, None
+        return ProbePace(grown.refusals, at), at
+
+
+def sub_probe_delay(refusals: int, base: float, most: float, rng: random.Random | None = None,
+                    cap: float = SUB_PROBE_MAX) -> float:
+    """The pause before the next ``SUB`` of a partition that refused ``refusals`` in a row as
+    not writable: the consumer's reconnect back-off (``base`` doubling, jittered), but at most
+    ``cap`` (or ``base``, when the user's first delay is longer) and never past ``most`` (the
+    consumer's ``reconnect_delay_max``). The leader is alive and answers; only its channel is
+    disabled while it catches up, so the reconnect back-off's minute-long ceiling would only
+    make the consumer resume late."""
+    return exponential_delay(base, min(most, max(cap, base)), refusals, 0.5, rng)
+
+
+def listed_again(refused: Iterable[int], before: Iterable[int] | None,
+                 after: Iterable[int]) -> set[int]:
+    """The refused partitions lookup's writer view (``access=w``) lists now and did not list
+    before (``before`` None: not known; every listed one counts): youzan lists a partition for
+    writers only while it takes writes, so that is when a refused ``SUB`` is worth asking
+    again at once."""
+    now = set(after)
+    was = set(before) if before is not None else set()
+    return {p for p in refused if p in now and p not in was}
+
+
+def still_refused(refused: Mapping[int, float], now: float,
+                  keep: float = WRITERS_WATCH_FOR) -> dict[int, float]:
+    """The partitions (with the time of their last refused ``SUB``) still worth watching the
+    writer view for at ``now``: refused within ``keep`` s. A partition whose SUB went through
+    is refused no more, so its watch lapses ``keep`` s after its last refusal (a refusing one
+    is refused at least every ``SUB_PROBE_MAX`` s)."""
+    return {p: at for p, at in refused.items() if now - at < keep}
 
 
 def wait_delay(decided: float, *, reheld: bool, turn: float | None) -> float:

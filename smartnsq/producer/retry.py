@@ -16,9 +16,10 @@ unknown topic, any error whose
 ``retriable`` flag is false, anything
 unexpected
 ``E_FAILED_ON_NOT_WRITABLE`` for a     refresh lookup, then probe the same leader again
-pinned message                         at the partition's next probe turn (one per
-                                       ``retry_delay`` per partition; the first success
-                                       wakes the rest): the leader knows first
+pinned message                         at the partition's next probe turn (per partition
+                                       ``retry_delay`` apart at first, then further apart
+                                       per refusal up to 1 s; the first success wakes the
+                                       rest): the leader knows first
 ``E_TOPIC_NOT_EXIST`` after a publish  ask lookup first (``check_topic``): gone, or no
                                        lookup to ask (``nsqd=``: the node is the authority),
                                        gives up with ``TopicNotFound`` (:func:`topic_gone`);

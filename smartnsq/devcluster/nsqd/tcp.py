@@ -683,6 +683,8 @@ class NsqdConnection(PublishCommands, asyncio.Protocol):
                         "this topic is not extended and should not identify as extend support.")
         if not p.serving(self.node.node_id):
             raise fatal("E_FAILED_ON_NOT_LEADER")
+        if p.refuses_sub:  # the leader's channels are disabled (channel.AddClient refuses)
+            raise fatal("E_FAILED_ON_NOT_WRITABLE")
         if info.disable_channel_auto_create and not isinstance(p.channels.get(channel_name),
                                                                 Channel):
             raise fatal("E_SUB_CHANNEL_NOT_REGISTERED", "channel is not registered under topic.")
