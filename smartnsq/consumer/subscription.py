@@ -174,6 +174,8 @@ class Subscription:
             self.last_error = exc
             if self._learn(exc):
                 return
+            if isinstance(exc, ProtocolError) and self.owner.no_nsqd_given(self, exc):
+                return
             if unworkable(exc):
                 # the configuration cannot work (a refused certificate, a SUB the server will
                 # never take): retrying would not help, so the consumer stops and says why
@@ -199,6 +201,7 @@ class Subscription:
             return
         self.link = link
         self.failures = 0
+        self.owner.served = True
         if self.refused:
             log.info("%s: %s/%s writable again: subscribed after %d refused SUBs", self.name,
                      self.rt.topic, self.rt.channel, self.refused)
@@ -399,6 +402,24 @@ class Subscriptions:
         # subscriptions no longer wanted, still being closed (in the background)
         self._retiring: dict[asyncio.Task[None], Subscription] = {}
         self.closing = False
+        self.served = False  # some subscription was ever made
+        self._not_nsq: dict[tuple[Address, int | None], BaseException] = {}
+
+    def no_nsqd_given(self, sub: Subscription, exc: ProtocolError) -> bool:
+        """Whether every address given with ``nsqd=`` answered as no nsqd (an HTTP port, bytes
+        that are no NSQ stream) before any subscription was made: a wrong configuration, as
+        the same mistake with ``lookupd=`` is, so the consumer closes with the error at once
+        (the first address's, in the order given) instead of retrying for ever. One nsqd
+        among them, or one that answered before, and the others are retried with back-off.
+        """
+        if not self.static or self.served:
+            return False
+        self._not_nsq[sub.target.key] = exc
+        if not all(key in self._not_nsq for key in self.subs):
+            return False
+        first = next(key for key in self.subs if key in self._not_nsq)
+        self.fatal(self._not_nsq[first])
+        return True
 
     def reconnect_delay(self, failures: int) -> float:
         return reconnect_delay(self.rt.config, failures)

@@ -51,6 +51,7 @@ MAX_HEAD: Final = 64 * 1024
 MAX_HEADERS: Final = 100
 _MAX_CHUNK_LINE: Final = 1024
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_FRAME_HEADER: Final = 8  # an NSQ frame's size and type: what says a frame answered
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,8 @@ class ResponseParser:
             return None
         if not data:  # (h11 reads b"" as the peer's close)
             return None
-        if self._state == _HEAD:
-            self._watch_head(data)
+        if self._state == _HEAD and not self._watch_head(data):
+            return None  # not HTTP, and what it is not yet known: h11 is not given it
         self._conn.receive_data(data)
         return self._events()
 
@@ -228,6 +229,8 @@ class ResponseParser:
         """The peer closed: the answer if a close-delimited body just ended, else an error."""
         if self._state != _DONE:
             self._eof = True
+            if self._head and not looks_like_http(self._head):  # a cut frame header
+                raise NotHttp(describe_start(self._head[:256]))
             self._conn.receive_data(b"")
             answer = self._events()
             if answer is not None:
@@ -236,14 +239,17 @@ class ResponseParser:
 
     # -- parts ----------------------------------------------------------------------------------
 
-    def _watch_head(self, data: bytes) -> None:
+    def _watch_head(self, data: bytes) -> bool:
         """What h11 takes that this client does not: a start that is not HTTP (said at once,
         not when the peer closes), a whole head over ``max_head`` arriving in one piece, and
-        folded header lines."""
+        folded header lines. False while the start is not HTTP and what it is still unsaid."""
         room = self._max_head + 4 - len(self._head)
         if room > 0:
             self._head += data[:room]
         if not looks_like_http(self._head):
+            if len(self._head) < _FRAME_HEADER and self._head[0] == 0:
+                return False  # perhaps an NSQ frame's size, its type still to come (nsqd
+                # writes them apart): what it is can be said once the header is whole
             raise NotHttp(describe_start(self._head[:256]))
         end = self._head.find(b"\r\n\r\n")
         if end < 0 and len(self._head) > self._max_head:  # (h11 bounds only an unfinished one)
@@ -254,6 +260,7 @@ class ResponseParser:
             if at >= 0:
                 line = bytes(head[at + 2:at + 62])
                 raise HttpError(f"malformed header line {first_line(line, 60)!r}")
+        return True
 
     def _events(self) -> Response | None:
         while True:

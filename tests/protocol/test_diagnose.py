@@ -39,6 +39,23 @@ def test_an_nsq_frame_where_http_was_expected_names_nsqds_tcp_port() -> None:
     assert "E_BAD_PROTOCOL" in text and "4150" in text and "4161" in text
 
 
+@pytest.mark.parametrize("cut", [1, 4, 7])
+def test_an_nsq_frame_written_in_pieces_is_still_named(cut: int) -> None:
+    """The real nsqd 1.3.0 writes an error frame's size and the rest apart: four bytes of
+    size alone are no verdict yet ("binary data (00 00 00 20)"); the frame, once whole
+    enough, is named as such; a peer that closes after part of a header gets the bytes
+    named."""
+    parser = ResponseParser(max_body=1 << 20)
+    assert parser.feed(BAD_PROTOCOL[:cut]) is None
+    with pytest.raises(NotHttp) as info:
+        parser.feed(BAD_PROTOCOL[cut:])
+    assert "4150" in lookupd_hint(info.value.found) and "E_BAD_PROTOCOL" in info.value.found
+    closed = ResponseParser(max_body=1 << 20)
+    assert closed.feed(BAD_PROTOCOL[:cut]) is None
+    with pytest.raises(NotHttp, match="binary data"):
+        closed.feed_eof()
+
+
 def test_a_close_mid_answer_says_what_began() -> None:
     parser = ResponseParser(max_body=1 << 20)
     parser.feed(b"HTTP/1.1 200 OK\r\nContent-")
