@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -51,6 +52,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
 
 _DEFAULT_LOOKUPD_ENV = "SMARTNSQ_LOOKUPD"
 
@@ -222,7 +224,8 @@ def _setup_logging(verbose: int, debug: bool, stderr: TextIO) -> Callable[[], No
 
 def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
          stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """Run one command; return its exit status (0 success, 1 failure, 2 usage, 130 Ctrl-C)."""
+    """Run one command; return its exit status (0 success, 1 failure, 2 usage, 130 Ctrl-C,
+    143 SIGTERM)."""
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     parser = build_parser()
@@ -259,8 +262,30 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None,
         restore_logging()
 
 
+def _sigterm_as_ctrl_c() -> tuple[list[int], Callable[[], None]]:
+    """SIGTERM (a container runtime's stop, ``kill PID``, ``timeout``) made Ctrl-C: the
+    command's cleanup runs as for SIGINT (asyncio cancels the command's task; tail gives back
+    what it took) instead of the process ending on the spot. Main thread only (the one a
+    signal handler runs on); returns the signals received and the undo."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        return got, lambda: None
+
+    def on_term(signum: int, _frame: Any) -> None:
+        got.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return got, restore
+
+
 def _run(args: argparse.Namespace, err: TextIO, out: TextIO) -> int:
     handler = args.handler
+    terminated, restore = _sigterm_as_ctrl_c()
     try:
         result = handler(args)
         if asyncio.iscoroutine(result):
@@ -268,9 +293,9 @@ def _run(args: argparse.Namespace, err: TextIO, out: TextIO) -> int:
         return int(result or 0)
     except KeyboardInterrupt:
         if args.command == "tail":
-            return EXIT_OK  # Ctrl-C is how a tail without -n ends
-        err.write("interrupted\n")
-        return EXIT_INTERRUPTED
+            return EXIT_OK  # Ctrl-C (or SIGTERM) is how a tail without -n ends
+        err.write("terminated\n" if terminated else "interrupted\n")
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader went away (smartnsq tail ... | head): stop quietly
         with contextlib.suppress(OSError, ValueError):
@@ -287,6 +312,8 @@ def _run(args: argparse.Namespace, err: TextIO, out: TextIO) -> int:
             raise
         err.write(f"smartnsq {args.command}: error: {_describe(exc)}\n")
         return EXIT_FAILED
+    finally:
+        restore()
 
 
 def _describe(exc: BaseException) -> str:

@@ -373,8 +373,15 @@ class Pump:
 
     async def next(self, wait: float) -> Any:
         """The next message, ``None`` once the consumer ended; ``TimeoutError`` after
-        ``wait`` seconds without one."""
-        return await asyncio.wait_for(self._queue.get(), wait)
+        ``wait`` seconds without one.
+
+        ``asyncio.timeout`` where there is one (3.11): 3.11's ``wait_for`` can swallow the
+        cancel Ctrl-C brings (asyncio.run cancels the command's task) when it meets the
+        timeout or a message, and the command then runs on until a second Ctrl-C."""
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(wait):
+                return await self._queue.get()
+        return await asyncio.wait_for(self._queue.get(), wait)  # pragma: no cover - 3.10
 
     def ended(self) -> bool:
         """Whether the consumer stopped delivering; raises the error that stopped it."""

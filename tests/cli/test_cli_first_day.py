@@ -76,3 +76,64 @@ async def test_tail_prints_a_message_however_often_it_was_delivered(nsq_cluster:
                                "-n", "1", "--json", "--timeout", "20")
     assert code == 0, err
     assert json.loads(out)["body"] == "again" and json.loads(out)["attempts"] >= 7
+
+
+@pytest.mark.nsq_cluster(mode="classic", nodes=1)
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+async def test_one_signal_ends_tail_and_gives_back_what_it_took(nsq_cluster: Any,
+                                                                signame: str) -> None:
+    """One Ctrl-C (SIGINT) ends ``tail`` (the first was sometimes lost: 3.11's ``wait_for``
+    swallowed asyncio.run's cancel), and so does ``kill PID`` (SIGTERM: what a container
+    runtime and ``timeout`` send), the way Ctrl-C does: cleanup runs (tail gives back what it
+    took), no traceback, exit 0 (any other command: 130 and 143)."""
+    import os
+    import signal
+    import sys
+    from pathlib import Path
+
+    from smartnsq import Producer
+
+    root = Path(__file__).resolve().parents[2]
+    await nsq_cluster.create_topic("term", channels=["c"])
+    lookupd = nsq_cluster.lookupd_http_addresses[0]
+    async with Producer(lookupd=[lookupd]) as producer:
+        await producer.publish_many("term", [b"a", b"b", b"c"])
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("SMARTNSQ_LOOKUPD", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "smartnsq", "tail", "term", "--channel", "c", "--lookupd",
+        lookupd, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env, cwd=root)
+    assert proc.stdout is not None
+    async with bounded(30):
+        first = await proc.stdout.readline()  # it is reading
+        assert first.strip() == b"a"
+        proc.send_signal(getattr(signal, signame))
+        _, err = await proc.communicate()
+    assert proc.returncode == 0 and b"Traceback" not in err, err.decode()
+    channel = nsq_cluster.state.topics["term"].partitions[0].channels["c"]
+    assert channel.in_flight == 0  # given back, not left to time out
+
+
+@pytest.mark.nsq_cluster(mode="classic", nodes=1)
+async def test_sigterm_ends_other_commands_with_143(nsq_cluster: Any) -> None:
+    """``top`` runs until stopped: SIGTERM ends it at once with 143 and one line."""
+    import os
+    import signal
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    await nsq_cluster.create_topic("topterm", channels=["c"])
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("SMARTNSQ_LOOKUPD", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "smartnsq", "top", "topterm", "--interval", "0.2", "--lookupd",
+        nsq_cluster.lookupd_http_addresses[0], stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env, cwd=root)
+    assert proc.stdout is not None
+    async with bounded(30):
+        assert b"topterm" in await proc.stdout.readuntil(b"topterm")  # the table is drawn
+        proc.send_signal(signal.SIGTERM)
+        _, err = await proc.communicate()
+    assert proc.returncode == 143 and err.decode().strip() == "terminated", err.decode()
