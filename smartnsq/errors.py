@@ -508,15 +508,15 @@ class DataLoss(ClusterError):
 
 
 class PartitionUnavailable(ClusterError):
-    """A partition had no usable leader for longer than ``leaderTimeout``."""
+    """A partition had no leader serving reads for longer than ``leaderTimeout``."""
 
     def __init__(self, topic: str, partition: int | None, condition: str,
                  waited: float) -> None:
         where = topic if partition is None else f"{topic}/{partition}"
         super().__init__(
-            f"{where} had no usable leader for {waited:.0f}s ({condition}); "
-            "fix: bring its nsqd back or let the cluster elect a leader, or raise the "
-            "leaderTimeout option")
+            f"{where} had no usable leader for {waited:.0f}s ({condition}); fix: bring its "
+            "nsqd back, or let the cluster elect a leader and enable consumption on it, or "
+            "raise the leaderTimeout option")
         self.topic = topic
         self.partition = partition
         self.condition = condition

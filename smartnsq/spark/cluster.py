@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -43,14 +42,12 @@ from ..errors import (
     InvalidArgument,
     LookupFailed,
     NSQError,
-    PartitionUnavailable,
     ProtocolError,
     ServerError,
     Timeout,
     TopicNotFound,
 )
 from ..message import CopyFins
-from ..model.failover import LEADER_WAIT_FIRST, leader_wait
 from ..model.partitions import fin_at_once, rdy_ceiling, subscription
 from ..model.routes import parse_address
 from ..protocol import commands
@@ -60,6 +57,7 @@ from ..protocol.frames import MessageFrame, MessageLayout
 from ..protocol.lookup import Node, TopicView
 from ..transport.connection import Connection
 from ..transport.loop_thread import LoopThread
+from .conditions import LeaderWait, condition_of, is_transient
 from .options import ClusterOptions
 
 __all__ = [
@@ -68,6 +66,7 @@ __all__ = [
     "LeaderWait",
     "RangeReader",
     "TopicLayout",
+    "condition_of",
     "is_transient",
     "offset_at",
     "read_range",
@@ -105,7 +104,7 @@ class TopicLayout:
     """A topic as the source sees it: partitions, their leaders, ordering and ext flags.
 
     ``partitions`` is every partition the topic has, with a leader now or not: a partition
-    between two leaders (21-49 s after a real node's death) is absent from ``leaders`` but
+    between two leaders (23-27 s after a real node's death) is absent from ``leaders`` but
     still one of the topic's partitions, whose offsets the stream must keep.
     """
 
@@ -135,64 +134,6 @@ class TopicLayout:
         count = max([view.partition_num, *(p + 1 for p in view.partitions)])
         return cls(view.topic, view.ordered, view.extend_support, leaders,
                    tuple(range(count)))
-
-
-_TRANSIENT_CODES = ("E_FAILED_ON_NOT_LEADER", "E_FAILED_ON_NOT_WRITABLE", "E_TOPIC_NOT_EXIST")
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is a cluster condition that waiting for a leader can clear."""
-    if isinstance(exc, ClusterError):
-        return exc.transient
-    if isinstance(exc, AdminError):
-        return exc.retriable
-    if isinstance(exc, ServerError):
-        return exc.code in _TRANSIENT_CODES
-    if isinstance(exc, LookupFailed):  # not a missing topic, nor a port that is no lookupd
-        return exc.retriable
-    return isinstance(exc, (ConnectionFailed, Timeout, OSError))
-
-
-def condition_of(exc: BaseException) -> str:
-    """A short, one-line description of a transient condition (for the final error)."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:300]
-
-
-class LeaderWait:
-    """Retries a partition's transient conditions until ``timeout`` s have passed.
-
-    One per partition and operation: ``failed(exc)`` sleeps a growing back-off and returns
-    when the caller should try again, or raises :class:`PartitionUnavailable` (or ``exc``
-    itself, when it is not transient) once the time is up. ``progressed()`` restarts the
-    clock: a read that moved forward between two failures is not stuck. The timing is
-    :func:`smartnsq.model.failover.leader_wait`'s; this is its blocking shell.
-    """
-
-    def __init__(self, topic: str, partition: int | None, timeout: float) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.timeout = timeout
-        self._since: float | None = None
-        self._delay = LEADER_WAIT_FIRST
-
-    def progressed(self) -> None:
-        self._since = None
-        self._delay = LEADER_WAIT_FIRST
-
-    def failed(self, exc: BaseException) -> None:
-        if not is_transient(exc):
-            raise exc
-        if self._since is None:
-            log.warning("%s/%s: %s; waiting for a leader (up to %gs)", self.topic,
-                        self.partition, condition_of(exc), self.timeout)
-        step, waited = leader_wait(self._since, time.monotonic(), self._delay, self.timeout)
-        self._since = step.since
-        if step.sleep is None:
-            raise PartitionUnavailable(self.topic, self.partition, condition_of(exc),
-                                       waited) from exc
-        time.sleep(step.sleep)
-        self._delay = step.next_delay
 
 
 class ClusterClient:
@@ -319,10 +260,16 @@ class ClusterClient:
                            lambda: self._admin.stats(address, topic, channel,
                                                      partition=partition, leader_only=True))
         entry = stats.topic(topic, partition)
-        if entry is None or entry.leader is False:
-            raise ClusterError(f"{address} does not lead {topic}/{partition} (its stats do "
-                               "not list it); the leader may have moved", transient=True)
+        if entry is None:
+            raise ClusterError(f"{address} does not lead {topic}/{partition} (its /stats do "
+                               "not list the partition); the leader may have moved",
+                               transient=True)
+        if entry.leader is False:
+            raise ClusterError(f"{address} does not lead {topic}/{partition} yet (its /stats "
+                               "list the partition with is_leader false: an election or a "
+                               "handoff is not finished)", transient=True)
         return entry
+
 
     # -- channels ---------------------------------------------------------------------------
 
@@ -421,6 +368,7 @@ class RangeReader:
         self._exact_start = exact_start
         self._fail_on_data_loss = fail_on_data_loss
         self._error: BaseException | None = None
+        self.gap: int | None = None  # a first message past ``start`` (_check_first)
         self.done = start >= end
 
     async def open(self) -> None:
@@ -539,10 +487,11 @@ class RangeReader:
 
     def _check_first(self, offset: int, raw_size: int) -> bool:
         """The first message must start at ``start``: one before it means ``start`` lies
-        inside it (refused, never skipped); one after it means the messages between are gone
-        (retention): ``failOnDataLoss`` decides. (nsqd moves a channel set inside a message on
-        to the next one, which looks like retention here: the planner refuses such offsets
-        before any read, ``_Planner.check_boundary``.)"""
+        inside it (refused, never skipped); one after it is refused as ``DataLoss`` with
+        ``gap`` set, and ``read_range`` asks the queue's start: retention (``failOnDataLoss``
+        decides), or a stray first delivery of a fresh channel, read again. (nsqd moves a
+        channel set inside a message on to the next one, which looks like retention here: the
+        planner refuses such offsets before any read, ``_Planner.check_boundary``.)"""
         where = f"{self.topic}/{self.partition}"
         if offset < self.start < offset + raw_size:
             self._refuse(InvalidArgument("startingOffsets", f"offset {self.start} of {where} is "
@@ -550,13 +499,10 @@ class RangeReader:
                                          "give a message's queue_offset, e.g. "
                                          f"{offset} or {offset + raw_size}", self.start))
             return False
-        if offset > self.start:
-            if self._fail_on_data_loss:
-                self._refuse(DataLoss(self.topic, self.partition, self.start, offset))
-                return False
-            log.warning("%s: offsets %d..%d are no longer in the queue; skipped "
-                        "(failOnDataLoss=false)", where, self.start, offset)
-            self.start = offset
+        if offset > self.start:  # the caller asks the queue's start (read_range: a stray?)
+            self.gap = offset
+            self._refuse(DataLoss(self.topic, self.partition, self.start, offset))
+            return False
         return True
 
     def _refuse(self, error: BaseException) -> None:
@@ -634,7 +580,28 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
                              fail_on_data_loss=fail_on_data_loss)
         loop_thread.run(reader.open(), timeout=read_timeout + 5)
         while True:
-            batch = loop_thread.run(reader.next_batch(read_timeout), timeout=read_timeout + 5)
+            try:
+                batch = loop_thread.run(reader.next_batch(read_timeout),
+                                        timeout=read_timeout + 5)
+            except DataLoss:
+                first = start if reader.gap is None else client.bounds(topic, partition,
+                                                                       leader)[0]
+                if first <= start:  # the queue has them: the delivery strayed, not the data
+                    raise ClusterError(
+                        f"{topic}/{partition}: the first message delivered was at {reader.gap}"
+                        f", past the start {start}, although the queue starts at {first}: a "
+                        "stray first delivery of a fresh channel; read again",
+                        transient=True) from None
+                if fail_on_data_loss:
+                    raise
+                log.warning("%s/%d: offsets %d..%d are no longer in the queue; skipped "
+                            "(failOnDataLoss=false)", topic, partition, start, first)
+                yield from read_range(loop_thread, client, topic, partition, leader, first,
+                                      end, ordered=ordered, ext=ext, rdy=rdy,
+                                      read_timeout=read_timeout, channel=channel,
+                                      channel_prefix=channel_prefix, limit=limit,
+                                      on_end=on_end, fail_on_data_loss=True)
+                return
             if not batch:
                 break
             yield from batch

@@ -182,8 +182,8 @@ SOURCE = _options(
            "connection)."),
     Option("httpTimeout", 5.0, seconds(), "Deadline of each HTTP call to nsqlookupd/nsqd.",
            "s"),
-    Option("leaderTimeout", 120.0, seconds(), "How long a partition may stay without a usable "
-           "leader before the query fails.", "s"),
+    Option("leaderTimeout", 300.0, seconds(), "How long a partition may stay unreadable (no "
+           "leader, or consumption disabled on it) before the query fails.", "s"),
     Option("failOnDataLoss", True, _SWITCH, "A range that starts before the retained queue "
            "fails the query (true) or skips to the first retained message (false)."),
     Option("minPartitions", 1, integer(1, 100_000), "Split the ranges into at least this many "
@@ -446,7 +446,7 @@ class SourceOptions:
     commit_channel: str | None
     read_timeout: float
     rdy: int
-    leader_timeout: float = 120.0
+    leader_timeout: float = 300.0
     fail_on_data_loss: bool = True
     partitions: frozenset[int] | None = None  # only these partitions of every topic
     min_partitions: int | None = None  # split ranges into at least this many tasks

@@ -46,6 +46,7 @@ from ..protocol.commands import StartPosition
 from ..protocol.frames import MessageFrame
 from ..transport import loop_thread as _loop_thread
 from .admission import MinTrigger, lag_metrics, new_messages, prorate
+from .availability import ReadGate, resolved, starting_offsets, stream_offsets
 from .cluster import (
     ClusterClient,
     LeaderInfo,
@@ -58,7 +59,7 @@ from .cluster import (
     read_range,
     temporary_channel,
 )
-from .offsets import OFFSET_EARLIEST, OFFSET_LATEST, check_offsets
+from .offsets import KAFKA_EARLIEST, OFFSET_EARLIEST, OFFSET_LATEST
 from .options import SourceOptions
 from .positions import Bounds, first_at_or_after, resolve
 from .schema import message_batch
@@ -130,6 +131,7 @@ class _Planner:
         self.bounds: Bounds = {}  # of the last refresh
         # (topic, partition) -> (queue end, message count there): sizes messages for splits
         self.counts: dict[tuple[str, int], tuple[int, int]] = {}
+        self.gate = ReadGate(self.client, options)  # leaders asked before a range
 
     def close(self) -> None:
         self.client.close()
@@ -143,6 +145,7 @@ class _Planner:
         out: Bounds = {}
         self.down = {}
         for topic in self.topics.current():
+            self.gate.started(topic)
             try:
                 layout = self.client.layout(topic)
             except Exception as exc:
@@ -162,6 +165,7 @@ class _Planner:
                 if leader is None:
                     self.down[(topic, p)] = "no leader in lookup"
                     continue
+                self.gate.seen(topic, p, leader)
                 try:
                     first, last, count = self.client.positions(topic, p, leader)
                     parts[p] = (first, last)
@@ -170,6 +174,8 @@ class _Planner:
                     if not exc.transient:
                         raise
                     self.down[(topic, p)] = condition_of(exc)
+            if any(t == topic for t, _ in self.down):
+                self.gate.unsettle(topic)
             out[topic] = parts
         self.bounds = out
         return out
@@ -291,6 +297,8 @@ class _Planner:
             starts = start.get(topic, {})
             for pid, stop in sorted(ends.items(), key=lambda kv: int(kv[0])):
                 begin = starts.get(pid)
+                if begin is not None and (begin < 0 or stop < 0):
+                    continue  # not resolved yet (a partition down at the start): no range
                 if begin is None:  # a partition added since the start offsets were taken
                     begin = self.first_offset(topic, int(pid))
                 first = self.bounds.get(topic, {}).get(int(pid), (begin, stop))[0]
@@ -440,8 +448,8 @@ def _read(options: SourceOptions, part: NSQRangePartition) -> Iterator[Any]:
             done = [part.start]
             try:
                 yield from _read_pieces(loop_thread, client, options, part, done)
-            except Exception as exc:
-                if not is_transient(exc):
+            except Exception as exc:  # a gap at a piece's start is judged by read_range
+                if not (is_transient(exc) or isinstance(exc, DataLoss)):
                     raise
                 log.warning("%s/%d: %s; reading the rest of [%d, %d) on one channel",
                             part.topic, part.partition, condition_of(exc), done[0], part.end)
@@ -615,9 +623,9 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         return self._planner
 
     def initialOffset(self) -> dict:  # type: ignore[type-arg]
-        planner = self.planner
-        offsets = planner.resolve(self._options.starting, planner.refresh_all(),
-                                  "startingOffsets")
+        """The starting offsets, without waiting for partitions that have no usable leader
+        now (``availability.starting_offsets``)."""
+        offsets = starting_offsets(self.planner, self._options.starting)
         self._last_end = offsets
         self._remember_counts(offsets)
         return offsets
@@ -629,8 +637,13 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         return super().getDefaultReadLimit()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """The queue ends now; a partition without a usable leader now gets none."""
         planner = self.planner
-        self._available_now = planner.resolve(OFFSET_LATEST, planner.refresh_all(), "latest")
+        try:
+            bounds = planner.refresh()
+        except Exception:
+            bounds = planner.refresh_all()
+        self._available_now = planner.resolve(OFFSET_LATEST, bounds, "latest")
 
     def _latest(self, start: Offsets) -> Offsets:
         """Each partition's queue end now; a partition without a usable leader keeps its
@@ -645,10 +658,18 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
                 end = row.get(pid)
                 if end is None:
                     row[pid] = offset
+                elif offset < 0:  # down at the start: its starting offset, read from now on
+                    row[pid] = bounds[topic][int(pid)][0] if offset == KAFKA_EARLIEST else end
                 elif end < offset:  # a leader behind what was read: wait, never go back
                     planner.down[(topic, int(pid))] = (f"its leader's queue ends at {end}, "
                                                        f"before the offset read, {offset}")
                     row[pid] = offset
+                elif end > offset:
+                    first = bounds[topic][int(pid)][0]
+                    refused = planner.gate.consumable(topic, int(pid), max(offset, first))
+                    if refused is not None:  # not planned until its leader serves reads
+                        planner.down[(topic, int(pid))] = refused
+                        row[pid] = offset
         self._track_down(planner.down)
         return latest
 
@@ -673,7 +694,7 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
                      limit: Any = None) -> dict:  # type: ignore[type-arg]
         if start is None:
             start = self._last_end or {}
-        start = check_offsets(start, "start")
+        start = stream_offsets(start, "start")
         latest = self._latest(start)
         if self._available_now is not None:
             latest = _min_offsets(latest, self._available_now)
@@ -687,8 +708,8 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         self._latest_seen = latest
         everything = ReadAllAvailable is not None and isinstance(limit, ReadAllAvailable)
         if self._min is not None and not everything and self._available_now is None \
-                and self._min.hold(new_messages(start, latest, self.planner.counts,
-                                                self._counted)):
+                and self._min.hold(new_messages(resolved(start, latest), latest,
+                                                self.planner.counts, self._counted)):
             return start  # Spark plans no batch: the same offsets as the start
         if max_rows:
             latest = self._limit(start, latest, max_rows)
@@ -716,8 +737,9 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         has no hook that puts these in the query progress (pyspark 4.3); the same figures are
         in the progress as ``latestOffset`` minus ``endOffset``.
         """
-        done = check_offsets(consumed, "consumed") if consumed else (self._last_end or {})
-        return lag_metrics(self._latest_seen or {}, done,
+        done = stream_offsets(consumed, "consumed") if consumed else (self._last_end or {})
+        latest = self._latest_seen or {}
+        return lag_metrics(latest, resolved(done, latest),
                            sorted(f"{t}/{p}" for t, p in self._down_since))
 
     def _limit(self, start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
@@ -726,13 +748,13 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         for topic, parts in latest.items():
             for pid, end in parts.items():
                 begin = start.get(topic, {}).get(pid, end)
-                backlog[(topic, pid)] = max(0, end - begin)
+                backlog[(topic, pid)] = max(0, end - begin) if begin >= 0 else 0
         shares = prorate(max_rows, backlog)
         out: Offsets = {t: dict(parts) for t, parts in latest.items()}
         for topic, parts in latest.items():
             for pid, end in parts.items():
                 first = start.get(topic, {}).get(pid)
-                if first is None:
+                if first is None or first < 0:
                     continue
                 share = shares.get((topic, pid))
                 if not share:
@@ -750,8 +772,9 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         return out
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
-        self._last_end = check_offsets(end, "end")
-        return self.planner.partitions(check_offsets(start, "start"), check_offsets(end, "end"))
+        self._last_end = stream_offsets(end, "end")
+        return self.planner.partitions(stream_offsets(start, "start"),
+                                       stream_offsets(end, "end"))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NSQRangePartition)
@@ -762,9 +785,11 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         if channel is None:
             return
         planner = self.planner
-        for topic, parts in check_offsets(end, "end").items():
+        for topic, parts in stream_offsets(end, "end").items():
             layout = planner.layout(topic)
             for pid, offset in parts.items():
+                if offset < 0:
+                    continue  # not resolved yet: nothing read there
                 leader = layout.leaders.get(int(pid))
                 if leader is None:
                     log.warning("commit: %s/%s has no leader; %s not advanced", topic, pid,

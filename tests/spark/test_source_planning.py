@@ -25,6 +25,7 @@ pytest.importorskip("pyarrow")
 
 from smartnsq import sync
 from smartnsq.errors import ClusterError, DataLoss, InvalidArgument, PartitionUnavailable
+from smartnsq.spark import availability
 from smartnsq.spark.offsets import parse_offsets
 from smartnsq.spark.options import SourceOptions
 from smartnsq.spark.source import NSQBatchReader, NSQRangePartition, NSQStreamReader, _read
@@ -267,6 +268,125 @@ def test_initial_offsets_wait_only_for_a_condition_that_can_pass(
 
     monkeypatch.setattr(reader.planner.client, "layout", refused)
     with pytest.raises(PartitionUnavailable, match="plan_never_made"):
+        reader.initialOffset()
+
+
+CONSUME_DISABLED = "ErrType:7 ErrCode:0 : Consume is disabled currently"  # the real nsqd's
+
+
+def _refusing(address: str) -> ClusterError:
+    """What ``ClusterClient.set_offset`` raises for the real nsqd's refusal of consumption."""
+    from smartnsq.errors import AdminError
+
+    refusal = AdminError(500, CONSUME_DISABLED, what="nsqd /channel/setoffset", address=address)
+    try:
+        raise ClusterError(f"set channel c of t/0 to virtual_queue:0 on {address}: {refusal}",
+                           transient=True) from refusal
+    except ClusterError as exc:
+        return exc
+
+
+def test_a_partition_whose_leader_refuses_reads_is_not_planned(
+        nsq: Any, stream_reader: list[NSQStreamReader],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """youzan's "Consume is disabled currently" (a new leader, a changing replica set): its
+    offset stays where it was, the other partition is read, and the condition says what the
+    server answered; past leaderTimeout the query fails naming it."""
+    nsq.create_topic("plan_no_reads", partitions=2)
+    publish(nsq, "plan_no_reads", 3, partition=0)
+    publish(nsq, "plan_no_reads", 3, partition=1)
+    reader = stream(stream_reader, source(nsq, "plan_no_reads", startingOffsets="earliest",
+                                          leaderTimeout="30"))
+    start = reader.initialOffset()
+    asked: list[int] = []
+
+    def check(client: Any, topic: str, partition: int, leader: Any, offset: int,
+              prefix: str) -> None:
+        asked.append(partition)
+        if partition == 0:
+            raise _refusing(leader.http_address)
+
+    monkeypatch.setattr(availability, "check_consumable", check)
+    end = reader.latestOffset(start, None)
+    assert end["plan_no_reads"]["0"] == 0 and end["plan_no_reads"]["1"] > 0
+    assert sorted(asked) == [0, 1]
+    condition = reader.planner.down[("plan_no_reads", 0)]
+    assert condition.startswith("consumption disabled on its leader (nsqd 127.0.0.1:")
+    assert "answered /channel/setoffset with HTTP 500: ErrType:7 ErrCode:0 : Consume is " \
+        "disabled currently)" in condition, condition
+    assert reader.metrics()["partitionsWithoutLeader"] == ["plan_no_reads/0"]
+    assert [(p.partition, p.start) for p in reader.partitions(start, end)] == [(1, 0)]
+    reader._down_since[("plan_no_reads", 0)] -= 31
+    with pytest.raises(PartitionUnavailable, match="consumption disabled on its leader"):
+        reader.latestOffset(end, None)
+    monkeypatch.setattr(availability, "check_consumable", lambda *args: None)
+    again = reader.latestOffset(end, None)
+    assert again["plan_no_reads"]["0"] > 0  # served again: planned
+    reader.planner.gate.unsettled["plan_no_reads"] = 0.0  # settled: nobody is asked now
+    monkeypatch.setattr(availability, "check_consumable", check)
+    asked.clear()
+    publish(nsq, "plan_no_reads", 1, partition=0)
+    assert reader.latestOffset(again, None)["plan_no_reads"]["0"] > again["plan_no_reads"]["0"]
+    assert asked == []
+
+
+@pytest.mark.parametrize("spec", ["earliest", "latest"])
+def test_a_stream_starts_without_a_partition_that_has_no_leader(
+        nsq: Any, stream_reader: list[NSQStreamReader], monkeypatch: pytest.MonkeyPatch,
+        spec: str) -> None:
+    """Started (or started again without a checkpoint) during a leader loss, the stream
+    does not wait for the partition: it keeps Kafka's -2/-1 for it, reads the others, and
+    takes the partition's earliest or latest offset once it is led again."""
+    from smartnsq.spark.cluster import TopicLayout
+
+    topic = f"plan_start_down_{spec}"
+    nsq.create_topic(topic, partitions=2)
+    publish(nsq, topic, 3, partition=0)
+    publish(nsq, topic, 2, partition=1)
+    reader = stream(stream_reader, source(nsq, topic, startingOffsets=spec))
+    client = reader.planner.client
+    real_layout = client.layout
+
+    def without_zero(name: str) -> TopicLayout:
+        layout = real_layout(name)
+        return TopicLayout(layout.topic, layout.ordered, layout.ext,
+                           {p: n for p, n in layout.leaders.items() if p != 0},
+                           layout.partitions)
+
+    monkeypatch.setattr(client, "layout", without_zero)
+    start = reader.initialOffset()
+    assert start[topic]["0"] == (-2 if spec == "earliest" else -1)
+    one = start[topic]["1"]
+    publish(nsq, topic, 2, partition=1, prefix="n")
+    end = reader.latestOffset(start, None)
+    assert end[topic]["0"] == start[topic]["0"]  # kept while down
+    assert [(p.partition, p.start) for p in reader.partitions(start, end)] == [(1, one)]
+    monkeypatch.setattr(client, "layout", real_layout)
+    back = reader.latestOffset(end, None)
+    zero_end = reader.planner.bounds[topic][0][1]
+    assert back[topic]["0"] == (0 if spec == "earliest" else zero_end)
+    assert all(p.partition != 0 for p in reader.partitions(end, back))  # resolved, not read
+    publish(nsq, topic, 1, partition=0, prefix="z")
+    later = reader.latestOffset(back, None)
+    (zero,) = [p for p in reader.partitions(back, later) if p.partition == 0]
+    assert zero.start == back[topic]["0"] and zero.end > zero.start
+    assert reader.metrics()["partitionsWithoutLeader"] == []
+
+
+def test_a_timed_start_still_waits_for_every_leader(
+        nsq: Any, stream_reader: list[NSQStreamReader],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A time needs a search on each leader: that start waits (up to leaderTimeout)."""
+    from smartnsq.spark.cluster import TopicLayout
+
+    nsq.create_topic("plan_start_timed", partitions=2)
+    reader = stream(stream_reader, source(nsq, "plan_start_timed", leaderTimeout="0.05",
+                                          startingOffsets="timestamp:1700000000"))
+    client = reader.planner.client
+    real_layout = client.layout
+    monkeypatch.setattr(client, "layout", lambda name: TopicLayout(
+        name, False, False, {1: real_layout(name).leaders[1]}, (0, 1)))
+    with pytest.raises(PartitionUnavailable, match="plan_start_timed/0"):
         reader.initialOffset()
 
 
