@@ -5,13 +5,15 @@ check and complete every option by name and type. The names and annotations are 
 :class:`~smartnsq.consumer.config.ConsumerConfig`'s fields and of
 :class:`~smartnsq.ConnectionConfig`'s (which go to ``connection``), written again here because
 a TypedDict cannot be derived from a dataclass for a type checker; ``tests/unit/
-test_client_options.py`` fails when the two differ, so the copy cannot drift.
+test_client_options.py`` fails when the two differ, so the copy cannot drift. A keyword the
+config normalizes takes more than the field holds (``WIDER``: ``partitions=[0, 1]`` becomes a
+frozenset; ``None`` for a policy means its default), and says so here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 from ..config import ConnectionConfig, ConnectionOptions
 from ..model.backoff import BackoffPolicy, RequeuePolicy
@@ -19,7 +21,14 @@ from ..model.dialect import ClassicDialect
 from ..protocol.commands import StartPosition
 from .config import DeadLetterHook, GiveUpHook, OrderErrorHook
 
-__all__ = ["ConsumerOptions"]
+__all__ = ["WIDER", "ConsumerOptions"]
+
+WIDER: Final = {  # keyword -> what it takes, where that is more than the field's type
+    "partitions": "Iterable[int] | None",
+    "requeue_policy": "RequeuePolicy | None",
+    "backoff_policy": "BackoffPolicy | None",
+    "lookup_options": "Mapping[str, Any] | None",
+}
 
 
 class ConsumerOptions(ConnectionOptions, total=False):
@@ -30,7 +39,7 @@ class ConsumerOptions(ConnectionOptions, total=False):
     concurrency: int | None
     ordered: bool | None
     start: StartPosition | None
-    partitions: frozenset[int] | None
+    partitions: Iterable[int] | None
     desired_tag: str | None
     ext_filter: Mapping[str, Any] | None
     extend_support: bool | None
@@ -42,8 +51,8 @@ class ConsumerOptions(ConnectionOptions, total=False):
     decompress: bool
     max_decompressed_size: int
     auto_finish: bool
-    requeue_policy: RequeuePolicy
-    backoff_policy: BackoffPolicy
+    requeue_policy: RequeuePolicy | None
+    backoff_policy: BackoffPolicy | None
     trace: bool | None
     span_one_in: int
     drain_timeout: float
@@ -52,6 +61,6 @@ class ConsumerOptions(ConnectionOptions, total=False):
     discovery_timeout: float | None
     low_rdy_idle_timeout: float
     rdy_tick_interval: float
-    lookup_options: Mapping[str, Any]
+    lookup_options: Mapping[str, Any] | None
     classic: ClassicDialect | None
     connection: ConnectionConfig
