@@ -397,6 +397,7 @@ class LookupdRequestFailed(LookupdError):
         self.lookupd = lookupd
         self.state = state
         super().__init__(0, f"{lookupd}: {reason}", retriable=retriable)
+        self.args = (f"{lookupd}: {reason}",)  # no status to show: none was answered
 
 
 class TopicNotFound(LookupFailed):

@@ -56,7 +56,9 @@ _MAX_REQ_DELAY_MS: Final = 3_600_000 * 72  # youzan's max_req_timeout default (7
 _CLAIM_LOCK: Final = threading.Lock()  # answers given from threads other than the loop's
 _NO_TRACE: Final = b"\x00" * 8
 _FIRST: Final = b"\xff" * 9  # last_id before the first delivery: above every 8-byte id
-_JUDGE: Final = 1 << 64  # last_offset while a FIN's refusal is held: above every queue offset
+# last_offset while the next delivery has something to judge (a FIN's refusal is held, or a
+# jump is undecided): above every queue offset, so that delivery takes the checked path
+_JUDGE: Final = 1 << 64
 
 
 def _ms(seconds: float) -> int:
@@ -67,10 +69,11 @@ class Link:
     """One subscribed connection: the responder of the messages it delivered."""
 
     __slots__ = (
-        "_fin", "_req", "_send", "_send_now", "channel", "conn", "copy_fins", "counts",
-        "dead", "detail", "dropped_copy", "first_id", "held_offset", "in_flight", "lane",
-        "lane_busy", "last", "last_id", "last_offset", "local", "node", "ordered", "partition",
-        "rdy", "rdy_cap", "report", "rt", "topic", "youzan",
+        "_fin", "_req", "_send", "_send_now", "back", "back_id", "back_offset", "channel",
+        "conn", "copy_fins", "counts", "dead", "detail", "dropped_copy", "first_id",
+        "held_offset", "in_flight", "jump", "lane", "lane_busy", "last", "last_id",
+        "last_offset", "local", "node", "ordered", "partition", "rdy", "rdy_cap", "report",
+        "rewind", "rt", "topic", "youzan",
     )
 
     def __init__(self, rt: Runtime, conn: Connection, partition: int | None, *, ordered: bool,
@@ -105,7 +108,15 @@ class Link:
         # after that FIN): FINed once more (expected_error)
         self.dropped_copy = b""
         self.report = report  # counts and logs a server error (the subscription's): _release
-        self.held_offset = -1  # last_offset while a refusal is held (it is _JUDGE then)
+        self.held_offset = -1  # the true last_offset while it is _JUDGE
+        # an undecided jump (_jump): the message that went back (or was out of order), the
+        # position before it (restored when the next delivery goes on from there) and, for a
+        # jump shaped like a rewind, its text ("" once decided, or for an order error)
+        self.jump: Message | None = None
+        self.back: Message | None = None
+        self.back_id = b""
+        self.back_offset = -1
+        self.rewind = ""
         self.local = conn.local_address
         self.counts = rt.meter.partition(partition)  # the partition's, over its connections
         self._send = conn.send
@@ -191,8 +202,6 @@ class Link:
     def _check_order(self, msg: Message, iid: bytes) -> bool:
         """Order checks of SUB_ORDERED/SUB_ADVANCED subscriptions (``iid``: the internal id's
         8 bytes); True for a copy to drop."""
-        if self.copy_fins.held is not None:
-            self.last_offset = self.held_offset  # (_JUDGE brought this delivery here)
         if self.last is None:
             # the link's first delivery (_FIRST brought it here): the one the real server
             # may send twice (_duplicate)
@@ -203,33 +212,86 @@ class Link:
             return False
         if msg.attempts > 1 and not self.ordered:
             return False  # a requeued or timed-out message comes back after newer ones: normal
+        if self.last_offset == _JUDGE:
+            self.last_offset = self.held_offset  # (_JUDGE brought this delivery here)
         offset = msg.queue_offset if msg.queue_offset is not None else -1
+        if self.jump is not None and iid != self.last_id:
+            self._decide(iid, offset)  # the delivery after a jump says what the jump was
         if iid == self.last_id:
             original = self.last
             assert original is not None  # last_id is set with it
             if self.ordered and msg.attempts <= original.attempts:
-                return self._duplicate(msg, original)
-            self.last = msg
-            if self.copy_fins.held is not None:  # back with attempts + 1: the FIN was late
-                self._release()
-            return False  # a redelivery of the same message
-        if iid < self.last_id or offset < self.last_offset:
-            last = int.from_bytes(self.last_id, "big")
-            where = (f"{self.topic}/{self.partition} at {self.node}: internal_id "
-                     f"{int.from_bytes(iid, 'big')} after {last}, queue_offset {offset} after "
-                     f"{self.last_offset}")
-            if msg.attempts == 1 and iid < self.last_id and 0 <= offset < self.last_offset:
-                # what the server sends after a setoffset back: a fresh read from the new
-                # position, id and offset back together. A replay in order, not a broken one
-                log.info("rewound on %s (the channel was set back: replaying)", where)
+                drop = self._duplicate(msg, original)
             else:
-                self.rt.order_error(msg, f"order regression on {where}")
+                self.last = msg  # a redelivery of the same message
+                drop = False
+                if self.copy_fins.held is not None:  # back with attempts + 1: the FIN was late
+                    self._release()
+            if self.jump is not None:  # the jump's message again: the next one decides
+                self._judge_next()
+            return drop
+        if iid < self.last_id or offset < self.last_offset:
+            self._jump(msg, iid, offset)
         self.last_id = iid
         self.last_offset = offset
         self.last = msg
+        if self.jump is not None:
+            self._judge_next()
         if self.copy_fins.held is not None:
             self._release()
         return False
+
+    def _jump(self, msg: Message, iid: bytes, offset: int) -> None:
+        """``msg`` goes back (or its id and offset disagree): undecided until the next
+        delivery, which :meth:`_decide` reads, with the position before it kept in ``back``.
+
+        A fresh read (attempts 1) whose id and offset both go back is what the server sends
+        after a setoffset back, and also what a verbatim copy of an earlier frame is: only
+        what follows tells (a replay goes on from it, the server after a copy from where the
+        partition was). Anything else is an order error at once, which becomes the position
+        only when the partition goes on from it."""
+        where = (f"{self.topic}/{self.partition} at {self.node}: internal_id "
+                 f"{int.from_bytes(iid, 'big')} after {int.from_bytes(self.last_id, 'big')}, "
+                 f"queue_offset {offset} after {self.last_offset}")
+        self.jump, self.back = msg, self.last
+        self.back_id, self.back_offset = self.last_id, self.last_offset
+        if msg.attempts == 1 and iid < self.last_id and 0 <= offset < self.last_offset:
+            log.debug("went back on %s: a rewind if the next delivery replays on from it", where)
+            self.rewind = where
+        else:
+            self.rewind = ""
+            self.rt.order_error(msg, f"order regression on {where}")
+
+    def _decide(self, iid: bytes, offset: int) -> None:
+        """The verdict on the undecided jump, from the delivery after it (``iid``, ``offset``:
+        not the jump's message again). A rewind is confirmed unless the delivery goes on from
+        before the jump, which makes it an order error; an order error becomes the position
+        when the delivery comes right after it (id + 1, at its offset + raw_size). Otherwise
+        the position before the jump is restored, for the delivery to be judged against."""
+        jump, back, self.jump, self.back = self.jump, self.back, None, None
+        assert jump is not None  # (the caller's test)
+        where, self.rewind = self.rewind, ""
+        after = int.from_bytes(iid, "big")
+        if where:
+            if not (iid > self.back_id and offset >= self.back_offset):
+                log.info("rewound on %s (the channel was set back: replaying)", where)
+                return
+            self.rt.order_error(jump, f"order regression on {where} (no rewind: the next "
+                                      f"delivery, internal_id {after} at queue_offset {offset}, "
+                                      "goes on from before it)")
+        else:
+            raw = jump.raw_size
+            if after == int.from_bytes(self.last_id, "big") + 1 and (
+                    offset == self.last_offset + raw if raw else offset > self.last_offset):
+                log.debug("%s/%s at %s goes on from the message out of order, internal_id %d",
+                          self.topic, self.partition, self.node, after - 1)
+                return
+        self.last_id, self.last_offset, self.last = self.back_id, self.back_offset, back
+
+    def _judge_next(self) -> None:
+        """Send the next delivery to _check_order (the in-order test fails on _JUDGE)."""
+        if self.last_offset != _JUDGE:
+            self.held_offset, self.last_offset = self.last_offset, _JUDGE
 
     def _duplicate(self, msg: Message, original: Message) -> bool:
         """The same delivery again (same id, same attempts) on an ordered subscription: the
@@ -317,7 +379,7 @@ class Link:
             return False
         # the next delivery goes through _check_order, which judges the refusal: no test of
         # it on the in-order path every message takes
-        self.held_offset, self.last_offset = self.last_offset, _JUDGE
+        self._judge_next()
         return True
 
     def _release(self) -> None:
@@ -444,6 +506,11 @@ class Link:
         rt = self.rt
         self.dead = True
         self._release()
+        if self.jump is not None:
+            log.debug("%s: closed before the delivery that would say whether %s was a rewind",
+                      self.node, self.rewind or "the message out of order")
+            self.jump = self.back = None
+            self.rewind = ""
         lost = self.in_flight
         if lost:
             rt.in_flight -= lost

@@ -11,11 +11,11 @@ redelivered (``attempts`` > 1) after newer ones is an order error, logged at ERR
 in ``stats().order_errors``, passed to ``on_order_error``, and still delivered; the published
 messages are each handled once, in order, and nothing is lost.
 
-Two more cases are strict xfails naming what the consumer gets wrong today: ``m1``'s *first*
-delivery frame (``attempts`` 1) resent, byte for byte what a rewind (``setoffset`` back) sends
-first, is read as "rewound" and goes unreported although ``m4``, not ``m2``, follows it; and a
-frame whose id and offset disagree with ``m3``'s (partition 1's, from a second proxy) counts
-twice, because it becomes the position ``m4`` is then judged against.
+Two more cases: ``m1``'s *first* delivery frame (``attempts`` 1) resent, byte for byte what a
+rewind (``setoffset`` back) sends first, is an order error once ``m4``, not ``m2``, follows it
+(what comes next tells a copy from a rewind: ``docs/consumer.md``); and a frame whose id and
+offset disagree with ``m3``'s (partition 1's, from a second proxy) is one order error, not the
+position ``m4`` is then judged against.
 """
 
 from __future__ import annotations
@@ -156,15 +156,12 @@ async def test_an_older_message_redelivered_after_newer_ones_is_an_order_error(
     assert dict(stats.server_errors) == {"E_FIN_FAILED": 1}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an older message's first-delivery frame (attempts 1) resent after newer ones is read as "
-    "an operator's rewind: link.py's _check_order logs 'rewound' at INFO and counts no order "
-    "error, although the next delivery (m4, not m2) shows no replay followed"))
 @pytest.mark.nsq_cluster(nsqd_options=TWICE)
 async def test_an_older_first_delivery_resent_after_newer_ones_is_an_order_error(
         nsq_any_cluster: Any, caplog: pytest.LogCaptureFixture) -> None:
     """Once ``m3`` was delivered, the proxy sends ``m1``'s frame again verbatim (attempts 1),
-    and the server goes on with ``m4``: not a rewind, which would replay ``m2``, ``m3``."""
+    and the server goes on with ``m4``: not a rewind, which would replay ``m2``, ``m3``. The
+    copy is handled (nothing tells what it is before ``m4`` comes), then reported."""
     cluster = nsq_any_cluster
     topic = await backlog(cluster, "regress1")
     proxy = ReplayingProxy(await leader_address(cluster, topic), replay_after(
@@ -189,16 +186,21 @@ async def test_an_older_first_delivery_resent_after_newer_ones_is_an_order_error
     assert [bytes(m.body) for m in got.messages] == [b"m0", b"m1", b"m2", b"m3", b"m1",
                                                      b"m4", b"m5"]
     assert records(caplog, logging.INFO, "rewound") == []
-    assert stats.order_errors == 1 and len(reported) == 1
-    assert "order regression" in reported[0][1]
-    assert len(records(caplog, logging.ERROR, "order regression")) == 1
+    copy = decode(proxy.injected[0])
+    before, after = (decode(next(f for f in proxy.messages[0] if bytes(decode(f).body) == body))
+                     for body in (b"m3", b"m4"))
+    text = (f"order regression on {topic}/0 at {proxy.address}: internal_id "
+            f"{copy.internal_id} after {before.internal_id}, queue_offset {copy.queue_offset} "
+            f"after {before.queue_offset} (no rewind: the next delivery, internal_id "
+            f"{after.internal_id} at queue_offset {after.queue_offset}, goes on from before it)")
+    assert stats.order_errors == 1 and [t for _, t in reported] == [text]
+    assert reported[0][0] is got.messages[4]  # the copy, as the handler had it
+    assert records(caplog, logging.ERROR, "order regression") == [text]
+    # the published messages each handled once, in order; the copy's FIN is refused
+    assert stats.handler_errors == 0 and stats.lost == 0 and stats.in_flight == 0
+    assert dict(stats.server_errors) == {"E_FIN_FAILED": 1}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "after a stray frame whose id and offset disagree, link.py's _check_order keeps the stray "
-    "frame's id and offset as the partition's position, so m4, in order after m3, is "
-    "reported as a second order error (internal_id 6 after the stray id, queue_offset 128 "
-    "after 0)"))
 @pytest.mark.nsq_cluster(nsqd_options=TWICE)
 async def test_an_id_and_an_offset_that_disagree_are_one_order_error(
         nsq_any_cluster: Any, caplog: pytest.LogCaptureFixture) -> None:
@@ -239,3 +241,4 @@ async def test_an_id_and_an_offset_that_disagree_are_one_order_error(
         f"order regression on {topic}/0 at {proxy.address}: internal_id {copy.internal_id} "
         f"after {before.internal_id}, queue_offset 0 after {before.queue_offset}"]
     assert stats.order_errors == 1
+    assert records(caplog, logging.ERROR, "order regression") == [text for _, text in reported]

@@ -102,3 +102,13 @@ def test_http_where_nsq_frames_were_expected_names_nsqds_tcp_port(reader: str) -
 
 def test_binary_garbage_is_shown_as_a_few_bytes() -> None:
     assert describe_start(b"\x00\x01\x02\xff" * 20).startswith("binary data (00 01 02 ff")
+
+
+def test_a_request_that_got_no_answer_shows_no_status() -> None:
+    """A lookupd that never answered has no HTTP status to show: its error names the
+    address and why (it read "lookupd answered 0: ..."), and keeps status 0 for code."""
+    from smartnsq.errors import LookupdRequestFailed
+
+    error = LookupdRequestFailed("127.0.0.1:4161", "refused", "cannot connect: refused")
+    assert str(error) == "127.0.0.1:4161: cannot connect: refused" and error.status == 0
+    assert str(LookupdError(503, "busy")) == "lookupd answered 503: busy"
