@@ -32,6 +32,7 @@ Hierarchy (every class is importable from here, and from here only)::
     ├── NoLeader                              a partition has no leader in lookup now
     │   └── NotWritable                       its leader is up but takes no writes
     ├── AlreadyResponded (also RuntimeError)  a second FIN/REQ/TOUCH of one message
+    │   └── AlreadyRespondedAssertion (also AssertionError)  the same, in the pynsq layer
     ├── AdminError                            nsqd or nsqlookupd refused an HTTP admin call
     ├── ClusterError                          the Spark connector's cluster calls failed
     │   ├── DataLoss                          offsets a read needs are gone from the queue
@@ -67,6 +68,7 @@ __all__ = [
     "Action",
     "AdminError",
     "AlreadyResponded",
+    "AlreadyRespondedAssertion",
     "AnswerTooLarge",
     "ClientCertificateRefused",
     "ClientClosed",
@@ -442,6 +444,11 @@ class NotWritable(NoLeader):
 
 class AlreadyResponded(NSQError, RuntimeError):
     """``fin()``/``req()``/``touch()`` on a message that was already finished or requeued."""
+
+
+class AlreadyRespondedAssertion(AlreadyResponded, AssertionError):
+    """A second answer to a message of the pynsq layer, where pynsq asserts (its callers
+    catch ``AssertionError``)."""
 
 
 class AdminError(NSQError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from smartnsq.errors import AlreadyResponded
+from smartnsq.errors import AlreadyRespondedAssertion
 from smartnsq.protocol.frames import MessageFrame
 from smartnsq.protocol.numbers import is_real
 
@@ -93,7 +93,7 @@ class Message(EventedMixin):
 
     def _settle(self) -> None:
         if self._responded:
-            raise AlreadyResponded(f"message {self.id!r} was already answered")
+            raise AlreadyRespondedAssertion(f"message {self.id!r} was already answered")
         self._responded = True
 
     def finish(self) -> None:
@@ -124,7 +124,7 @@ class Message(EventedMixin):
     def touch(self) -> None:
         """TOUCH: more time before the server's ``msg_timeout`` redelivers the message."""
         if self._responded:
-            raise AlreadyResponded(f"message {self.id!r} was already answered")
+            raise AlreadyRespondedAssertion(f"message {self.id!r} was already answered")
         self._since = time.monotonic()
         if self._answers is not None:
             self._answers.touch(self)

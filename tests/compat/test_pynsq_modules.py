@@ -244,3 +244,17 @@ def test_sync_conn_publishes_and_reads_the_answer(nsqd: str) -> None:
         assert nsq.decode_message(data).body == b"sync"
     finally:
         conn.s.close()
+
+
+def test_a_second_answer_is_an_assertion_error_as_in_pynsq() -> None:
+    """pynsq asserts that a message is answered once (``assert not self._has_responded``):
+    code catching ``AssertionError`` keeps working, and smartnsq's ``AlreadyResponded``
+    still names what happened."""
+    from smartnsq.errors import AlreadyResponded
+
+    message = nsq.Message(b"0123456789abcdef", b"b", 0, 1)
+    message.finish()
+    for again in (message.finish, message.requeue):
+        with pytest.raises(AssertionError) as info:
+            again()
+        assert isinstance(info.value, AlreadyResponded)
