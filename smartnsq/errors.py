@@ -21,6 +21,7 @@ Hierarchy (every class is importable from here, and from here only)::
     ├── SecurityError                         a safety rule refused to go on (never retried)
     │   ├── TLSVerificationFailed             the server's certificate was refused
     │   ├── ClientCertificateRefused          the server refused ours (TLS alert)
+    │   ├── TLSVersionRefused                 no TLS version both ends accept
     │   ├── TLSNotOffered (also ConnectionFailed)  TLS required, the server offers none
     │   └── PlaintextAuthRefused              AUTH would send the secret unencrypted
     ├── LookupFailed                          no lookupd could answer
@@ -65,6 +66,7 @@ from dataclasses import dataclass
 __all__ = [
     "CERTIFICATE_ALERTS",
     "ERROR_TABLE",
+    "VERSION_ALERTS",
     "Action",
     "AdminError",
     "AlreadyResponded",
@@ -107,6 +109,7 @@ __all__ = [
     "ServerError",
     "TLSNotOffered",
     "TLSVerificationFailed",
+    "TLSVersionRefused",
     "Timeout",
     "TopicNotFound",
     "TopicNotWritable",
@@ -315,13 +318,34 @@ class ClientCertificateRefused(SecurityError):
                          "(load_cert_chain)")
 
 
-def certificate_refusal(address: str, exc: BaseException | None) -> ClientCertificateRefused | None:
-    """``ClientCertificateRefused`` when ``exc`` (what ended a connection or its TLS
-    handshake) is the server's TLS alert refusing our certificate, else ``None``; a pure
-    classification of ``ssl.SSLError.reason``, so the connection's two places agree."""
+class TLSVersionRefused(SecurityError):
+    """No TLS version both ends accept (the server's ``--tls-min-version`` above the
+    client's maximum, or the reverse): its alert arrived. Refused at once: both ends' settings
+    decide, so every retry meets the same alert; ``reason`` is the alert's name."""
+
+    retriable = False
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address = address
+        self.reason = reason
+        super().__init__(f"{address} and this client share no TLS version ({reason}); "
+                         "allow the server's (tls_min_version, the context's maximum_version)")
+
+
+VERSION_ALERTS = frozenset({"TLSV1_ALERT_PROTOCOL_VERSION", "UNSUPPORTED_PROTOCOL",
+                            "NO_PROTOCOLS_AVAILABLE"})
+
+
+def certificate_refusal(address: str, exc: BaseException | None) -> SecurityError | None:
+    """``ClientCertificateRefused`` or ``TLSVersionRefused`` when ``exc`` (what ended a
+    connection or its TLS handshake) is the TLS alert refusing our certificate or our
+    versions, else ``None``; a pure classification of ``ssl.SSLError.reason``, so the
+    connection's two places agree."""
     reason = getattr(exc, "reason", None)
     if isinstance(exc, OSError) and reason in CERTIFICATE_ALERTS:
         return ClientCertificateRefused(address, str(reason))
+    if isinstance(exc, OSError) and reason in VERSION_ALERTS:
+        return TLSVersionRefused(address, str(reason))
     return None
 
 

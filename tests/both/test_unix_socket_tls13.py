@@ -23,7 +23,7 @@ from support import WAIT, Watch, bounded, fresh_name
 
 from smartnsq import Consumer, Producer
 from smartnsq.config import ConnectionConfig
-from smartnsq.errors import ConnectionFailed, ServerError
+from smartnsq.errors import ConnectionFailed, ServerError, TLSVersionRefused
 from smartnsq.message import Message
 from smartnsq.model.routes import parse_address
 from smartnsq.protocol import commands
@@ -191,16 +191,22 @@ async def test_tls13_over_tcp_through_lookupd(nsq_any_cluster: Any, nsq_test_tls
 
 async def _refused_below_tls13(address: str, tls_files: Any) -> None:
     """The server really holds the floor: a client that stops at TLS 1.2 gets no connection,
-    and the error names the nsqd and the TLS alert."""
+    and the error names the nsqd and the TLS alert. No retry can cure it (both ends' TLS
+    settings decide), so it is a non-retriable ``TLSVersionRefused``, and a publish through
+    it fails at once instead of retrying for its whole timeout."""
     capped = tls_files.client_context(with_cert=False)
     capped.maximum_version = ssl.TLSVersion.TLSv1_2
     host, port = parse_address(address)
-    with pytest.raises(ConnectionFailed) as raised:
+    with pytest.raises(TLSVersionRefused) as raised:
         async with bounded(5):
             await Connection.connect(host, port, ConnectionConfig(
                 tls=capped, tls_server_hostname="127.0.0.1", connect_timeout=5))
-    assert address in str(raised.value)
+    assert address in str(raised.value) and not raised.value.retriable
     assert "PROTOCOL_VERSION" in str(raised.value).upper().replace(" ", "_")
+    async with Producer(nsqd=[address], tls=capped, tls_server_hostname="127.0.0.1") as pub:
+        with pytest.raises(TLSVersionRefused):
+            async with bounded(3):  # the default publish timeout is 10 s
+                await pub.publish("t", b"x")
 
 
 @pytest.mark.nsq_cluster(mode="classic", nodes=1, lookupds=1, unix_socket=True, **TLS13)
