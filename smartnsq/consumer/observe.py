@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..model.routes import address_text
 from ..observability.counters import TIMED_OUT_CODES
 from ..observability.stats import (
     ChannelLag,
@@ -38,8 +39,7 @@ def snapshot(rt: Runtime, subs: Subscriptions | None, lookup: Any, max_in_flight
     gauges: dict[int | None, dict[str, Any]] = {}
     for sub in list(subs.subs.values()) if subs is not None else ():
         partition = sub.target.partition
-        host, port = sub.target.address
-        node = f"{host}:{port}"
+        node = address_text(sub.target.address)
         last_error = None if sub.last_error is None else str(sub.last_error)
         g = gauges.setdefault(partition, {
             "node": None, "connected": False, "ordered": None, "in_flight": 0, "rdy": 0,

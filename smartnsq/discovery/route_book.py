@@ -40,7 +40,7 @@ from dataclasses import replace
 
 from ..model import failover as policy
 from ..model.failover import Chase, ProbePace, holds, wait_delay
-from ..model.routes import Address, RouteSource, TopicRoutes, describe
+from ..model.routes import Address, RouteSource, TopicRoutes, address_text, describe
 from .race import outcome_read
 
 __all__ = ["Pause", "RouteBook"]
@@ -336,7 +336,7 @@ class RouteBook:
     def leader_failed(self, topic: str, partition: int | None, address: Address,
                       code: str | None = None) -> None:
         """``address`` refused to write ``partition`` (``code``: the server's error, if any)."""
-        log.debug("%s:%d refused %s/%s (%s); refreshing routes", address[0], address[1], topic,
+        log.debug("%s refused %s/%s (%s); refreshing routes", address_text(address), topic,
                   partition, code)
         if code is None:
             # no answer in time (a stalled node): what is sent there now only queues behind

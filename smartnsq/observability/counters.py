@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from time import perf_counter
 from typing import Any, Final, TypeVar
 
+from ..model.routes import address_text
+
 __all__ = [
     "HANDLER_SAMPLE",
     "LATENCY_BOUNDS",
@@ -220,8 +222,7 @@ class ConsumeMeter:
         for target in targets:
             if target.partition is None:
                 continue
-            host, port = target.address
-            node = f"{host}:{port}"
+            node = address_text(target.address)
             counts = self.partition(target.partition)
             if counts.node is not None and counts.node != node:
                 counts.leader_changes += 1

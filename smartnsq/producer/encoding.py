@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgument
 from ..model.dialect import ClassicDialect
-from ..model.routes import Address
+from ..model.routes import Address, address_text
 from ..protocol import body_compression, commands
 from ..protocol.validate import TRACE_ID_HEADER
 
@@ -75,7 +75,7 @@ def encode_batch(youzan: bool, node: Address, topic: str, target: int | None,
 
 
 def _text(node: Address) -> str:
-    return f"{node[0]}:{node[1]}"
+    return address_text(node)
 
 
 def encode_headers(headers: Mapping[str, str], trace_id: int | None) -> bytes:

@@ -36,7 +36,7 @@ from ..errors import (
     TopicNotFound,
 )
 from ..model.dialect import DEFAULT_POLICY, ChooserFactory, ClassicDialect, RouteChooser
-from ..model.routes import Address, RouteSource, StaticRouteSource, TopicRoutes
+from ..model.routes import Address, RouteSource, StaticRouteSource, TopicRoutes, address_text
 from ..model.sharding import Router, ShardingKey, make_router
 from ..observability import otel, otel_metrics
 from ..observability.counters import PublishMeter
@@ -229,8 +229,8 @@ class Producer:
         )
 
         pool = self._pool
-        leaders = {(routes.topic, p): f"{host}:{port}" for routes in pool.known_routes()
-                   for p, (host, port) in routes.leaders.items()}
+        leaders = {(routes.topic, p): address_text(leader) for routes in pool.known_routes()
+                   for p, leader in routes.leaders.items()}
         return ProducerStats.build(
             self._meter, leaders=leaders, connections=len(pool.connections),
             on_wire=self._on_wire, leader_changes=pool.leader_changes,
@@ -791,7 +791,7 @@ class Producer:
             else:
                 if leader is not None:
                     return NotWritable(f"partition {target} of {topic!r} is not writable now: "
-                                       f"its leader {leader[0]}:{leader[1]} is up but takes no "
+                                       f"its leader {address_text(leader)} is up but takes no "
                                        "writes (too few in-sync replicas, a leader change, or "
                                        "writes disabled)")
                 return NoLeader(f"partition {target} of {topic!r} has no leader now (none is "

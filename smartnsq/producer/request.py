@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, overload
 
-from ..model.routes import Address
+from ..model.routes import Address, address_text
 from ..model.sharding import ShardingKey
 from .retry import ROUTE
 
@@ -92,7 +92,7 @@ class Request:
     @property
     def node(self) -> str:
         address = self.address
-        return "" if address is None else f"{address[0]}:{address[1]}"
+        return "" if address is None else address_text(address)
 
 
 class BatchRequest(Request):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..model.routes import address_text
 from ..observability import trace as tracing
 from ..protocol.frames import partition_of
 from ..protocol.responses import PublishReceipt, publish_response_fields
@@ -140,12 +141,12 @@ class Results:
         self._plain: dict[tuple[str, int | None, Address], PublishResult] = {}
 
     def node(self, address: Address) -> str:
-        """``"host:port"`` of a node, built once per address."""
+        """``"host:port"`` (``"unix:PATH"``) of a node, built once per address."""
         name = self._names.get(address)
         if name is None:
             if len(self._names) >= _MAX_PLAIN:
                 self._names.clear()
-            name = self._names[address] = f"{address[0]}:{address[1]}"
+            name = self._names[address] = address_text(address)
         return name
 
     def of(self, request: Sent, answer: bytes, mode: bool | None) -> PublishResult | BatchResult:

@@ -235,3 +235,34 @@ async def test_a_producer_on_a_socket_reconnects_after_the_nsqd_restarts(
         await nsq_any_cluster.start_node(0)
         async with bounded(10):
             await producer.publish(topic, b"after", timeout=10)
+
+
+@pytest.mark.nsq_cluster(mode="classic", nodes=1, lookupds=1, unix_socket=True)
+async def test_a_socket_node_is_named_by_its_path_everywhere(nsq_any_cluster: Any) -> None:
+    """Where a TCP node is ``host:port``, a socket node is ``unix:PATH`` (what
+    ``nsqd=`` reads back), never the internal ``PATH:0``: the publish result, the
+    producer's and consumer's stats, the message's node."""
+    path, topic = _socket(nsq_any_cluster), fresh_name("unix-names")
+    got: list[Message] = []
+    watch = Watch()
+
+    def handle(message: Message) -> None:
+        got.append(message)
+        watch.poke()
+
+    async with Producer(nsqd=path) as producer:
+        async with bounded(10):
+            result = await producer.publish(topic, b"named")
+        produced = producer.stats()
+    consumer = Consumer(topic, "ch", handler=handle, nsqd=path)
+    async with bounded(10):
+        await consumer.start()
+    try:
+        await watch.until(lambda: bool(got), WAIT, "the message")
+        consumed = consumer.stats()
+    finally:
+        async with bounded(10):
+            await consumer.close(timeout=5)
+    texts = [result.node, got[0].node, repr(produced), repr(consumed)]
+    assert result.node == path and got[0].node == path, texts
+    assert all(":0" not in text.replace(path, "") for text in texts), texts
