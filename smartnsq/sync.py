@@ -493,11 +493,12 @@ does not wait for lookupd or nsqd; ``run()`` and iteration raise a failed start'
         return bool(self._loop_thread.call(self._consumer.is_starved))
 
     def stats(self, lag: bool = False, timeout: float = 5.0) -> ConsumerStats:
-        """``Consumer.stats()``, taken on the loop thread; ``lag=True`` first reads the
-        channel's backlog from the nodes (``Consumer.lag``, within ``timeout``)."""
-        if self._closed:
-            raise self._closed_error()
+        """``Consumer.stats()``, taken on the loop thread (after ``close()``: the last
+        snapshot); ``lag=True`` first reads the channel's backlog from the nodes
+        (``Consumer.lag``, within ``timeout``), which needs an open consumer."""
         if lag:
+            if self._closed:
+                raise self._closed_error()
             self._run(self._consumer.lag(timeout), timeout, "lag")
         return _read(self._loop_thread, self._consumer.stats)
 

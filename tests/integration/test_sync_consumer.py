@@ -162,3 +162,27 @@ async def test_answers_later_from_another_thread_and_close_is_refused_in_handler
     assert stats.finished == 1 and stats.in_flight == 0
     channel = channel_of(nsq_cluster, "synclater")
     await channel_reaches(channel, lambda: channel.finish_count == 1 and channel.in_flight == 0)
+
+
+@pytest.mark.nsq_cluster(nodes=1, lookupds=1)
+async def test_the_final_stats_can_be_read_after_close(nsq_cluster: Any) -> None:
+    """``with sync.Consumer(...) as c: ...`` then ``print(c.stats())``: the last snapshot
+    (as ``sync.Producer.stats()`` and the async Consumer's give it); only a ``lag=True`` read,
+    which asks the nodes, needs an open consumer."""
+    from smartnsq.errors import ClientClosed
+
+    await nsq_cluster.create_topic("syncstats", channels=["ch"])
+    address = await publish(nsq_cluster, "syncstats", [b"x"])
+    done = threading.Event()
+
+    def run() -> Any:
+        with sync.Consumer("syncstats", "ch", nsqd=[address],
+                           handler=lambda m: done.set()) as consumer:
+            assert done.wait(WAIT)
+        final = consumer.stats()
+        with pytest.raises(ClientClosed):
+            consumer.stats(lag=True)
+        return final
+
+    final = await asyncio.to_thread(run)
+    assert final.received == 1 and final.finished == 1

@@ -123,9 +123,11 @@ def test_the_consumers_controls_iteration_and_run_with_a_timeout(
     assert consumer.closed and repr(consumer) == "<smartnsq.sync.Consumer sfi/ch closed>"
     assert consumer.run() is True  # stopped and closed: returns at once
     for call in (lambda: consumer.set_max_in_flight(1), lambda: consumer.set_trace(True),
-                 consumer.is_starved, consumer.stats, lambda: iter(consumer)):
+                 consumer.is_starved, lambda: consumer.stats(lag=True),
+                 lambda: iter(consumer)):
         with pytest.raises(ClientClosed, match="this Consumer is closed"):
             call()
+    assert consumer.stats().finished == 3  # the last snapshot stays readable
     consumer.close()  # idempotent
 
 
