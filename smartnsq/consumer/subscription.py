@@ -10,7 +10,9 @@ the meta is unknown (``nsqd=``) the server's refusal teaches it: ``E_SUB_EXTEND_
 
 :class:`Subscriptions` is the set of them, opened and closed as the targets change; it tells
 its owner (through the callables it was given) when to look up again and when the
-configuration cannot work.
+configuration cannot work. The partitions an ordered topic grew by are subscribed but get no
+RDY until :class:`~.expansion.ExpansionWatch` releases them (per-key order across the
+expansion).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..protocol import commands
 from ..protocol.frames import MessageLayout
 from ..transport.connection import Connection
 from .config import ConsumerConfig
+from .expansion import ExpansionWatch
 from .link import Link
 from .runtime import Runtime
 from .setoffset import set_offset
@@ -207,8 +210,14 @@ class Subscription:
                      self.rt.topic, self.rt.channel, self.refused)
             self.refused = 0
         flow = self.rt.flow
+        expansion = self.owner.expansion
         try:
-            flow.add(link)
+            if expansion.held(self.target.partition):
+                # a partition the topic grew by: subscribed (its channel lets producers
+                # switch to it) but no RDY until the old ones reach the expansion point
+                await expansion.wait(self.target.partition, link.conn.closed)
+            if not self._stopping and not flow.frozen:
+                flow.add(link)
             reason = await link.conn.closed
         finally:
             self.link = None
@@ -404,6 +413,8 @@ class Subscriptions:
         self.closing = False
         self.served = False  # some subscription was ever made
         self._not_nsq: dict[tuple[Address, int | None], BaseException] = {}
+        # ordered topics: the partitions the topic grew by wait for the old ones
+        self.expansion = ExpansionWatch(rt, self.links)
 
     def no_nsqd_given(self, sub: Subscription, exc: ProtocolError) -> bool:
         """Whether every address given with ``nsqd=`` answered as no nsqd (an HTTP port, bytes
@@ -467,6 +478,8 @@ class Subscriptions:
         """Open subscriptions for new targets, retarget known ones, stop the others."""
         if self.closing:
             return
+        targets = list(targets)
+        self.expansion.seen(targets)
         wanted = {t.key: t for t in targets}
         for key, sub in list(self.subs.items()):
             if key not in wanted:
@@ -547,6 +560,7 @@ class Subscriptions:
         itself when out of time (then gets a moment to unwind), so the wait here is only a
         backstop."""
         self.closing = True
+        self.expansion.stop()
         loop = self.rt.loop
         subs = list(self.subs.values()) + list(self._retiring.values())
         tasks = {loop.create_task(self.close_one(s, deadline))
@@ -566,6 +580,7 @@ class Subscriptions:
     def abort(self, subs: Iterable[Subscription] | None = None) -> None:
         """Abort every subscription (or ``subs``) now: no CLS, no flush, tasks cancelled."""
         self.closing = True
+        self.expansion.stop()
         targets = list(self.subs.values()) + list(self._retiring.values()) \
             if subs is None else subs
         for sub in targets:

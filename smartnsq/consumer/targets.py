@@ -39,6 +39,9 @@ class Target:
     # lowest it leads); for another one the start is set over HTTP (``http``) after SUB
     inline_start: bool = True
     http: str | None = None
+    # the topic's partition count in lookup's meta (0: unknown): an ordered consumer holds
+    # the new partitions when it grows (consumer.expansion)
+    partition_num: int = 0
 
     @property
     def key(self) -> tuple[Address, int | None]:
@@ -95,6 +98,7 @@ def view_targets(view: Any, partitions: frozenset[int] | None) -> list[Target]:
     ordered = bool(meta.ordered) if meta is not None else None
     ext = bool(meta.extend_support) if meta is not None else None
     seen: set[Address] = set()
+    count = view.partition_num or 0
     if view.youzan:
         lowest: dict[Address, int] = {}  # each node's default partition: the lowest it leads
         for pid, part in view.partitions.items():
@@ -109,7 +113,7 @@ def view_targets(view: Any, partitions: frozenset[int] | None) -> list[Target]:
                 continue
             targets.append(Target(leader.address, pid, True, ordered, ext,
                                   inline_start=lowest[leader.address] == pid,
-                                  http=leader.http_address))
+                                  http=leader.http_address, partition_num=count))
             seen.add(leader.address)
     for node in view.producers:
         # classic nodes (and a classic topic's only information): plain SUB
