@@ -167,7 +167,7 @@ async def test_kill_leader_leaderless_window_then_replica_elected(
     # nothing acknowledged was lost
     bodies = [m.body for m in cluster.state.partition("t", 0).log.messages]  # type: ignore[union-attr]
     assert bodies == [b"before-kill", b"after"]
-    for conn in (probe, first):
+    for conn in (producer, probe, first):  # the killed node's too: its socket is still ours
         conn.close()
 
 
