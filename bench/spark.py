@@ -19,6 +19,12 @@ figures understate a real cluster; the scaling across partitions and cores is th
   Spark, the Arrow conversion alone (``message_batch`` per message) and Spark's own ceiling
   (the same schema from a Python source that yields pre-built record batches, no NSQ).
 
+* a rate-limited stream (``--stream N``): ``readStream`` of the whole topic with
+  ``Trigger.AvailableNow`` into the ``noop`` sink (``length(body)`` forced), unlimited and
+  with ``maxMessagesPerTrigger=N``, one after the other on the same rows; for each, the wall
+  time, the micro-batches, and the driver's share (Spark's ``durationMs.latestOffset``
+  summed over the batches: where the source finds each batch's end).
+
 At the end a table puts write and read rates side by side, plain and ordered.
 
     python bench/spark.py                      # 200k rows, cores 1 2, partitions 1 2 4
@@ -26,6 +32,8 @@ At the end a table puts write and read rates side by side, plain and ordered.
     python bench/spark.py --cores 2 --partitions 4 --ordered   # plain and ordered topics
     python bench/spark.py --cores 2 --partitions 4 --ordered --profile
     python bench/spark.py --cores 2 --partitions 4 --ordered --read-option orderedReadChannels=1
+    python bench/spark.py --rows 100000 --cores 2 --partitions 4 --stream 10000
+    python bench/spark.py --rows 100000 --cores 2 --partitions 4 --stream 10000 --real
 """
 
 from __future__ import annotations
@@ -50,7 +58,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     import smartnsq.spark
 
     results = []
-    with SparkDevCluster(nodes=4, lookupds=1) as cluster:
+    with SparkDevCluster(nodes=4 if args.real is None else 3, lookupds=1,
+                         real=args.real) as cluster:
         for cores in args.cores:
             spark = (SparkSession.builder.master(f"local[{cores}]")
                      .appName(f"smartnsq-bench-{cores}")
@@ -87,6 +96,12 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     if cpu:
                         row["read_cpu_s"] = cpu
                         row["read_core_s"] = round(read_s * (os.cpu_count() or 1), 2)
+                    if args.stream:
+                        row["stream"] = [_stream(spark, cluster, topic, limit, args)
+                                         for limit in (None, args.stream)]
+                        row["stream_ceiling"] = [
+                            _stream_ceiling(spark, args.rows, args.size, limit)
+                            for limit in (None, args.stream)]
                     results.append(row)
                     if not args.json:
                         kind = "ordered" if ordered else "plain  "
@@ -96,6 +111,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                               flush=True)
                         if cpu:
                             print(f"    read CPU s: {cpu} (wall {read_s:.2f} s)", flush=True)
+                        for timed in row.get("stream", ()):
+                            print(f"    stream {timed['limit'] or 'unlimited':>9}: "
+                                  f"{timed['wall_s']:.2f} s in {timed['batches']} batches, "
+                                  f"latestOffset {timed['latest_offset_s']:.2f} s; Spark's "
+                                  f"phases {timed['phases_s']}", flush=True)
+                        for timed in row.get("stream_ceiling", ()):
+                            print(f"    Spark's own {timed['limit'] or 'unlimited':>9}: "
+                                  f"{timed['wall_s']:.2f} s in {timed['batches']} batches "
+                                  "(pre-built batches, no NSQ)", flush=True)
             finally:
                 spark.stop()
     return results
@@ -128,6 +152,109 @@ def _read(spark: Any, cluster: Any, topic: str,
     row = (reader.load().selectExpr("count(*) AS n", "sum(length(body)) AS bytes")
            .collect()[0])
     return time.perf_counter() - started, int(row["n"])
+
+
+def _stream(spark: Any, cluster: Any, topic: str, limit: int | None,
+            args: argparse.Namespace) -> dict[str, Any]:
+    """One ``Trigger.AvailableNow`` run over the whole topic into the noop sink."""
+    import tempfile
+
+    reader = (spark.readStream.format("nsq").option("lookupd", cluster.lookupd)
+              .option("topic", topic).option("startingOffsets", "earliest"))
+    if limit:
+        reader = reader.option("maxMessagesPerTrigger", str(limit))
+    for key, value in args.read_options.items():
+        reader = reader.option(key, value)
+    with tempfile.TemporaryDirectory(prefix="smartnsq-bench-stream-") as checkpoint:
+        started = time.perf_counter()
+        query = (reader.load().selectExpr("length(body) AS n").writeStream.format("noop")
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        wall = time.perf_counter() - started
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+    rows = sum(p["numInputRows"] for p in progress)
+    assert rows == args.rows, (rows, args.rows)
+    if limit:
+        assert all(p["numInputRows"] <= limit for p in progress), progress
+    phases: dict[str, float] = {}
+    for p in query.recentProgress:
+        for phase, ms in p["durationMs"].items():
+            phases[phase] = phases.get(phase, 0) + ms / 1000
+    return {"limit": limit, "wall_s": round(wall, 2), "batches": len(progress),
+            "latest_offset_s": round(phases.get("latestOffset", 0), 2),
+            "phases_s": {k: round(v, 2) for k, v in sorted(phases.items())}}
+
+
+def _stream_ceiling(spark: Any, rows: int, size: int, limit: int | None) -> dict[str, Any]:
+    """Spark's own cost of the same ``Trigger.AvailableNow`` run: the nsq schema from a
+    Python stream source of pre-built record batches (4 partitions a batch, no NSQ), so the
+    per-batch work that is Spark's (checkpoint writes, planning, task launches) shows."""
+    import tempfile
+
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    from smartnsq.spark import read_schema
+
+    class SyntheticStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def initialOffset(self) -> dict[str, int]:
+            return {"n": 0}
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass  # the end is fixed: ``rows``
+
+        def getDefaultReadLimit(self) -> Any:
+            return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+        def latestOffset(self, start: dict[str, int], read_limit: Any) -> dict[str, int]:
+            step = rows if isinstance(read_limit, ReadAllAvailable) else read_limit.max_rows
+            return {"n": min(rows, start["n"] + step)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            count = end["n"] - start["n"]
+            return [InputPartition(count // 4 + (i < count % 4)) for i in range(4)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            from smartnsq.protocol.frames import MessageFrame, youzan_message_id
+            from smartnsq.spark.schema import message_batch
+
+            batch = message_batch("t", "n", [
+                MessageFrame(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
+                             i * (size + 30), size + 30, True) for i in range(4096)])
+            left = partition.value
+            while left > 0:
+                yield batch.slice(0, min(left, 4096))
+                left -= 4096
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class SyntheticStreamSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "nsq_bench_synthetic_stream"
+
+        def schema(self) -> Any:
+            return read_schema()
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return SyntheticStream()
+
+    spark.dataSource.register(SyntheticStreamSource)
+    with tempfile.TemporaryDirectory(prefix="smartnsq-bench-ceiling-") as checkpoint:
+        started = time.perf_counter()
+        query = (spark.readStream.format("nsq_bench_synthetic_stream").load()
+                 .selectExpr("length(body) AS n").writeStream.format("noop")
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        wall = time.perf_counter() - started
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+    assert sum(p["numInputRows"] for p in progress) == rows
+    return {"limit": limit, "wall_s": round(wall, 2), "batches": len(progress)}
 
 
 def _tree(root: int) -> list[int]:
@@ -276,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the read's CPU goes, Spark's ceiling, Arrow's cost")
     parser.add_argument("--read-option", action="append", default=[], metavar="NAME=VALUE",
                         help="a source option for the reads, e.g. orderedReadChannels=1")
+    parser.add_argument("--stream", type=int, metavar="N",
+                        help="also time an AvailableNow stream, unlimited and with "
+                             "maxMessagesPerTrigger=N")
+    parser.add_argument("--real", nargs="?", const=os.environ.get("SMARTNSQ_REAL_NSQ", ""),
+                        metavar="DIR", help="the real youzan servers (binaries in DIR, "
+                        "default $SMARTNSQ_REAL_NSQ) instead of the dev cluster")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     try:

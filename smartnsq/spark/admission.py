@@ -5,8 +5,8 @@ Apart from the source because these are decisions on numbers (offsets, message c
 time), tested without a cluster, while the source is the plumbing between Spark and the
 queues. Queue offsets are bytes; Kafka's limits count messages, so do these: a partition's
 message count comes from its leader (``message_count`` at the queue end), and where the count
-at the start offset is not known (the first planning after a restart, a batch cut by
-``maxMessagesPerTrigger``) it is estimated from the partition's average message size.
+at the start offset is not known (the first planning after a restart, a limited end found by
+a read, ``limits.BatchEnds``) it is estimated from the partition's average message size.
 """
 
 from __future__ import annotations

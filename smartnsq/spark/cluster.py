@@ -55,6 +55,7 @@ from ..protocol.admin import TopicStats
 from ..protocol.commands import StartPosition
 from ..protocol.frames import MessageFrame, MessageLayout
 from ..protocol.lookup import Node, TopicView
+from ..protocol.operations import StoredMessage
 from ..transport.connection import Connection
 from ..transport.loop_thread import LoopThread
 from .conditions import LeaderWait, condition_of, is_transient
@@ -269,6 +270,16 @@ class ClusterClient:
                                "list the partition with is_leader false: an election or a "
                                "handoff is not finished)", transient=True)
         return entry
+
+    def message_at(self, topic: str, partition: int, leader: LeaderInfo, *,
+                   count: int | None = None, queue_offset: int | None = None) -> StoredMessage:
+        """The stored message of 1-based number ``count`` or at ``queue_offset`` (the
+        leader's ``/message/get``: one call, nothing read over TCP)."""
+        return self._call(f"GET {leader.http_address}/message/get of {topic}/{partition}",
+                          lambda: self._admin.get_message(topic, count=count,
+                                                          queue_offset=queue_offset,
+                                                          partition=partition,
+                                                          address=leader.http_address))
 
 
     # -- channels ---------------------------------------------------------------------------

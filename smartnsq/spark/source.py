@@ -11,8 +11,9 @@ channel's cursor is moved to the committed end after Spark committed the batch.
 
 ``maxMessagesPerTrigger`` splits the limit across partitions in proportion to their backlog
 (in bytes). Queue offsets must stay on message boundaries, and a byte count does not say where
-the N-th message ends, so the driver finds each limited end by reading the N messages'
-positions once (a short private subscription); the executors then read the same range.
+the N-th message ends, so the driver asks each leader where the message after the share
+starts, by its number (``limits.BatchEnds``: one HTTP call per partition and batch); the
+executors then read the range.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from .cluster import (
     read_range,
     temporary_channel,
 )
+from .limits import BatchEnds, counted
 from .offsets import KAFKA_EARLIEST, OFFSET_EARLIEST, OFFSET_LATEST
 from .options import SourceOptions
 from .positions import Bounds, first_at_or_after, resolve
@@ -576,30 +578,13 @@ def _after(message: MessageFrame) -> int:
     return message.queue_offset + message.raw_size
 
 
-def _limited_end(options: SourceOptions, layout: TopicLayout, partition: int, start: int,
-                 end: int, count: int) -> int:
-    """The queue offset after ``count`` messages from ``start`` (at most ``end``)."""
-    found = [start]
-    leader = layout.leaders.get(partition)
-    if leader is None:
-        raise ClusterError("no leader in lookup", transient=True)
-    with _reading(options) as (loop_thread, client):
-        for _ in read_range(loop_thread, client, layout.topic, partition,
-                            leader, start, end, ordered=layout.ordered,
-                            ext=layout.ext, rdy=min(count, options.rdy),
-                            read_timeout=options.read_timeout, channel=None,
-                            channel_prefix=options.channel_prefix, limit=count,
-                            on_end=lambda e: found.__setitem__(0, e)):
-            pass
-    return found[0]
-
-
 class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
     """Micro-batch source; see the module docstring."""
 
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
         self._planner: _Planner | None = None
+        self._ends: BatchEnds  # limited batches' ends; made with the planner
         self._last_end: Offsets | None = None  # for Spark < 4.2 (no start in latestOffset)
         self._available_now: Offsets | None = None
         self._down_since: dict[tuple[str, int], float] = {}
@@ -620,6 +605,7 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
     def planner(self) -> _Planner:
         if self._planner is None:
             self._planner = _Planner(self._options)
+            self._ends = BatchEnds(self._planner.client, self._options)
         return self._planner
 
     def initialOffset(self) -> dict:  # type: ignore[type-arg]
@@ -717,12 +703,11 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
         return latest
 
     def _remember_counts(self, offsets: Offsets) -> None:
-        """The message counts at ``offsets`` where they are the queue ends just seen, so
-        that ``minOffsetsPerTrigger`` counts the next batch's messages exactly."""
+        """The message counts at ``offsets`` where they are known (the queue ends just seen,
+        the limited ends found), so that ``minOffsetsPerTrigger`` counts the next batch's
+        messages exactly."""
         counts = self.planner.counts
-        self._counted = {(t, int(p)): counts[(t, int(p))] for t, parts in offsets.items()
-                         for p, end in parts.items()
-                         if counts.get((t, int(p)), (None,))[0] == end}
+        self._counted = {**counted(self._ends.known, offsets), **counted(counts, offsets)}
 
     def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
         """The queue ends seen at the last planning (Spark 4.2+ shows them in the query
@@ -760,8 +745,9 @@ class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]
                 if not share:
                     continue  # nothing waiting: the end is the start
                 try:
-                    out[topic][pid] = _limited_end(self._options, planner.layouts[topic],
-                                                   int(pid), first, end, share)
+                    out[topic][pid] = self._ends.end_after(
+                        planner.layouts[topic], int(pid), first, end, share,
+                        planner.counts.get((topic, int(pid))))
                 except Exception as exc:
                     if not is_transient(exc):
                         raise

@@ -67,22 +67,35 @@ def local_session(app_name: str) -> Any:
 
 
 class SparkDevCluster:
-    """A started ``DevCluster`` served from a background loop; blocking helpers around it."""
+    """A started ``DevCluster`` served from a background loop; blocking helpers around it.
 
-    def __init__(self, **kwargs: Any) -> None:
+    ``real``: the directory of the real youzan binaries (``$SMARTNSQ_REAL_NSQ``): the real
+    servers as processes (``testing.realcluster.RealCluster``, with etcd) instead, behind the
+    same helpers (``nodes`` and ``lookupds`` are passed on; other options are the dev
+    cluster's)."""
+
+    def __init__(self, *, real: str | None = None, **kwargs: Any) -> None:
         self._kwargs = kwargs
+        self._real = real
         self._loop_thread = LoopThread("smartnsq-devcluster")
-        self.cluster: DevCluster | None = None
+        self.cluster: Any = None
 
     def start(self) -> SparkDevCluster:
         self._loop_thread.start()
 
-        async def make() -> DevCluster:
+        async def make() -> Any:
+            if self._real is not None:
+                from .realcluster import RealCluster
+
+                real = RealCluster(self._kwargs.get("nodes", 3), self._kwargs.get("lookupds", 1),
+                                   binaries=self._real)
+                await real.start()
+                return real
             cluster = DevCluster(**self._kwargs)
             await cluster.start()
             return cluster
 
-        self.cluster = self._loop_thread.run(make(), timeout=30)
+        self.cluster = self._loop_thread.run(make(), timeout=30 if self._real is None else 120)
         return self
 
     def stop(self) -> None:
