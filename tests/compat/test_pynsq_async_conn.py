@@ -14,58 +14,26 @@ import asyncio
 import importlib
 import json
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pynsq_support import DEADLINE, classic_nsqd, in_thread
 
 from smartnsq.compat import pynsq as nsq
 from smartnsq.compat.pynsq import event
-from smartnsq.devcluster import DevCluster
-from smartnsq.transport.loop_thread import LoopThread
-
-DEADLINE = 20.0
 
 
 @pytest.fixture(scope="module")
 def nsqd() -> Iterator[str]:
     """A classic dev nsqd with the topics ``a1``, ``a2``, ``a3`` (channel ``c``)."""
-    thread = LoopThread("asyncconn-devcluster").start()
-    cluster = DevCluster(nodes=1, lookupds=1, mode="classic")
-    try:
-        thread.run(cluster.start())
-        for topic in ("a1", "a2", "a3"):
-            thread.run(cluster.create_topic(topic, channels=["c"]))
+    with classic_nsqd("asyncconn-devcluster", "a1", "a2", "a3") as cluster:
         yield cluster.nsqd_tcp_addresses[0]
-    finally:
-        try:
-            thread.run(cluster.stop())
-        finally:
-            thread.stop()
 
 
 @pytest.fixture
 def nsqd_on_class(request: pytest.FixtureRequest, nsqd: str) -> None:
     request.cls.nsqd = nsqd
-
-
-def in_thread(scenario: Callable[[], None]) -> None:
-    """Run ``scenario`` on a new thread (no event loop yet), re-raising its error."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            scenario()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join(DEADLINE * 2)
-    assert not thread.is_alive(), "the scenario did not finish"
-    if errors:
-        raise errors[0]
 
 
 def address(nsqd: str) -> tuple[str, int]:

@@ -17,55 +17,24 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from pynsq_support import DEADLINE, classic_nsqd, in_thread
 
 import smartnsq.compat.pynsq_loops as loops
 from smartnsq.compat import pynsq as nsq
 from smartnsq.compat.pynsq import reader as pynsq_reader
-from smartnsq.devcluster import DevCluster
 from smartnsq.transport import loop_thread
-from smartnsq.transport.loop_thread import LoopThread
-
-DEADLINE = 20.0
 
 
 @pytest.fixture(scope="module")
 def nsqd() -> Iterator[str]:
     """A classic dev nsqd with topics ``t1``..``t4`` (channel ``c``)."""
-    thread = LoopThread("binding-devcluster").start()
-    cluster = DevCluster(nodes=1, lookupds=1, mode="classic")
-    try:
-        thread.run(cluster.start())
-        for topic in ("t1", "t2", "t3", "t4"):
-            thread.run(cluster.create_topic(topic, channels=["c"]))
+    with classic_nsqd("binding-devcluster", "t1", "t2", "t3", "t4") as cluster:
         yield cluster.nsqd_tcp_addresses[0]
-    finally:
-        try:
-            thread.run(cluster.stop())
-        finally:
-            thread.stop()
 
 
 @pytest.fixture
 def nsqd_on_class(request: pytest.FixtureRequest, nsqd: str) -> None:
     request.cls.nsqd = nsqd
-
-
-def in_thread(scenario: Callable[[], None]) -> None:
-    """Run ``scenario`` on a new thread (one with no event loop yet), re-raising its error."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            scenario()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join(DEADLINE * 2)
-    assert not thread.is_alive(), "the scenario did not finish"
-    if errors:
-        raise errors[0]
 
 
 def poll(condition: Callable[[], bool], bound: float = DEADLINE) -> bool:

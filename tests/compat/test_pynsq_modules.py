@@ -19,11 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pynsq_support import classic_nsqd
 
 from smartnsq.compat import pynsq as nsq
-from smartnsq.devcluster import DevCluster
 from smartnsq.errors import AlreadyResponded
-from smartnsq.transport.loop_thread import LoopThread
 
 # pynsq 0.9.1's nsq.__all__
 PYNSQ_ALL = ["Reader", "Writer", "run", "BackoffTimer", "Message", "Error", "LegacyReader",
@@ -216,17 +215,8 @@ def test_legacy_reader_builds_one_reader_per_task() -> None:
 @pytest.fixture(scope="module")
 def nsqd() -> Iterator[str]:
     """A classic dev nsqd with the topic ``s`` (channel ``c``)."""
-    thread = LoopThread("sync-conn-devcluster").start()
-    cluster = DevCluster(nodes=1, lookupds=1, mode="classic")
-    try:
-        thread.run(cluster.start())
-        thread.run(cluster.create_topic("s", channels=["c"]))
+    with classic_nsqd("sync-conn-devcluster", "s") as cluster:
         yield cluster.nsqd_tcp_addresses[0]
-    finally:
-        try:
-            thread.run(cluster.stop())
-        finally:
-            thread.stop()
 
 
 def test_sync_conn_publishes_and_reads_the_answer(nsqd: str) -> None:

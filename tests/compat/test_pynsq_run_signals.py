@@ -17,9 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from smartnsq.devcluster import DevCluster
-from smartnsq.transport.loop_thread import LoopThread
+from pynsq_support import classic_nsqd
 
 EXIT_BOUND = 10.0
 """How long the child may take to exit after the signal: generous, for a loaded CI box (the
@@ -79,17 +77,8 @@ sys.exit(3 if handled else 0)  # the topic is idle: nothing may have been handle
 @pytest.fixture(scope="module")
 def idle_nsqd() -> Iterator[str]:
     """A classic dev nsqd whose topic ``idle`` (channel ``c``) never gets a message."""
-    thread = LoopThread("signals-devcluster").start()
-    cluster = DevCluster(nodes=1, lookupds=1, mode="classic")
-    try:
-        thread.run(cluster.start())
-        thread.run(cluster.create_topic("idle", channels=["c"]))
+    with classic_nsqd("signals-devcluster", "idle") as cluster:
         yield cluster.nsqd_tcp_addresses[0]
-    finally:
-        try:
-            thread.run(cluster.stop())
-        finally:
-            thread.stop()
 
 
 def wait_for_line(proc: subprocess.Popen[str], wanted: str, bound: float) -> bool:

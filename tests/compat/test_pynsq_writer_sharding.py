@@ -8,54 +8,28 @@ server with ``E_BAD_PARTITION ... -1``; its callback's error says what to do ins
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pynsq_support import DEADLINE, in_thread, served_cluster
 
 from smartnsq import sync
 from smartnsq.compat import pynsq as nsq
 from smartnsq.devcluster import DevCluster
 from smartnsq.errors import ServerError
-from smartnsq.transport.loop_thread import LoopThread
 
-DEADLINE = 20.0
 KEYS = (1001, 1002, 1003, "order-7")
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[DevCluster]:
     """A youzan dev cluster: ``plain`` (4 partitions) and ``ordered`` (4, ordered)."""
-    thread = LoopThread("sharding-devcluster").start()
-    dev = DevCluster(nodes=2, lookupds=1)
-    try:
-        thread.run(dev.start())
-        thread.run(dev.create_topic("plain", partitions=4, channels=["c"]))
-        thread.run(dev.create_topic("ordered", partitions=4, ordered=True, channels=["c"]))
+    with served_cluster("sharding-devcluster", {
+            "plain": {"partitions": 4, "channels": ["c"]},
+            "ordered": {"partitions": 4, "ordered": True, "channels": ["c"]}},
+            nodes=2, lookupds=1) as dev:
         yield dev
-    finally:
-        try:
-            thread.run(dev.stop())
-        finally:
-            thread.stop()
-
-
-def in_thread(scenario: Callable[[], None]) -> None:
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            scenario()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join(DEADLINE * 2)
-    assert not thread.is_alive(), "the scenario did not finish"
-    if errors:
-        raise errors[0]
 
 
 def native_partitions(cluster: DevCluster, topic: str) -> dict[Any, int]:
