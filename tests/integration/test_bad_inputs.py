@@ -99,10 +99,11 @@ def test_sync_objects_used_after_close_raise_the_async_clients_error() -> None:
             call()
     c = sync.Consumer("t", "c", lookupd=[refused_address()], handler=lambda m: None)
     c.close()
-    for call in (lambda: iter(c), lambda: c.stats(), lambda: c.set_max_in_flight(3),
+    for call in (lambda: iter(c), lambda: c.stats(lag=True), lambda: c.set_max_in_flight(3),
                  lambda: c.set_trace(True), lambda: c.is_starved()):
         with pytest.raises(ConnectionFailed):
             call()
+    assert c.stats().received == 0  # the last snapshot stays readable
 
 
 def test_a_classic_message_id_that_is_not_hex_is_a_protocol_error() -> None:
