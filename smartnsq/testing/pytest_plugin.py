@@ -276,8 +276,16 @@ def _skip_without_real(mode: str) -> None:
 
 
 async def _shared_real_cluster(kwargs: dict[str, Any], key_extra: tuple[Any, ...] = ()) -> Any:
-    """The session's real cluster of this shape (started anew if a test damaged it)."""
+    """The session's real cluster of this shape (started anew if a test damaged it).
+
+    Its addresses are the ones earlier tests used, so the library's repeat filter (an
+    identical warning held back for 10 s) is emptied first: a test waiting for a warning
+    about one of them must not miss it because an earlier test logged the same line.
+    """
+    from ..observability import logs
     from .realcluster import RealCluster
+
+    logs.reset()
 
     key = (*sorted((k, v) for k, v in kwargs.items() if k != "auth"), *key_extra)
     cluster = _shared_real.get(key)
