@@ -187,9 +187,15 @@ class Admin:
         return self._run(self._async.unpause_topic(topic, address=address),
                          self._per_partition())
 
-    def expand_topic(self, topic: str, partitions: int) -> str:
-        return self._run(self._async.expand_topic(topic, partitions),
-                         self._async.timeout * (1 + len(self._async.lookupd)))
+    def expand_topic(self, topic: str, partitions: int, *, wait: bool = False,
+                     channels: list[str] | None = None, timeout: float = 60.0,
+                     check_interval: float = 5.0, poll_interval: float = 0.5) -> str:
+        calls = self._async.timeout * (1 + len(self._async.lookupd))
+        return self._run(self._async.expand_topic(topic, partitions, wait=wait,
+                                                  channels=channels, timeout=timeout,
+                                                  check_interval=check_interval,
+                                                  poll_interval=poll_interval),
+                         calls + (timeout if wait else 0.0))
 
     def tombstone(self, topic: str, node: str, *, restore: bool = False) -> tuple[str, ...]:
         return self._run(self._async.tombstone(topic, node, restore=restore),

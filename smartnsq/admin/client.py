@@ -21,12 +21,13 @@ from ..protocol.admin import NodeInfo, NodeStats
 from ..protocol.commands import StartPosition
 from .base import check_addresses
 from .creation import TopicCreation
+from .expansion import TopicExpansion
 from .operator import OperatorActions, Targets
 
 __all__ = ["AsyncAdmin"]
 
 
-class AsyncAdmin(TopicCreation, OperatorActions):
+class AsyncAdmin(TopicCreation, TopicExpansion, OperatorActions):
     """The nsqd/nsqlookupd HTTP API for asyncio code.
 
     ``lookupd``: the cluster's nsqlookupd HTTP addresses (needed by every cluster-wide call;

@@ -1,10 +1,10 @@
-"""The operator's actions: pause, empty, skip, expand, read one message, tombstone.
+"""The operator's actions: pause, empty, skip, read one message, tombstone.
 
 Each is one HTTP call per node it concerns, sent where the real servers take it
 (docs/admin.md has the table): a channel action on each partition's leader (youzan) or on
-each nsqd holding the topic (classic), a topic expansion on the leader lookupd, a tombstone
-on every lookupd (each keeps its own registrations, so one lookupd's tombstone is not the
-others'). The requests and the ``/message/get`` answer are built and read by
+each nsqd holding the topic (classic), a tombstone on every lookupd (each keeps its own
+registrations, so one lookupd's tombstone is not the others'). Expanding a topic is
+:mod:`smartnsq.admin.expansion`. The requests and the ``/message/get`` answer are built and read by
 :mod:`smartnsq.protocol.operations`; the channel actions that return report where they were
 sent, so a caller (the CLI's ``--json``) can say which partitions were touched.
 """
@@ -149,21 +149,6 @@ class OperatorActions(AdminBase):
     async def unpause_topic(self, topic: str, *, address: str | None = None) -> Targets:
         """Classic: give a paused topic's messages to its channels again."""
         return await self._topic_action("/topic/unpause", topic, address)
-
-    async def expand_topic(self, topic: str, partitions: int) -> str:
-        """Youzan: raise the topic's partition count to ``partitions``
-        (``/topic/partition/expand`` on the leader lookupd, which returns the leader). The
-        new partitions get leaders as the lookupd's cluster check places them, and writers
-        see each once it has a channel, as with a new topic. The lookupd refuses while the
-        cluster is moving (500 "the cluster is unstable"): ask again later."""
-        params = ops.expand_params(topic, partitions)
-        leader = await self._youzan_leader("topic expand")
-        if leader is None:
-            raise AdminError(404, "classic nsqlookupd has no /topic/partition/expand "
-                                  "(classic topics have no partitions)", what="topic expand")
-        await self._write(leader, "/topic/partition/expand", params,
-                          what="nsqlookupd /topic/partition/expand")
-        return leader
 
     async def tombstone(self, topic: str, node: str, *, restore: bool = False
                         ) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ _ACTIONS = ("create", "delete", "expand", "pause", "unpause", "tombstone")
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("topic", "create, delete, expand, pause or tombstone a topic",
                 description="A topic's actions: create (until usable), delete, expand "
-                            "(youzan), pause/unpause (classic), tombstone a node.")
+                            "(youzan, until usable), pause/unpause (classic), tombstone a node.")
     p.add_argument("action", choices=_ACTIONS, help="what to do")
     p.add_argument("topic", help="the topic")
     p.add_argument("--partitions", type=int, metavar="N",
@@ -52,9 +52,10 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="create: a channel to create on every partition (repeatable); the "
                         "command then returns once writers see every partition")
     p.add_argument("--no-wait", action="store_true",
-                   help="create: send the create once and return")
+                   help="create, expand: send the request once and return")
     p.add_argument("--create-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="create: how long the topic may take to become usable (default 60)")
+                   help="create, expand: how long the topic (its new partitions) may take "
+                        "to become usable (default 60)")
     p.add_argument("--node", metavar="HOST:HTTP_PORT", help="tombstone: the nsqd")
     p.add_argument("--restore", action="store_true", help="tombstone: undo it")
     p.add_argument("--nsqd-http", metavar="HOST:PORT",
@@ -70,15 +71,7 @@ async def run_topic(args: argparse.Namespace) -> int:
     if args.action == "create":
         return await _create(args, topic, lookupd)
     if args.action == "expand":
-        partitions = args.partitions
-        if partitions is None:
-            raise CLIError("topic expand needs --partitions N (the new partition count)")
-        leader = await run_admin(args, lookupd, "topic expand",
-                                 lambda admin: admin.expand_topic(topic, partitions))
-        return report(args, {"action": "expand", "topic": topic, "partitions": partitions,
-                             "lookupd": leader},
-                      f"expanded {topic} to {partitions} partitions (leader lookupd "
-                      f"{leader}); the new partitions get leaders at its next cluster check")
+        return await _expand(args, topic, lookupd)
     if args.action == "delete":
         await run_admin(args, lookupd, "topic delete", lambda admin: admin.delete_topic(topic))
         return report(args, {"action": "delete", "topic": topic}, f"deleted {topic}")
@@ -99,6 +92,26 @@ async def run_topic(args: argparse.Namespace) -> int:
     return report(args, {"action": args.action, "topic": topic,
                          "targets": targets_json(targets)},
                   f"{args.action}d {topic}: {targets_text(targets)}")
+
+
+async def _expand(args: argparse.Namespace, topic: str, lookupd: list[str]) -> int:
+    """The expansion, and unless ``--no-wait`` until writers see the new partitions, within
+    ``--create-timeout`` (each request within ``--timeout``)."""
+    from .util import admin_client, timeout_of
+
+    partitions = args.partitions
+    if partitions is None:
+        raise CLIError("topic expand needs --partitions N (the new partition count)")
+    async with admin_client(args, lookupd) as admin:
+        admin.timeout = timeout_of(args)
+        leader = await admin.expand_topic(topic, partitions, wait=not args.no_wait,
+                                          timeout=args.create_timeout)
+    then = ("the new partitions get leaders at its next cluster check" if args.no_wait
+            else "writers see every new partition")
+    return report(args, {"action": "expand", "topic": topic, "partitions": partitions,
+                         "lookupd": leader, "waited": not args.no_wait},
+                  f"expanded {topic} to {partitions} partitions (leader lookupd {leader}); "
+                  f"{then}")
 
 
 async def _create(args: argparse.Namespace, topic: str, lookupd: list[str]) -> int:

@@ -326,6 +326,7 @@ class Lookupd:
         r("POST", "/channel/create", self._channel_create, V1)
         r("POST", "/topic/tombstone", self._tombstone, V1)
         r("POST", "/topic/partition/expand", self._topic_expand, V1)
+        r("POST", "/topic/meta/update", self._topic_meta_update, V1)
 
     async def _ping(self, req: Request) -> str:
         return "OK"
@@ -615,6 +616,16 @@ class Lookupd:
             info.partitions.append(p)
         info.partition_num = pnum
         if self.state.creation_check is not None and pending:
+            self.state.creation_check()
+
+    async def _topic_meta_update(self, req: Request) -> None:
+        """``/topic/meta/update``: no parameter is modelled; as on the real lookupd, the call
+        (changing something or not) runs the topic check at once."""
+        info = self.state.topics.get(req.arg("topic") or "")
+        if not self.is_leader or info is None or info.classic:
+            raise HTTPError(400, "Not nsqlookup leader" if not self.is_leader else
+                            "topic is not created")
+        if self.state.creation_check is not None:
             self.state.creation_check()
 
     # -- classic admin --------------------------------------------------------------------------
