@@ -1,25 +1,23 @@
 """Per-key order across a 2 -> 4 partition expansion while the ordered consumer lags, on the
-real youzan servers (issue 33 item 8's done-when). The dev cluster's case is
-``tests/integration/test_expansion_order.py``; here the dev case is skipped.
+real youzan servers. The dev cluster's case is ``tests/integration/test_expansion_order.py``;
+here the dev case is skipped.
 
-What the real servers add to the dev cluster's run:
+What the real servers add to the dev cluster's run, and the operator's calls that keep the
+run within a minute (measured: stable 7 s after the creation, both new partitions taking
+writes 7-10 s after the expansion):
 
-* the lookupd refuses an expansion while "the cluster is unstable": after a topic's creation,
-  until one of its periodic topic checks (every 30 s) passes (112 and 113 s measured here). The
-  test asks the leader lookupd's ``/cluster/stats`` (``stable``: the flag the expansion
-  checks) before it publishes the backlog, so the backlog is still there when the expansion
-  is accepted, and asks for the expansion again while it is refused that way;
-* an accepted expansion gives the new partitions leaders at once (their nsqd hold the leader
-  session in etcd within milliseconds), but the lookupd tells those nsqd their session only
-  at a later check: until then they refuse SUB and writes there with
-  ``E_FAILED_ON_NOT_LEADER`` (more than 80 s, 133 s and more than 150 s measured). The test
-  has the lookupd push every partition's leader session (``POST /cluster/upgrade/begin``
-  then ``/cluster/upgrade/done``, an operator's call) every 3 s until the new partitions
-  take writes. That helped once (both took writes 6 s after the expansion, and the run kept
-  every key's order, the hold released by consumption after 7.0 s); in three later runs the
-  first write to a new partition came 31 and 32 s after the expansion and one of the two new
-  partitions still refused writes (``E_FAILED_ON_NOT_WRITABLE``) 45 to 97 s after it. Hence
-  the ``xfail``: the run passes within its 4 minutes only when the servers are quick;
+* the lookupd refuses an expansion while "the cluster is unstable", a flag only a full topic
+  check clears; left alone, its periodic check (every 60 s) cleared it 112-113 s after the
+  topic's creation. ``POST /topic/meta/update?topic=T`` with no parameter changes nothing and
+  runs that check at once: the test asks for it each second until the leader lookupd's
+  ``/cluster/stats`` says ``stable``, before it publishes the backlog;
+* an accepted expansion's new partitions refuse SUB and channel creation with
+  ``E_FAILED_ON_NOT_LEADER`` until a lookupd check tells their nsqd its leader session (100 s
+  and more measured, left alone), and writes with ``E_FAILED_ON_NOT_WRITABLE`` while they have
+  no channel (still refused 200 s after the expansion in three runs with no channel created
+  on them). Every 3 s until the new partitions take writes, the test asks for the check again
+  and creates the channel on each new partition's leader, as ``expand_topic(..., wait=True)``
+  does (docs/admin.md);
 * the consumer drains 240 messages in about a second, long before the new partitions take
   writes, so the backlog is kept up while they do not: a second producer, whose lookup polls
   every 60 s, writes every key at the consumer's pace until the first producer's routes list
@@ -37,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 from collections import defaultdict
 from typing import Any
@@ -48,7 +45,7 @@ from support import Watch, bounded, fresh_name
 
 from smartnsq import Consumer, Producer
 from smartnsq.admin import AsyncAdmin
-from smartnsq.errors import AdminError
+from smartnsq.errors import AdminError, LookupFailed
 from smartnsq.message import Message
 from smartnsq.model.expansion import BY_CONSUMED
 from smartnsq.transport.http import HttpClient
@@ -58,34 +55,19 @@ BEFORE = 10  # messages per key published before the expansion (the backlog)
 AFTER = 5  # ... and after it, by the producer that moved the keys
 LAG = 0.005  # the handler's work per message (s): the consumer lags its backlog
 LOOKUP = {"poll_interval": 1.0, "jitter": 0.0}
-EXPAND_WITHIN = 180.0  # from the topic's creation to an accepted expansion (s)
+EXPAND_WITHIN = 60.0  # from the topic's creation to an accepted expansion (s)
 USABLE_WITHIN = 90.0  # from the accepted expansion to every message handled (s)
 UNSTABLE = "the cluster is unstable"
 
-pytestmark = [
-    pytest.mark.nsq_cluster(nodes=3, lookupds=2, fresh=True),
-    pytest.mark.xfail(strict=False, reason=(
-        "the real servers make an expansion's new partitions take SUB and writes 6 s to more "
-        "than 150 s after it is accepted (E_FAILED_ON_NOT_LEADER, then E_FAILED_ON_NOT_"
-        "WRITABLE; one of two still refused writes 97 s after it), and the lookupd takes the "
-        "expansion only ~113 s after the topic's creation: within the test's 4 minutes the "
-        "run passes only when the servers are quick")),
-]
-
-
-OPT_IN = "SMARTNSQ_REAL_EXPANSION"  # set to 1 to run it: up to 4 minutes, usually an xfail
+pytestmark = pytest.mark.nsq_cluster(nodes=3, lookupds=2, fresh=True)
 
 
 @pytest.fixture(autouse=True)
 def _real_only(request: pytest.FixtureRequest) -> None:
-    """Skip the dev case before its cluster starts (the dev test covers it), and the real
-    one unless asked for: CI's real tier would spend up to 4 minutes on a run the servers
-    usually make an xfail."""
+    """Skip the dev case before its cluster starts: the dev test covers it."""
     callspec = getattr(request.node, "callspec", None)
     if callspec is not None and callspec.params.get("nsq_any_cluster") == "dev":
         pytest.skip("the dev cluster's case is tests/integration/test_expansion_order.py")
-    if os.environ.get(OPT_IN) != "1":
-        pytest.skip(f"the real expansion runs only with {OPT_IN}=1 (up to 4 minutes)")
 
 
 class Timeline:
@@ -115,14 +97,17 @@ async def _leader_call(http: HttpClient, admin: AsyncAdmin, method: str, path: s
     return json.loads(answer.body) if answer.body else None
 
 
-async def _until_stable(http: HttpClient, admin: AsyncAdmin, timeline: Timeline,
+async def _until_stable(http: HttpClient, admin: AsyncAdmin, topic: str, timeline: Timeline,
                         deadline: float) -> None:
-    """Until the leader lookupd would take an expansion (its ``/cluster/stats``)."""
+    """Until the leader lookupd would take an expansion (its ``/cluster/stats``), having it
+    check its topics each second (a meta update that changes nothing runs the check)."""
     while time.monotonic() < deadline:
+        await _leader_call(http, admin, "POST", f"/topic/meta/update?topic={topic}")
         if (await _leader_call(http, admin, "GET", "/cluster/stats")).get("stable") is True:
             timeline.mark("the leader lookupd reports the cluster stable")
             return
-        await asyncio.sleep(1.0)  # a server flag, flipped by its 30 s check: polled
+        await asyncio.sleep(1.0)  # a server flag, flipped by the check: polled
+    raise AssertionError("the lookupd never reported the cluster stable")
 
 
 async def _expand(admin: AsyncAdmin, topic: str, timeline: Timeline, deadline: float) -> None:
@@ -201,24 +186,27 @@ async def test_a_lagging_ordered_consumer_keeps_every_keys_order_across_a_real_e
         routes = mover.pool.routes(topic)
         return routes is not None and {2, 3} <= set(routes.leaders)
 
-    pushes = [0]
+    pushes = [0]  # checks asked for after the expansion
 
     async def push_sessions(http: HttpClient, admin: AsyncAdmin) -> None:
-        """Have the lookupd tell every partition's nsqd its leader session, every 3 s until
-        the new partitions take writes (asked at once, their replicas are not ready yet:
-        pushed 3 s after the expansion, they were)."""
+        """Every 3 s until the new partitions take writes, what ``expand_topic(...,
+        wait=True)`` does (not used here: the producers must run meanwhile): the channel on
+        each new partition's leader (refused until it leads) and the lookupd's check."""
         while True:
-            await asyncio.sleep(3.0)  # the servers' own pace: nothing to wait on
-            await _leader_call(http, admin, "POST", "/cluster/upgrade/begin")
-            await _leader_call(http, admin, "POST", "/cluster/upgrade/done")
+            for partition in (2, 3):
+                with contextlib.suppress(AdminError, LookupFailed):
+                    await admin.create_channel(topic, "ch", partition=partition)
+            await _leader_call(http, admin, "POST", f"/topic/meta/update?topic={topic}")
             pushes[0] += 1
+            await asyncio.sleep(3.0)  # the servers' own pace: nothing to wait on
 
     deadline = timeline.created + EXPAND_WITHIN
     try:
         async with AsyncAdmin(lookupd, timeout=5) as admin, HttpClient() as http, \
                 Producer(lookupd=lookupd, timeout=10) as steady, \
                 Producer(lookupd=lookupd, lookup_options=LOOKUP, timeout=10) as mover:
-            await _until_stable(http, admin, timeline, deadline)
+            await _until_stable(http, admin, topic, timeline, deadline)
+            await mover.routes(topic)  # its 1 s lookup poll follows the topic from now on
             async with bounded(30):
                 for _ in range(BEFORE):
                     await round_(steady, time.monotonic() + 30)
@@ -256,7 +244,7 @@ async def test_a_lagging_ordered_consumer_keeps_every_keys_order_across_a_real_e
                 stats = consumer.stats()
     finally:
         print(f"\n{topic}: 2 -> 4 partitions on the real cluster\n{timeline.report()}\n"
-              f"  the lookupd was asked to push the leader sessions {pushes[0]} times")
+              f"  the lookupd was asked for {pushes[0]} checks after the expansion")
     print(f"  held {[round(r.waited, 2) for r in releases]} s (growth seen -> release); "
           f"{old_after_write} old-partition messages handled after the first write to a new "
           f"one; {sum(sent)} published; duplicates dropped {stats.duplicates_dropped}")
