@@ -1,5 +1,5 @@
-"""``expand_topic(..., wait=True)`` returns once the new partitions take writes, on the dev
-cluster and on the real youzan servers.
+"""``expand_topic(..., wait=True)`` and ``smartnsq topic expand`` return once the new partitions
+take writes, on the dev cluster and on the real youzan servers.
 
 Left alone, the real lookupd refuses an expansion ("the cluster is unstable") until its next
 full topic check (112 s after a topic's creation, measured), and then leaves the new
@@ -11,11 +11,12 @@ call ends within the bound below. Every step is bounded; nothing sleeps to wait.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from both_support import producer
-from support import bounded, fresh_name
+from support import bounded, cli, fresh_name
 
 from smartnsq.admin import AsyncAdmin
 
@@ -48,3 +49,20 @@ async def test_an_expansion_waited_for_takes_writes_on_its_new_partitions(
         for pid in range(2, grown):  # taken at once: no refusal to retry
             receipt = await pub.publish(topic, b"new", partition=pid, timeout=5)
             assert receipt.partition == pid
+
+
+async def test_the_cli_expansion_waits_until_writers_see_the_new_partition(
+        nsq_any_cluster: Any) -> None:
+    cluster = nsq_any_cluster
+    topic = fresh_name("grow-cli")
+    async with bounded(60):
+        await cluster.create_topic(topic, 2, 1, channels=["ch"])
+    lookupd = ",".join(cluster.lookupd_http_addresses)
+    async with bounded(WITHIN + 10):
+        code, out, err = await cli("topic", "expand", topic, "--partitions", "3", "--lookupd",
+                                   lookupd, "--create-timeout", str(WITHIN), "--json")
+    assert code == 0, err
+    assert json.loads(out)["waited"] is True
+    async with producer(cluster) as pub, bounded(20):
+        receipt = await pub.publish(topic, b"new", partition=2, timeout=5)
+    assert receipt.partition == 2
