@@ -8,21 +8,42 @@ receives: the offset is ``{"seq": n}``, the count of messages received so far.
 * ``latestOffset`` is the newest sequence number (``maxMessagesPerTrigger`` caps the step);
 * ``partitions(start, end)`` ships the messages ``(start, end]`` themselves to the executors
   inside the input partitions (so throughput is bounded by the driver);
-* ``commit(end)`` FINs them: only once Spark has made the micro-batch durable. Until then
-  they stay in flight, and a background task TOUCHes them every half ``msg_timeout`` so a long
-  batch is not redelivered meanwhile;
+* a message is FINed only once Spark has made its micro-batch durable. Until then it stays in
+  flight, and a background task TOUCHes it every half ``msg_timeout`` so a long batch is not
+  redelivered meanwhile;
 * ``stop()`` requeues what was not committed; if the driver dies, its connections close and
   nsqd redelivers every message that was not FINed. Delivery is at least once.
 
-Spark (4.x) ends the Python process holding a stream reader with SIGTERM when the query stops,
-without calling ``stop()``: unanswered messages would then wait out nsqd's ``msg_timeout``
-before anyone else gets them. So the reader, once its consumer runs, handles SIGTERM in that
-process: it runs ``stop()`` (REQ 0 for what was not committed) and then hands the signal on
-to the previous handler (by default, terminating the process as before).
+When Spark says a batch is durable (MicroBatchExecution, Spark 4.x): it writes batch N's entry
+in the checkpoint's commit log (``commits/N``, ``markMicroBatchEnd``) once the sink has its
+output, but calls the source's ``commit(end of N)`` only when it plans batch N+1
+(``cleanUpLastExecutedMicroBatch``, after writing ``offsets/N+1``): at a later trigger that has
+new data, or never if the query stops first. Two earlier signals are used, ``commit`` stays:
 
-Spark confirms batch N only when it plans batch N+1; with the RDY budget full of N's
-messages nothing new arrives, so ``latestOffset`` then moves a ``tick`` in the offset and
-Spark runs an empty batch whose planning commits N (see ``latestOffset``).
+* ``latestOffset(start, limit)``: Spark passes the end of the last batch it ran, and calls it
+  only after that batch's commit log entry is written (a batch re-run after a restart is run
+  before any ``latestOffset``). So every message up to ``start`` is FINed there, at the next
+  trigger, with or without new data;
+* at ``stop()``: a clean stop ends the query between triggers, after the last batch's commit
+  log entry and before the next ``latestOffset`` (always so with ``Trigger.AvailableNow`` and
+  ``once``), and Spark never tells the source. The Python reader is not given the checkpoint
+  (``PythonScan.toMicroBatchStream`` drops it), so the user may hand it the query's
+  ``checkpointLocation`` as a reader option: ``stop()`` then reads the last batch id in
+  ``commits/``, this source's end offset in ``offsets/<id>``, and FINs what that batch held
+  instead of requeueing it. Only a local (or ``file:``) checkpoint is read, only an end this
+  process planned is trusted, and anything unclear falls back to requeueing (at least once).
+
+Spark (4.x) ends the Python process holding a stream reader with SIGTERM when the query stops
+(``PythonStreamingSourceRunner.stop`` destroys the worker), without calling ``stop()``:
+unanswered messages would then wait out nsqd's ``msg_timeout`` before anyone else gets them.
+So the reader, once its consumer runs, handles SIGTERM in that process: it runs ``stop()``
+and then hands the signal on to the previous handler (by default, terminating the process as
+before). Spark's ``stopSources`` runs after the query thread has ended, so the commit log is
+final by then.
+
+Checkpoints written before the ``latestOffset`` FIN may hold ``{"seq": n, "tick": k}`` offsets
+(empty batches once used to make Spark commit the last one): they are read, and ``tick`` is
+kept as it is, never moved.
 
 Limits (also in docs/spark.md): every message passes through the driver; the messages of
 one micro-batch must fit ``maxInFlight`` (the consumer's RDY budget: unacknowledged messages
@@ -38,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -45,8 +67,10 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
@@ -99,6 +123,52 @@ def _silent_lookupds(lookup: LookupStats | None) -> str | None:
                      for h in lookup.lookupds)
 
 
+def _local_checkpoint(location: str) -> Path | None:
+    """The checkpoint as a local folder, or None: this process reads files itself, without
+    Hadoop, so an HDFS/S3/DBFS checkpoint cannot be read (the stop then requeues)."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file") and (parsed.scheme or not parsed.netloc):
+        return Path(unquote(parsed.path) if parsed.scheme else location)
+    if len(parsed.scheme) == 1:  # a Windows drive letter, not a scheme
+        return Path(location)
+    return None
+
+
+def _committed_seq(location: str) -> int | None:
+    """The ``seq`` of this source's end offset in the last batch of the checkpoint's commit
+    log, or None when that cannot be told for sure.
+
+    Spark's logs (HDFSMetadataLog): ``commits/<id>`` exists once batch ``id`` is committed;
+    ``offsets/<id>`` is ``v1``, a metadata line, then one line per source (its offset JSON,
+    or ``-``). The sources are not named there, so only a query with exactly one offset of
+    this source's shape is read; another format version is not read at all.
+    """
+    folder = _local_checkpoint(location)
+    if folder is None:
+        log.info("mode=ack: checkpoint %s is not local: the stop requeues the last batch",
+                 location)
+        return None
+    try:
+        ids = [int(f.name) for f in (folder / "commits").iterdir() if f.name.isdigit()]
+        if not ids:
+            return None
+        lines = (folder / "offsets" / str(max(ids))).read_text("utf-8").splitlines()
+    except (OSError, ValueError) as exc:
+        log.info("mode=ack: checkpoint %s not readable (%s): the stop requeues the last "
+                 "batch", location, exc)
+        return None
+    if not lines or lines[0].strip() != "v1":
+        return None
+    ours: list[int] = []
+    for line in lines[2:]:
+        with contextlib.suppress(ValueError):
+            offset = json.loads(line)
+            if isinstance(offset, dict) and set(offset) <= {"seq", "tick"} \
+                    and isinstance(offset.get("seq"), int):
+                ours.append(offset["seq"])
+    return ours[0] if len(ours) == 1 else None
+
+
 class NSQAckPartition(InputPartition):
     """A slice of one micro-batch's messages, carried to the executor."""
 
@@ -124,7 +194,8 @@ class NSQAckStreamReader(DataSourceStreamReader):
         self._tasks: list[concurrent.futures.Future[None]] = []
         self._previous_sigterm: Any = None  # the handler ours replaced, while ours is set
         self._terminating = False
-        self._tick = 0  # empty batches asked for, to have Spark commit the last one
+        self._tick = 0  # kept from checkpoints of versions that asked for empty batches
+        self._planned: set[int] = set()  # batch ends this process handed to Spark
         self._unconnected_since: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -223,16 +294,20 @@ class NSQAckStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict | None = None,  # type: ignore[type-arg]
                      limit: Any = None) -> dict:  # type: ignore[type-arg]
-        """Number what is buffered (up to the limit) as the next micro-batch.
+        """Number what is buffered (up to the limit) as the next micro-batch, and FIN the
+        batches up to ``start``.
 
-        When nothing new is buffered but messages of completed batches wait for their commit,
-        the offset still moves (``tick``): Spark confirms a batch only when it plans the next
-        one, and with the RDY budget full of uncommitted messages nothing new could arrive,
-        so without that empty batch the query would wait for ever.
+        Spark asks with ``start`` the end of the last batch it ran, once that batch's commit
+        log entry is written; its ``commit`` would come only with the next planned batch.
+        FINing here frees the RDY budget at the next trigger even when the last batch took
+        all of it and nothing new could arrive (before, empty "tick" batches were planned to
+        get that ``commit``).
         """
         self._ensure_started()
         self._check_connected()
         base = int(start["seq"]) if start else self._seq
+        if start:
+            self._fin_through(base)
         cap = self._options.max_messages_per_trigger
         if limit is not None and hasattr(limit, "max_rows"):
             cap = int(limit.max_rows)
@@ -247,8 +322,6 @@ class NSQAckStreamReader(DataSourceStreamReader):
                 self._seq += 1
                 self._numbered[self._seq] = message
             del self._buffer[:take]
-            if take == 0 and self._numbered:
-                self._tick += 1
             if self._tick:
                 return {"seq": self._seq, "tick": self._tick}
             return {"seq": self._seq}
@@ -297,8 +370,10 @@ class NSQAckStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:  # type: ignore[type-arg]
         self._ensure_started()
         first, last = int(start["seq"]) + 1, int(end["seq"])
+        with self._lock:
+            self._planned.add(last)
         if first > last:
-            return []  # a tick: an empty batch, so that Spark commits the previous one
+            return []  # an empty range: Spark's setLatestSeenOffset, or an old "tick" batch
         with self._lock:
             missing = [s for s in range(first, last + 1) if s not in self._numbered]
             if missing:
@@ -329,15 +404,34 @@ class NSQAckStreamReader(DataSourceStreamReader):
             yield message_batch(partition.topic, node, messages, "key")
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
-        last = int(end["seq"])
+        self._fin_through(int(end["seq"]))
+
+    def _fin_through(self, last: int) -> None:
         with self._lock:
             done = [seq for seq in self._numbered if seq <= last]
             messages = [self._numbered.pop(seq) for seq in done]
+            # the commit log's last batch ends at ``last`` or later: older ends are not needed
+            self._planned = {end for end in self._planned if end >= last}
         for message in messages:
             try:
                 message.fin()
             except Exception as exc:  # the link closed: nsqd redelivers it (at least once)
                 log.debug("FIN after commit failed: %s", exc)
+
+    def _committed_at_stop(self) -> int | None:
+        """The end of the last batch Spark committed, from the checkpoint the reader was
+        given (see the module docstring), if it is a batch this process planned: a wrong or
+        foreign checkpoint must not make it FIN what no commit covers."""
+        location = self._options.checkpoint_location
+        if not location:
+            return None
+        seq = _committed_seq(location)
+        if seq is None or seq not in self._planned:
+            if seq is not None:
+                log.info("mode=ack: the checkpoint's last committed end (seq %d) is not a "
+                         "batch this driver planned: not FINed at stop", seq)
+            return None
+        return seq
 
     def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -349,6 +443,9 @@ class NSQAckStreamReader(DataSourceStreamReader):
         try:
             for task in tasks:
                 task.cancel()
+            committed = self._committed_at_stop()
+            if committed is not None:
+                self._fin_through(committed)
             with self._lock:
                 waiting = [*self._numbered.values(), *self._buffer]
                 self._numbered.clear()

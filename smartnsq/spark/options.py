@@ -568,6 +568,9 @@ class AckSourceOptions:
     max_messages_per_trigger: int | None
     touch_interval: float
     connect_timeout: float = 120.0
+    # the query's checkpoint, when the reader is given it too: the only place a stopping
+    # source can learn that Spark committed a batch it was never told about (ack_source.py)
+    checkpoint_location: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> AckSourceOptions:
@@ -591,4 +594,5 @@ class AckSourceOptions:
                                       if limit else None),
             touch_interval=ACK_SOURCE["touchInterval"].read(opts),
             connect_timeout=ACK_SOURCE["connectTimeout"].read(opts),
+            checkpoint_location=opts.get("checkpointlocation") or None,
         )

@@ -150,7 +150,8 @@ def test_ack_docs_example_drains_a_backlog_larger_than_the_budget(spark: Any, cl
                                                                   tmp_path: Any) -> None:
     """The docs' ack example as written (default budget, 1000) on a 2600-message backlog:
     every message read and FINed, none left in flight once the query stopped cleanly.
-    Before the empty 'tick' batches it stalled after one budget: 1000 of 2600."""
+    A source FINing only at Spark's ``commit`` (which comes with the next planned batch)
+    stalls after one budget: 1000 of 2600. It FINs when Spark asks for the next offset."""
     code = docs_example('option("mode", "ack")').replace("10.0.0.1:4161", classic.lookupd)
     classic.create_topic("clicks", channels=["spark-clicks"])
     total = 2600
