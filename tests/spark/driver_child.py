@@ -1,17 +1,48 @@
-"""A Spark driver for ``test_spark_driver_kill``: a streaming query from nsq into parquet.
+"""A Spark driver for the driver-SIGKILL tests: a streaming query from nsq into parquet.
 
 Run as its own process (``python driver_child.py LOOKUPD TOPIC OUT CHECKPOINT MODE``) so the
 test can SIGKILL it mid-stream and start it again from the same checkpoint. ``MODE`` is
 ``stream`` (run until killed) or ``drain`` (``Trigger.AvailableNow``: read what is there,
-then exit 0). The test restarts the query with ``start_query`` in its own, already running
-SparkSession: a second JVM start-up would double the test's time.
+then exit 0). The tests restart the query with ``start_query`` in their own, already running
+SparkSession: a second JVM start-up would double a test's time.
+
+Also what both tests (tests/spark/test_spark_driver_kill.py on the dev cluster,
+tests/both/test_spark_driver_kill_both.py on dev and real) do to the child: start it, count
+its committed batches, kill it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
+
+CHILD = Path(__file__).resolve()
+
+
+def spawn(lookupd: str, topic: str, out: Path, checkpoint: Path, mode: str,
+          log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """This driver in a session of its own, so that SIGKILL to its group takes the JVM and
+    its Python workers at once, as a dead driver machine would."""
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), lookupd, topic, str(out), str(checkpoint), mode],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def sigkill(child: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the driver with everything it started; waits for it (bounded)."""
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait(30)
+
+
+def committed_batches(checkpoint: Path) -> int:
+    """Micro-batches the query has committed (the checkpoint's commit log)."""
+    commits = checkpoint / "commits"
+    return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.exists() else 0
 
 
 def main(lookupd: str, topic: str, out: str, checkpoint: str, mode: str) -> int:

@@ -1,5 +1,8 @@
 """Exactly-once through a driver killed with SIGKILL, a node's loss and a leader move.
 
+(The driver SIGKILL alone, on the dev cluster and on the real youzan servers:
+tests/both/test_spark_driver_kill_both.py.)
+
 The dev cluster runs in the test process with the realistic fault profile scaled down (its
 leaderless window is a few seconds instead of 21-49); the Spark driver is another process
 (``driver_child.py``), started in a session of its own so SIGKILL takes it with its JVM and
@@ -12,10 +15,7 @@ output must hold every message exactly once.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from driver_child import start_query
+from driver_child import committed_batches, sigkill, spawn, start_query
 from support import wait_until
 
 from smartnsq import sync
@@ -36,7 +36,6 @@ pytestmark = pytest.mark.spark
 TOPIC = "kill_in"
 PARTITIONS = 3
 WAIT = 120.0
-CHILD = Path(__file__).with_name("driver_child.py")
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +45,6 @@ def cluster(spark: Any) -> Iterator[Any]:
 
     with SparkDevCluster(nodes=3, lookupds=1, profile=REALISTIC.scaled(0.1)) as nsq:
         yield nsq
-
-
-def _commits(checkpoint: Path) -> int:
-    """Micro-batches the query has committed (the checkpoint's commit log)."""
-    commits = checkpoint / "commits"
-    return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.exists() else 0
 
 
 def _until(condition: Callable[[], bool], what: str, child: subprocess.Popen[bytes]) -> None:
@@ -78,23 +71,18 @@ def test_driver_sigkill_mid_stream_with_node_loss_and_leader_move(
                 producer.publish_many(TOPIC, bodies)
                 sent.extend(bodies)
 
-    def driver(mode: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, str(CHILD), cluster.lookupd, TOPIC, str(out), str(checkpoint),
-             mode], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    child = driver("stream")
+    child = spawn(cluster.lookupd, TOPIC, out, checkpoint, "stream", log)
     try:
         publish(900)
-        _until(lambda: _commits(checkpoint) >= 2, "two committed batches", child)
+        _until(lambda: committed_batches(checkpoint) >= 2, "two committed batches", child)
 
         # a node dies with batches in flight; its partitions have no leader for a while
         victim = cluster.cluster.leader_of(TOPIC, 0)
         cluster.run(cluster.cluster.kill_node(victim))
-        committed = _commits(checkpoint)
-        _until(lambda: _commits(checkpoint) > committed, "a batch after the node loss", child)
-        os.killpg(child.pid, signal.SIGKILL)  # the driver dies mid-stream
-        child.wait(30)
+        committed = committed_batches(checkpoint)
+        _until(lambda: committed_batches(checkpoint) > committed,
+               "a batch after the node loss", child)
+        sigkill(child)  # the driver dies mid-stream
 
         cluster.run(cluster.cluster.faults.settled(WAIT))
         cluster.run(cluster.cluster.start_node(victim))
@@ -107,9 +95,7 @@ def test_driver_sigkill_mid_stream_with_node_loss_and_leader_move(
         assert query.awaitTermination(WAIT), "the restarted query did not finish in time"
         assert query.exception() is None
     finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait(30)
+        sigkill(child)
         log.close()
 
     rows = spark.read.parquet(str(out)).select("partition", "queue_offset", "body").collect()
