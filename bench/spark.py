@@ -14,10 +14,17 @@ figures understate a real cluster; the scaling across partitions and cores is th
 
 * where the read's CPU goes (``--profile``): the CPU seconds each process spent during the
   read, from ``/proc``: the driver process (the dev cluster serving the reads: the driver
-  itself only waits), the JVM, and the Python workers (the range reader and the Arrow
-  conversion), beside the wall time and the cores that wall time offered; plus, outside
-  Spark, the Arrow conversion alone (``message_batch`` per message) and Spark's own ceiling
-  (the same schema from a Python source that yields pre-built record batches, no NSQ).
+  itself only waits), the JVM, the Python workers (the range reader and the Arrow
+  conversion) and, with ``--real``, the servers' processes, beside the wall time and the
+  cores that wall time offered; plus, outside Spark, the Arrow conversion alone
+  (``message_batch`` per message) and Spark's own ceiling (the same schema from a Python
+  source that yields pre-built record batches, no NSQ).
+
+* the connector's cost above Spark's own (``--noop``): every column of the topic into the
+  ``noop`` sink, then the same rows from a trivial Python source of pre-built record batches
+  (same schema, same partition count), ``--repeat`` rounds; the difference per row is what
+  the connector adds. Each round also reads a topic of four rows a partition both ways: the
+  fixed cost of a query (planning, tasks, each partition's channel and subscription).
 
 * a rate-limited stream (``--stream N``): ``readStream`` of the whole topic with
   ``Trigger.AvailableNow`` into the ``noop`` sink (``length(body)`` forced), unlimited and
@@ -33,6 +40,7 @@ At the end a table puts write and read rates side by side, plain and ordered.
     python bench/spark.py --cores 2 --partitions 4 --ordered --profile
     python bench/spark.py --cores 2 --partitions 4 --ordered --read-option orderedReadChannels=1
     python bench/spark.py --rows 100000 --cores 2 --partitions 4 --stream 10000
+    python bench/spark.py --rows 100000 --cores 2 --partitions 4 --noop --repeat 5
     python bench/spark.py --rows 100000 --cores 2 --partitions 4 --stream 10000 --real
 """
 
@@ -76,6 +84,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 _read(spark, cluster, warm, args.read_options)
                 if args.profile:
                     results.append(_spark_ceiling(spark, args.rows, args.size, cores))
+                if args.noop:
+                    results.extend(_noop_rounds(spark, cluster, args, cores))
+                    continue
                 cells = [(p, False) for p in args.partitions]
                 if args.ordered:
                     cells += [(p, True) for p in args.partitions]
@@ -257,6 +268,114 @@ def _stream_ceiling(spark: Any, rows: int, size: int, limit: int | None) -> dict
     return {"limit": limit, "wall_s": round(wall, 2), "batches": len(progress)}
 
 
+def _noop_read(load: Any) -> float:
+    """Seconds to push every column of ``load`` through Spark into the ``noop`` sink."""
+    started = time.perf_counter()
+    load.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
+
+
+def _floor_source(spark: Any, rows: int, size: int, partitions: int) -> Any:
+    """The trivial Python data source: the nsq schema, ``rows`` rows over ``partitions``
+    partitions, yielded as record batches built once per task (no NSQ at all)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from smartnsq.spark import read_schema
+
+    class Floor(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(rows // partitions + (i < rows % partitions))
+                    for i in range(partitions)]
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            from smartnsq.protocol.frames import MessageFrame, youzan_message_id
+            from smartnsq.spark.schema import message_batch
+
+            batch = message_batch("t", "n", [
+                MessageFrame(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
+                             i * (size + 30), size + 30, True) for i in range(4096)])
+            left = partition.value
+            while left > 0:
+                yield batch.slice(0, min(left, 4096))
+                left -= 4096
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "nsq_bench_floor"
+
+        def schema(self) -> Any:
+            return read_schema()
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return Floor()
+
+    spark.dataSource.register(FloorSource)
+    return spark.read.format("nsq_bench_floor").load()
+
+
+def _noop_rounds(spark: Any, cluster: Any, args: argparse.Namespace,
+                 cores: int) -> list[dict[str, Any]]:
+    """``--noop``: every column into the ``noop`` sink, the connector and the trivial source
+    in turn, ``--repeat`` times each, per partition count: the connector's cost per row above
+    what Spark itself costs for the same rows."""
+    out = []
+    for partitions in args.partitions:
+        topic = f"bench_noop_c{cores}_p{partitions}"
+        cluster.create_topic(topic, partitions=partitions, ordered=args.ordered)
+        _write(spark, cluster, topic, args.rows, args.size, args.keys, cores)
+        reader = (spark.read.format("nsq").option("lookupd", cluster.lookupd)
+                  .option("topic", topic))
+        for key, value in args.read_options.items():
+            reader = reader.option(key, value)
+        nsq = reader.load()
+        assert nsq.count() == args.rows
+        floor = _floor_source(spark, args.rows, args.size, partitions)
+        _noop_read(floor)  # warm-up
+        # the fixed cost of a query (planning, tasks, channels): the same reads of one row a
+        # partition
+        small = f"{topic}_small"
+        cluster.create_topic(small, partitions=partitions, ordered=args.ordered)
+        _write(spark, cluster, small, partitions * 4, args.size, partitions * 4, cores)
+        small_reader = (spark.read.format("nsq").option("lookupd", cluster.lookupd)
+                        .option("topic", small))
+        for key, value in args.read_options.items():
+            small_reader = small_reader.option(key, value)
+        small_nsq = small_reader.load()
+        small_floor = _floor_source(spark, partitions, args.size, partitions)
+        rounds = []
+        for _ in range(args.repeat):
+            load = os.getloadavg()[0]
+            small_s = _noop_read(small_nsq)
+            small_floor_s = _noop_read(small_floor)
+            before = _cpu(spark) if args.profile else {}
+            read_s = _noop_read(nsq)
+            cpu = _cpu_delta(before, _cpu(spark)) if args.profile else {}
+            before = _cpu(spark) if args.profile else {}
+            floor_s = _noop_read(floor)
+            floor_cpu = _cpu_delta(before, _cpu(spark)) if args.profile else {}
+            over = (read_s - floor_s) / args.rows * 1e6
+            rounds.append({"read_s": round(read_s, 3), "floor_s": round(floor_s, 3),
+                           "small_read_s": round(small_s, 3),
+                           "small_floor_s": round(small_floor_s, 3),
+                           "over_us_per_row": round(over, 2), "load1": load, **(
+                               {"read_cpu_s": cpu, "floor_cpu_s": floor_cpu} if cpu else {})})
+            if not args.json:
+                print(f"local[{cores}] partitions={partitions} noop: connector {read_s:.2f} s, "
+                      f"trivial source {floor_s:.2f} s: {over:.1f} us/row above it "
+                      f"(load {load:.2f}); a few rows: {small_s:.2f} s, trivial source "
+                      f"{small_floor_s:.2f} s", flush=True)
+                if cpu:
+                    print(f"    CPU s: connector {cpu}, trivial source {floor_cpu}", flush=True)
+        overs = sorted(r["over_us_per_row"] for r in rounds)
+        out.append({"cores": cores, "partitions": partitions, "rows": args.rows,
+                    "noop": rounds, "median_over_us_per_row": overs[len(overs) // 2]})
+        if not args.json:
+            print(f"local[{cores}] partitions={partitions} noop: median "
+                  f"{overs[len(overs) // 2]:.1f} us/row above the trivial source", flush=True)
+    return out
+
+
 def _tree(root: int) -> list[int]:
     """``root`` and every process below it (from /proc)."""
     children: dict[int, list[int]] = {}
@@ -294,7 +413,10 @@ def _cpu_of(pid: int) -> tuple[str, float]:
 def _cpu(spark: Any) -> dict[int, tuple[str, float]]:
     """CPU seconds so far of the driver process, the JVM and every Python worker."""
     jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    out = {pid: _cpu_of(pid) for pid in _tree(jvm)}
+    spark_pids = _tree(jvm)
+    out = {pid: _cpu_of(pid) for pid in spark_pids}
+    for pid in set(_tree(os.getpid())) - set(spark_pids) - {os.getpid()}:
+        out[pid] = ("servers", _cpu_of(pid)[1])  # --real: etcd, nsqd, nsqlookupd
     out[os.getpid()] = ("driver_devcluster", _cpu_of(os.getpid())[1])
     return out
 
@@ -409,6 +531,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real", nargs="?", const=os.environ.get("SMARTNSQ_REAL_NSQ", ""),
                         metavar="DIR", help="the real youzan servers (binaries in DIR, "
                         "default $SMARTNSQ_REAL_NSQ) instead of the dev cluster")
+    parser.add_argument("--noop", action="store_true",
+                        help="instead of the table: every column into the noop sink, beside "
+                        "the trivial Python source of the same rows, --repeat times")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds of --noop")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     try:
@@ -423,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run(args)
     if args.json:
         print(json.dumps(results, indent=2))
-    else:
+    elif not args.noop:
         print(_table(results))
     return 0
 

@@ -26,7 +26,6 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -366,7 +365,8 @@ class RangeReader:
         self._config = config or ConnectionConfig()
         self._conn: Connection | None = None
         self._send_fin: Callable[[bytes], None] = _not_open  # (open() sets it)
-        self._ready: deque[MessageFrame] = deque()
+        self._fins: list[bytes] = []  # a plain channel's FINs not written yet (_batch_fin)
+        self._ready: list[MessageFrame] = []
         self._buffered = 0  # what _ready costs: its bodies and _MESSAGE_COST each
         self._max_buffered = max_buffered
         self._held: dict[bytes, None] = {}  # ids of buffered messages not FINed yet, in order
@@ -389,7 +389,7 @@ class RangeReader:
                                         extend_support=self._ext)
         self._conn = conn
         # the consumer's rule: an ordered FIN is written in the turn it is made
-        self._send_fin = conn.send_now if fin_at_once(self._ordered) else conn.send
+        self._send_fin = conn.send_now if fin_at_once(self._ordered) else self._batch_fin
         # the consumer's rules (smartnsq.model.partitions): SUB_ORDERED on ordered topics, else
         # SUB_ADVANCED for the queue offsets the range needs (the start was set over HTTP);
         # one message in flight on an ordered channel
@@ -461,6 +461,20 @@ class RangeReader:
         conn = self._conn
         if conn is not None and not conn.is_closed:
             self._send_fin(commands.fin(message_id))
+
+    def _batch_fin(self, fin: bytes) -> None:
+        """A plain channel's FIN, written with the others made in the same turn (the
+        messages of one received chunk): one write a chunk, not a queued command a message."""
+        if not self._fins:
+            asyncio.get_running_loop().call_soon(self._write_fins)
+        self._fins.append(fin)
+
+    def _write_fins(self) -> None:
+        fins, self._fins = self._fins, []
+        conn = self._conn
+        if fins and conn is not None and not conn.is_closed:
+            with contextlib.suppress(ConnectionClosed):  # closing: the channel goes with it
+                conn.send_now(b"".join(fins))
 
     def _keep(self, message: MessageFrame) -> bool:
         """Take in one delivery: True when it joined the buffer."""
@@ -551,8 +565,7 @@ class RangeReader:
                               f"[{self.start}, {self.end}) at {self.next_end}") from None
         if self._error is not None:
             raise self._error
-        batch = list(self._ready)
-        self._ready.clear()
+        batch, self._ready = self._ready, []
         self._buffered = 0
         held, self._held = self._held, {}
         for message_id in held:  # taken: the server may send more
@@ -560,6 +573,7 @@ class RangeReader:
         return batch
 
     async def close(self) -> None:
+        self._write_fins()
         self._report(self._copy_fins.release())
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -577,6 +591,22 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
     deleted when the read ends. ``on_end(next_end)`` receives the offset after the last
     message read (with ``limit``: where the limited range ends).
     """
+    for batch in read_range_batches(loop_thread, client, topic, partition, leader, start, end,
+                                    ordered=ordered, ext=ext, rdy=rdy,
+                                    read_timeout=read_timeout, channel=channel,
+                                    channel_prefix=channel_prefix, limit=limit, on_end=on_end,
+                                    fail_on_data_loss=fail_on_data_loss):
+        yield from batch
+
+
+def read_range_batches(loop_thread: LoopThread, client: ClusterClient, topic: str,
+                       partition: int, leader: LeaderInfo, start: int, end: int, *,
+                       ordered: bool, ext: bool, rdy: int, read_timeout: float,
+                       channel: str | None, channel_prefix: str, limit: int | None = None,
+                       on_end: Callable[[int], None] | None = None,
+                       fail_on_data_loss: bool = True) -> Iterator[list[MessageFrame]]:
+    """:func:`read_range` as the non-empty lists :meth:`RangeReader.next_batch` hands over:
+    a task's loop then costs per hand-over, not per message."""
     if start >= end:
         if on_end is not None:
             on_end(start)
@@ -607,15 +637,15 @@ def read_range(loop_thread: LoopThread, client: ClusterClient, topic: str, parti
                     raise
                 log.warning("%s/%d: offsets %d..%d are no longer in the queue; skipped "
                             "(failOnDataLoss=false)", topic, partition, start, first)
-                yield from read_range(loop_thread, client, topic, partition, leader, first,
-                                      end, ordered=ordered, ext=ext, rdy=rdy,
-                                      read_timeout=read_timeout, channel=channel,
-                                      channel_prefix=channel_prefix, limit=limit,
-                                      on_end=on_end, fail_on_data_loss=True)
+                yield from read_range_batches(
+                    loop_thread, client, topic, partition, leader, first, end,
+                    ordered=ordered, ext=ext, rdy=rdy, read_timeout=read_timeout,
+                    channel=channel, channel_prefix=channel_prefix, limit=limit,
+                    on_end=on_end, fail_on_data_loss=True)
                 return
             if not batch:
                 break
-            yield from batch
+            yield batch
         if on_end is not None:
             on_end(reader.next_end)
     finally:

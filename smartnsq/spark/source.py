@@ -58,13 +58,14 @@ from .cluster import (
     is_transient,
     offset_at,
     read_range,
+    read_range_batches,
     temporary_channel,
 )
+from .columns import frames_batch
 from .limits import BatchEnds, counted
 from .offsets import KAFKA_EARLIEST, OFFSET_EARLIEST, OFFSET_LATEST
 from .options import SourceOptions
 from .positions import Bounds, first_at_or_after, resolve
-from .schema import message_batch
 from .topics import TopicSet
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
@@ -474,16 +475,15 @@ def _read_one(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
                 yield _rows(options, part.topic, node, pending)
                 pending = []
             node = leader.tcp_address
-            for message in read_range(loop_thread, client, part.topic, part.partition,
-                                      leader, position, part.end, ordered=part.ordered,
-                                      ext=part.ext, rdy=options.rdy,
-                                      read_timeout=options.read_timeout,
-                                      channel=options.channel,
-                                      channel_prefix=options.channel_prefix,
-                                      fail_on_data_loss=options.fail_on_data_loss):
-                pending.append(message)
-                assert message.queue_offset is not None and message.raw_size is not None
-                position = message.queue_offset + message.raw_size
+            for batch in read_range_batches(loop_thread, client, part.topic, part.partition,
+                                            leader, position, part.end, ordered=part.ordered,
+                                            ext=part.ext, rdy=options.rdy,
+                                            read_timeout=options.read_timeout,
+                                            channel=options.channel,
+                                            channel_prefix=options.channel_prefix,
+                                            fail_on_data_loss=options.fail_on_data_loss):
+                pending.extend(batch)
+                position = _after(batch[-1])
                 if len(pending) >= _ARROW_BATCH:
                     yield _rows(options, part.topic, node, pending)
                     pending = []
@@ -570,7 +570,7 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
 
 def _rows(options: SourceOptions, topic: str, node: str, messages: list[MessageFrame]) -> Any:
     """One Arrow batch of rows, the bodies their producers compressed decoded."""
-    return message_batch(topic, node, messages, options.key_header, options.max_decompressed_size)
+    return frames_batch(topic, node, messages, options.key_header, options.max_decompressed_size)
 
 
 def _after(message: MessageFrame) -> int:
