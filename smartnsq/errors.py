@@ -217,12 +217,13 @@ class NodeBackoff(ConnectionFailed):
     """A node's connect failed recently; it will not be dialled again for ``retry_in`` s."""
 
     def __init__(self, address: tuple[str, int], retry_in: float,
-                 cause: BaseException | None) -> None:
+                 cause: BaseException | None, name: str | None = None) -> None:
         self.address = address
         self.retry_in = retry_in
         self.cause = cause  # the connect failure the node is backing off from
-        super().__init__(f"{address[0]}:{address[1]} is backing off for {retry_in:.2f}s after "
-                         f"failing to connect: {cause}")
+        # ``name``: the node as messages name it (``unix:PATH`` for a socket node)
+        super().__init__(f"{name or f'{address[0]}:{address[1]}'} is backing off for "
+                         f"{retry_in:.2f}s after failing to connect: {cause}")
 
 
 class _PeerError(Exception):

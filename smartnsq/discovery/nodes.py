@@ -213,7 +213,7 @@ class NodePool:
             loop = asyncio.get_running_loop()
             wait = node.retry_at - loop.time()
             if wait > 0:
-                raise NodeBackoff(address, wait, node.last_error)
+                raise NodeBackoff(address, wait, node.last_error, address_text(address))
             opening = node.opening = loop.create_task(self._open(node))
             # its failure is kept as node.last_error; a caller whose deadline came first no
             # longer reads it, which asyncio would report as "never retrieved"

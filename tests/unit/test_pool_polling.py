@@ -89,3 +89,22 @@ async def test_a_wait_soon_after_another_gets_no_second_fast_start(
     # within FAST_POLL_REARM of the first start
     assert (await source.polls(pool, 2))[:2] == [False, False]
     await pool.close()
+
+
+async def test_a_socket_node_backing_off_is_named_as_the_user_wrote_it(tmp_path: object) -> None:
+    """``unix:PATH``, as in every other message naming a node, not ``PATH:0``."""
+    from smartnsq.errors import ConnectionFailed, NodeBackoff
+    from smartnsq.model.routes import parse_address
+
+    path = f"{tmp_path}/nsqd.sock"  # no socket there: the connect fails at once
+    address = parse_address(f"unix:{path}")
+    pool = NodePool(RecordingSource(), idle_timeout=None, reconnect_delay=60.0,
+                    reconnect_delay_max=60.0)  # the second call comes within the back-off
+    try:
+        with pytest.raises(ConnectionFailed):
+            await pool.acquire(address, timeout=5)
+        with pytest.raises(NodeBackoff) as info:
+            await pool.acquire(address, timeout=5)
+    finally:
+        await pool.close()
+    assert str(info.value).startswith(f"unix:{path} is backing off"), str(info.value)
