@@ -50,8 +50,9 @@ async def test_a_reader_nobody_takes_from_stops_at_its_bound(nsq_cluster: Any) -
         channel = nsq_cluster.state.topics["bounded"].partitions[0].channels["reader"]
         # the server's window fills with messages the reader keeps unanswered (before: every
         # message was FINed on arrival, and the reader took in all 300)
-        await wait_until(lambda: channel.in_flight == RDY)
-        buffered = len(await reader.next_batch(WAIT))
+        # (its 20 FINs answered: they go out together, a turn after the messages came)
+        await wait_until(lambda: channel.in_flight == RDY and channel.finish_count >= 20)
+        buffered = len(await reader.next_batch(WAIT, whole=True))  # past the bound: > 20
         assert 20 < buffered <= 21 + RDY
         taken = buffered
         offsets: list[int] = []
