@@ -264,7 +264,12 @@ class LookupdSet:
             raise best
         self._kick_discovery()
         final = [e for e in errors if isinstance(e, LookupdError) and not e.retriable]
-        detail = "; ".join(str(e) for e in errors) or "no lookupd to ask"
+        # a lookupd skipped this round for answering as another server: what it said is the
+        # telling part (a wrong port), whichever failure the round itself ended with
+        asked_now = {d.address for d in asked.values()}
+        told = [d.last_error for d in self._lookupds.values()
+                if d.address in self._wrong and d.address not in asked_now and d.last_error]
+        detail = "; ".join([*(str(e) for e in errors), *told]) or "no lookupd to ask"
         if self._lookupds and self._wrong.issuperset(self._lookupds):
             # each one answered as some other server: asking again meets the same answers
             wrong = "; ".join(d.last_error or d.address for d in self._lookupds.values())
