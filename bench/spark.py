@@ -196,6 +196,21 @@ def _stream(spark: Any, cluster: Any, topic: str, limit: int | None,
             "phases_s": {k: round(v, 2) for k, v in sorted(phases.items())}}
 
 
+def _synthetic(size: int, count: int) -> Iterator[Any]:
+    """``count`` rows of the read schema as record batches of 4096 built once (the trivial
+    sources' rows: Spark's own cost, no NSQ)."""
+    from smartnsq.protocol.frames import MessageFrame, youzan_message_id
+    from smartnsq.spark.schema import message_batch
+
+    batch = message_batch("t", "n", [
+        MessageFrame(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
+                     i * (size + 30), size + 30, True) for i in range(4096)])
+    left = count
+    while left > 0:
+        yield batch.slice(0, min(left, 4096))
+        left -= 4096
+
+
 def _stream_ceiling(spark: Any, rows: int, size: int, limit: int | None) -> dict[str, Any]:
     """Spark's own cost of the same ``Trigger.AvailableNow`` run: the nsq schema from a
     Python stream source of pre-built record batches (4 partitions a batch, no NSQ), so the
@@ -230,16 +245,7 @@ def _stream_ceiling(spark: Any, rows: int, size: int, limit: int | None) -> dict
             return [InputPartition(count // 4 + (i < count % 4)) for i in range(4)]
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
-            from smartnsq.protocol.frames import MessageFrame, youzan_message_id
-            from smartnsq.spark.schema import message_batch
-
-            batch = message_batch("t", "n", [
-                MessageFrame(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
-                             i * (size + 30), size + 30, True) for i in range(4096)])
-            left = partition.value
-            while left > 0:
-                yield batch.slice(0, min(left, 4096))
-                left -= 4096
+            yield from _synthetic(size, partition.value)
 
         def commit(self, end: dict[str, int]) -> None:
             pass
@@ -288,16 +294,7 @@ def _floor_source(spark: Any, rows: int, size: int, partitions: int) -> Any:
                     for i in range(partitions)]
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
-            from smartnsq.protocol.frames import MessageFrame, youzan_message_id
-            from smartnsq.spark.schema import message_batch
-
-            batch = message_batch("t", "n", [
-                MessageFrame(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
-                             i * (size + 30), size + 30, True) for i in range(4096)])
-            left = partition.value
-            while left > 0:
-                yield batch.slice(0, min(left, 4096))
-                left -= 4096
+            yield from _synthetic(size, partition.value)
 
     class FloorSource(DataSource):
         @classmethod
@@ -460,14 +457,7 @@ def _spark_ceiling(spark: Any, rows: int, size: int, cores: int) -> dict[str, An
             return [InputPartition(i) for i in range(4)]
 
         def read(self, partition: InputPartition) -> Iterator[Any]:
-            from smartnsq.protocol.frames import MessageFrame, youzan_message_id
-            from smartnsq.spark.schema import message_batch
-
-            batch = message_batch("t", "n", [
-                MessageFrame(time.time_ns(), 1, youzan_message_id(i, 0), b"x" * size, 0, b"",
-                        i * (size + 30), size + 30, True) for i in range(4096)])
-            for _ in range(rows // 4 // 4096):
-                yield batch
+            yield from _synthetic(size, rows // 4 // 4096 * 4096)
 
     class SyntheticSource(DataSource):
         @classmethod
