@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import spark_driver_kill_support
+import spark_support
 from both_support import channel_counts, channel_drained, producer
 from support import bounded, fresh_name, wait_until
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.spark
 
 SPARK_WAIT = 180.0  # a query's start on a loaded 2-core machine; nothing waits this long
 CLASSIC = pytest.mark.nsq_cluster(mode="classic", nodes=1, lookupds=1)
-spark_session = spark_driver_kill_support.spark_session  # this module's SparkSession
+spark_session = spark_support.spark_session  # this module's SparkSession
 
 
 class Batches:

@@ -17,15 +17,14 @@ loop keeps serving the dev cluster. One test each: a SparkSession is slow.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import itertools
 import json
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import spark_support
 from support import Watch, bounded, fresh_name
 
 from smartnsq import Consumer, Producer
@@ -35,22 +34,11 @@ from smartnsq.protocol import body_compression
 
 pytestmark = pytest.mark.spark
 
-HAVE_SPARK = all(importlib.util.find_spec(m) is not None for m in ("pyspark", "pyarrow"))
+HAVE_SPARK = spark_support.HAVE_SPARK
 SPARK_WAIT = 180.0  # a JVM on a shared 2-core machine; nothing waits this long when it works
 
 
-@pytest.fixture(scope="module")
-def spark_session() -> Iterator[Any]:
-    """A local SparkSession for this module (tests/spark's settings), stopped after it."""
-    if not HAVE_SPARK:
-        pytest.skip("pyspark/pyarrow not installed (pip install -e '.[spark]')")
-    from smartnsq.testing.spark import local_session
-
-    session = local_session("smartnsq-tests-both")
-    try:
-        yield session
-    finally:
-        session.stop()
+spark_session = spark_support.spark_session  # this module's SparkSession
 
 
 async def test_spark_reads_a_topic(nsq_any_cluster: Any, spark_session: Any) -> None:

@@ -25,16 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import spark_driver_kill_support
+import spark_support
 from both_support import producer
-from spark_driver_kill_support import committed_batches, sigkill, spawn, start_query
+from spark_support import committed_batches, sigkill, spawn, start_query
 from support import bounded, fresh_name, wait_until
 
 pytestmark = pytest.mark.spark
 
 PARTITIONS = 3
 WAIT = 120.0  # a driver's start on a loaded 2-core machine; nothing waits this long
-spark_session = spark_driver_kill_support.spark_session  # this module's SparkSession
+spark_session = spark_support.spark_session  # this module's SparkSession
 
 
 async def _until(condition: Callable[[], bool], what: str,

@@ -26,14 +26,13 @@ cluster (2-core machine).
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import spark_support
 from support import fresh_name
 
 from smartnsq import sync
@@ -43,25 +42,14 @@ from smartnsq.errors import NSQError
 
 pytestmark = pytest.mark.spark
 
-HAVE_SPARK = all(importlib.util.find_spec(m) is not None for m in ("pyspark", "pyarrow"))
+HAVE_SPARK = spark_support.HAVE_SPARK
 PARTITIONS = 4
 FLOW_BOUND = 40.0  # s from an acknowledged publish to its row in the sink, while one waits
 OUTAGE_WAIT = 420.0  # s for the lost partition to be read again (real: 2-4 minutes)
 SPARK_WAIT = 180.0  # a query's start on a loaded 2-core machine
 
 
-@pytest.fixture(scope="module")
-def spark_session() -> Iterator[Any]:
-    """A local SparkSession for this module, stopped after it."""
-    if not HAVE_SPARK:
-        pytest.skip("pyspark/pyarrow not installed (pip install -e '.[spark]')")
-    from smartnsq.testing.spark import local_session
-
-    session = local_session("smartnsq-tests-leader-loss")
-    try:
-        yield session
-    finally:
-        session.stop()
+spark_session = spark_support.spark_session  # this module's SparkSession
 
 
 @dataclass
