@@ -43,8 +43,9 @@ from _common import command_line, environment
 from smartnsq import Producer
 from smartnsq.admin import AsyncAdmin
 from smartnsq.errors import NSQError
-from smartnsq.spark.cluster import ClusterClient, LeaderInfo, RangeReader, temporary_channel
+from smartnsq.spark.cluster import ClusterClient, LeaderInfo, temporary_channel
 from smartnsq.spark.options import ClusterOptions, ConnectionOptions
+from smartnsq.spark.ranges import RangeReader
 from smartnsq.testing.realcluster import RealCluster
 from smartnsq.transport import loop_thread as _loop_thread
 

@@ -174,6 +174,14 @@ def fin(msg_id: bytes) -> bytes:
         raise v.invalid_message_id(msg_id) from None
 
 
+def fins(msg_ids: list[bytes]) -> bytes:
+    """The FINs of many messages as one payload: one join, not a command each. The ids are
+    the 16-byte slices a ``MessageRun`` holds (not re-validated)."""
+    if not msg_ids:
+        return b""
+    return b"FIN " + b"\nFIN ".join(msg_ids) + b"\n"
+
+
 def req(msg_id: bytes, delay_ms: int = 0) -> bytes:
     if len(msg_id) != 16:
         v.check_message_id(msg_id)

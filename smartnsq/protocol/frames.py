@@ -13,9 +13,10 @@ SUB_ORDERED/SUB_ADVANCED). The connection tells the reader through ``MessageLayo
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from struct import Struct
-from typing import Final, Union
+from typing import Final, TypeVar, Union
 
 from ..errors import ProtocolError
 from .diagnose import describe_start, looks_like_http, nsqd_hint_for_http
@@ -37,6 +38,8 @@ _U16 = Struct(">H")
 _U64 = Struct(">Q")
 _DETAIL = Struct(">QI")
 _ID = Struct(">QQ")
+
+_T = TypeVar("_T")
 
 _PARTITION_SHIFT: Final = 50
 _PARTITION_MASK: Final = 0x3FF
@@ -244,6 +247,9 @@ class FrameReader:
         return len(self._pending)
 
     def feed(self, data: bytes) -> list[Frame]:
+        return self._feed(data, self._decode)
+
+    def _feed(self, data: bytes, decode: Callable[[bytes], list[_T]]) -> list[_T]:
         if self._broken is not None:
             raise self._broken
         pending = self._pending
@@ -254,7 +260,7 @@ class FrameReader:
             data = bytes(pending)
             pending.clear()
         try:
-            return self._decode(data)
+            return decode(data)
         except ProtocolError as exc:
             self._broken = exc
             self._pending = bytearray()
@@ -344,14 +350,26 @@ class FrameReader:
                 raise self._fail(f"unknown frame type {ftype}")
             pos = end
         if pos < n:
-            self._pending += data[pos:]
-            if n - pos >= 4:
-                self._need = 4 + int.from_bytes(data[pos:pos + 4], "big", signed=True)
-                if not 8 <= self._need <= max_size + 4:
-                    raise self._fail(f"frame size {self._need - 4} outside 4..{max_size}")
-            else:
-                self._need = 8
+            self._keep_tail(data, pos)
         return out
+
+    def _keep_tail(self, data: bytes, pos: int) -> None:
+        """Hold the start of a frame not complete yet (``data[pos:]``)."""
+        self._pending += data[pos:]
+        if len(data) - pos >= 4:
+            self._need = 4 + int.from_bytes(data[pos:pos + 4], "big", signed=True)
+            if not 8 <= self._need <= self._max + 4:
+                raise self._fail(f"frame size {self._need - 4} outside 4..{self._max}")
+        else:
+            self._need = 8
+
+    def _rejected(self, frame: bytes) -> ProtocolError:
+        """The error ``_decode`` words for a message frame that does not parse."""
+        try:
+            self._decode(frame)
+        except ProtocolError as exc:
+            return exc
+        return self._fail("message frame does not parse")  # pragma: no cover - never reached
 
 
 

@@ -25,8 +25,9 @@ from collections.abc import Mapping
 
 from ..errors import ClusterError
 from ..transport import loop_thread as _loop_thread
-from .cluster import ClusterClient, LeaderInfo, TopicLayout, read_range
+from .cluster import ClusterClient, LeaderInfo, TopicLayout
 from .options import SourceOptions
+from .ranges import read_range
 
 __all__ = ["BatchEnds", "counted"]
 

@@ -5,7 +5,7 @@ partition's queue, as the detail block of SUB_ADVANCED reports them). The offset
 micro-batch's end is each partition leader's queue end at planning time (its
 ``backend_depth``), so the partition's log between two offsets never changes: a batch re-run
 after a failure or a restart reads exactly the same messages. One Spark input partition reads
-one NSQ partition's range on the executors (see ``cluster.read_range``); nothing is
+one NSQ partition's range on the executors (see ``ranges.read_range``); nothing is
 acknowledged on any business channel unless ``commitChannel`` asks for it, in which case that
 channel's cursor is moved to the committed end after Spark committed the batch.
 
@@ -44,7 +44,7 @@ from ..errors import (
     TopicNotFound,
 )
 from ..protocol.commands import StartPosition
-from ..protocol.frames import MessageFrame
+from ..protocol.runs import MessageRun
 from ..transport import loop_thread as _loop_thread
 from .admission import MinTrigger, lag_metrics, new_messages, prorate
 from .availability import ReadGate, resolved, starting_offsets, stream_offsets
@@ -52,20 +52,17 @@ from .cluster import (
     ClusterClient,
     LeaderInfo,
     LeaderWait,
-    RangeReader,
     TopicLayout,
     condition_of,
     is_transient,
-    offset_at,
-    read_range,
-    read_range_batches,
     temporary_channel,
 )
-from .columns import frames_batch
+from .columns import run_batch
 from .limits import BatchEnds, counted
 from .offsets import KAFKA_EARLIEST, OFFSET_EARLIEST, OFFSET_LATEST
 from .options import SourceOptions
 from .positions import Bounds, first_at_or_after, resolve
+from .ranges import RangeReader, offset_at, read_range, read_range_batches
 from .topics import TopicSet
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
@@ -324,7 +321,7 @@ class _Planner:
 
         Byte offsets do not say where messages start, but a ``msgcount:N`` position names
         a message: the split points are the offsets of estimated message counts, found by
-        probes (see ``cluster.offset_at``). A count estimate that is off only makes the
+        probes (see ``ranges.offset_at``). A count estimate that is off only makes the
         pieces uneven; a failed probe only leaves a split out.
         """
         options = self.options
@@ -466,14 +463,15 @@ def _read_one(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
     """``[position, part.end)`` over one channel, waiting out leader changes."""
     failed_at = position
     wait = LeaderWait(part.topic, part.partition, options.leader_timeout)
-    pending: list[Any] = []
+    pending: list[MessageRun] = []
+    rows = 0
     node = ""
     while position < part.end:
         try:
             leader = _current_leader(client, part)
             if pending and leader.tcp_address != node:
                 yield _rows(options, part.topic, node, pending)
-                pending = []
+                pending, rows = [], 0
             node = leader.tcp_address
             for batch in read_range_batches(loop_thread, client, part.topic, part.partition,
                                             leader, position, part.end, ordered=part.ordered,
@@ -482,11 +480,12 @@ def _read_one(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
                                             channel=options.channel,
                                             channel_prefix=options.channel_prefix,
                                             fail_on_data_loss=options.fail_on_data_loss):
-                pending.extend(batch)
-                position = _after(batch[-1])
-                if len(pending) >= _ARROW_BATCH:
+                pending.append(batch)
+                rows += len(batch)
+                position = batch.end_offset
+                if rows >= _ARROW_BATCH:
                     yield _rows(options, part.topic, node, pending)
-                    pending = []
+                    pending, rows = [], 0
                     wait.progressed()
             break
         except Exception as exc:
@@ -539,7 +538,8 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
             log.warning("could not delete the temporary channel %s of %s/%d: %s", name,
                         part.topic, part.partition, exc)
 
-    pending: list[MessageFrame] = []
+    pending: list[MessageRun] = []
+    rows = 0
     try:
         while waiting and len(reading) < options.ordered_read_channels:
             start_next()
@@ -551,31 +551,28 @@ def _read_pieces(loop_thread: _loop_thread.LoopThread, client: ClusterClient,
                                         timeout=None)
                 if not batch:
                     break
-                pending.extend(batch)
-                if len(pending) >= _ARROW_BATCH:
-                    done[0] = _after(pending[-1])
+                pending.append(batch)
+                rows += len(batch)
+                if rows >= _ARROW_BATCH:
+                    done[0] = batch.end_offset
                     yield _rows(options, part.topic, node, pending)
-                    pending = []
+                    pending, rows = [], 0
             reading.popleft()
             finish(reader, name)
             if waiting:
                 start_next()
         if pending:
-            done[0] = _after(pending[-1])
+            done[0] = pending[-1].end_offset
             yield _rows(options, part.topic, node, pending)
     finally:
         while reading:
             finish(*reading.popleft())
 
 
-def _rows(options: SourceOptions, topic: str, node: str, messages: list[MessageFrame]) -> Any:
+def _rows(options: SourceOptions, topic: str, node: str, runs: list[MessageRun]) -> Any:
     """One Arrow batch of rows, the bodies their producers compressed decoded."""
-    return frames_batch(topic, node, messages, options.key_header, options.max_decompressed_size)
-
-
-def _after(message: MessageFrame) -> int:
-    assert message.queue_offset is not None and message.raw_size is not None
-    return message.queue_offset + message.raw_size
+    return run_batch(topic, node, MessageRun.join(runs), options.key_header,
+                     options.max_decompressed_size)
 
 
 class NSQStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore[misc]

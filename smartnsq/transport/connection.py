@@ -62,7 +62,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol, cast
 
 from ..config import ConnectionConfig
@@ -87,7 +87,7 @@ from ..protocol.compression import StreamTransform, split_first_frame, stream_fo
 from ..protocol.frames import (
     CLASSIC_LAYOUT,
     ErrorFrame,
-    FrameReader,
+    Frame,
     Heartbeat,
     MessageFrame,
     MessageLayout,
@@ -100,12 +100,14 @@ from ..protocol.responses import (
     parse_auth_response,
     parse_identify_response,
 )
+from ..protocol.runs import MessageRun, RunReader
 
-__all__ = ["Connection", "ErrorCallback", "MessageCallback", "loop_clock"]
+__all__ = ["Connection", "ErrorCallback", "MessageCallback", "RunCallback", "loop_clock"]
 
 log = logging.getLogger("smartnsq.connection")
 
 MessageCallback = Callable[[MessageFrame], None]
+RunCallback = Callable[[MessageRun], None]
 ErrorCallback = Callable[[ServerError], None]
 
 # Errors only fire-and-forget commands cause: never the answer to a pending request.
@@ -182,8 +184,12 @@ class Connection(asyncio.BufferedProtocol):
         self.on_error: ErrorCallback | None = on_error
         self.on_heartbeat: Callable[[], None] | None = None
         self._message_class = message_class
-        self._reader = FrameReader(CLASSIC_LAYOUT, max_frame_size=config.max_frame_size,
-                                   message_class=message_class)
+        self._reader = RunReader(CLASSIC_LAYOUT, max_frame_size=config.max_frame_size,
+                                 message_class=message_class)
+        #: set, it receives each stretch of consecutive messages of one read as one
+        #: ``MessageRun`` where the layout makes runs (youzan, detail block): a reader that
+        #: works a chunk at a time (the Spark range reader)
+        self.on_run: RunCallback | None = None
         self._transport: asyncio.Transport | None = None
         self._pending: deque[_Pending] = deque()
         self._deadline_timer: asyncio.TimerHandle | None = None
@@ -664,7 +670,8 @@ class Connection(asyncio.BufferedProtocol):
             if self._split:
                 self._receive_one_by_one(data)
                 return
-            frames = self._reader.feed(data)
+            frames: Sequence[Frame | MessageRun] = self._reader.feed(data) \
+                if self.on_run is None else self._reader.feed_runs(data)
         except ProtocolError as exc:
             self._corrupt(exc)
             return
@@ -680,6 +687,11 @@ class Connection(asyncio.BufferedProtocol):
                     on_message(frame)  # type: ignore[arg-type]
                 except Exception:
                     log.exception("%s: on_message raised", self.address_text)
+            elif cls is MessageRun:
+                try:
+                    self.on_run(frame)  # type: ignore[misc, arg-type]
+                except Exception:
+                    log.exception("%s: on_run raised", self.address_text)
             elif cls is Response:
                 self._on_response(frame.data)  # type: ignore[union-attr]
             elif cls is Heartbeat:

@@ -18,7 +18,8 @@ from smartnsq import Producer
 from smartnsq.admin import AsyncAdmin
 from smartnsq.config import ConnectionConfig
 from smartnsq.protocol.commands import StartPosition
-from smartnsq.spark.cluster import LeaderInfo, RangeReader
+from smartnsq.spark.cluster import LeaderInfo
+from smartnsq.spark.ranges import RangeReader
 
 BODY = b"x" * 1024
 COUNT = 300
@@ -58,7 +59,7 @@ async def test_a_reader_nobody_takes_from_stops_at_its_bound(nsq_cluster: Any) -
         offsets: list[int] = []
         while batch := await reader.next_batch(WAIT):
             taken += len(batch)
-            offsets += [m.queue_offset for m in batch if m.queue_offset is not None]
+            offsets += batch.offsets
         assert taken == COUNT and offsets == sorted(set(offsets))
     finally:
         await reader.close()
@@ -94,7 +95,7 @@ async def test_held_messages_redelivered_after_msg_timeout_stay_held(nsq_cluster
         assert channel.cursor <= 21 + RDY and channel.finish_count <= 21
         taken: list[int] = []
         while batch := await reader.next_batch(WAIT):
-            taken += [m.queue_offset for m in batch if m.queue_offset is not None]
+            taken += batch.offsets
         assert len(taken) == 100 and taken == sorted(set(taken))
     finally:
         await reader.close()
@@ -117,7 +118,7 @@ async def test_an_ordered_read_answers_the_duplicate_first_delivery_quietly(
         channel = cluster.state.topics[f"dup{mode}"].partitions[0].channels["reader"]
         offsets: list[int] = []
         while batch := await reader.next_batch(10.0):
-            offsets += [m.queue_offset for m in batch if m.queue_offset is not None]
+            offsets += batch.offsets
         assert len(offsets) == 20 and offsets == sorted(set(offsets))
         assert channel.timeout_count == 0
         await wait_until(lambda: channel.in_flight == 0 and channel.depth == 0)

@@ -24,6 +24,7 @@ from smartnsq import sync
 from smartnsq.errors import ClusterError
 from smartnsq.protocol.operations import StoredMessage
 from smartnsq.spark import cluster as spark_cluster
+from smartnsq.spark import ranges as spark_ranges
 from smartnsq.spark.options import SourceOptions
 from smartnsq.spark.source import NSQStreamReader, _read
 
@@ -58,7 +59,7 @@ def reader(nsq: Any) -> Iterator[NSQStreamReader]:
 def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """The driver's HTTP calls by kind, and the subscriptions it opens (``subscribe``)."""
     seen: Counter[str] = Counter()
-    call, open_ = spark_cluster.ClusterClient._call, spark_cluster.RangeReader.open
+    call, open_ = spark_cluster.ClusterClient._call, spark_ranges.RangeReader.open
 
     def counted_call(self: Any, what: str, fn: Any) -> Any:
         seen["message/get" if "/message/get" in what else what.split()[0]] += 1
@@ -69,7 +70,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         await open_(self)
 
     monkeypatch.setattr(spark_cluster.ClusterClient, "_call", counted_call)
-    monkeypatch.setattr(spark_cluster.RangeReader, "open", counted_open)
+    monkeypatch.setattr(spark_ranges.RangeReader, "open", counted_open)
     return seen
 
 

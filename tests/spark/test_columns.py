@@ -1,4 +1,4 @@
-"""``columns.frames_batch`` (the read path's columnwise Arrow builder) against
+"""``columns.run_batch`` (the read path's columnwise Arrow builder) against
 ``schema.message_batch`` (the per-message one, which the ack source keeps): the same record
 batch, value for value, type for type and null for null, on random messages as the frame
 decoder makes them, or the same error."""
@@ -18,14 +18,14 @@ pytest.importorskip("pyarrow")
 from smartnsq.errors import ProtocolError
 from smartnsq.protocol.body_compression import compress
 from smartnsq.protocol.frames import (
-    CLASSIC_LAYOUT,
     FrameReader,
     MessageFrame,
     MessageLayout,
     encode_message,
     youzan_message_id,
 )
-from smartnsq.spark.columns import frames_batch
+from smartnsq.protocol.runs import MessageRun, RunReader
+from smartnsq.spark.columns import run_batch
 from smartnsq.spark.schema import arrow_schema, message_batch
 
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -70,23 +70,22 @@ def youzan_messages(draw: Any, partition: int) -> MessageFrame:
         if packed is not None:  # a body that really decodes
             body = packed[0]
             ext = json.dumps({**json.loads(ext), **packed[1]}).encode()
-    detail = draw(st.booleans())
     return MessageFrame(draw(i64), draw(st.integers(0, 2**16 - 1)),
                         youzan_message_id(internal, draw(u64)), body, version, ext,
-                        draw(st.integers(0, 2**40)) if detail else None,
-                        draw(st.integers(0, 2**31 - 1)) if detail else None, True)
+                        draw(st.integers(0, 2**40)), draw(st.integers(0, 2**31 - 1)), True)
 
 
 def _same(topic: str, node: str, messages: list[MessageFrame], key_header: str,
-          limit: int | None) -> None:
+          limit: int | None, run: MessageRun | None = None) -> None:
+    run = MessageRun.of(messages) if run is None else run
     try:
         expected = message_batch(topic, node, messages, key_header, limit)
     except ProtocolError as exc:
         with pytest.raises(ProtocolError) as raised:
-            frames_batch(topic, node, messages, key_header, limit)
+            run_batch(topic, node, run, key_header, limit)
         assert str(raised.value) == str(exc)
         return
-    got = frames_batch(topic, node, messages, key_header, limit)
+    got = run_batch(topic, node, run, key_header, limit)
     assert got.schema.equals(arrow_schema())
     assert got.equals(expected), (got.to_pylist(), expected.to_pylist())
     assert got.to_pylist() == expected.to_pylist()
@@ -103,10 +102,10 @@ def test_the_same_batch_as_message_by_message(partition: int, data: Any, key_hea
 
 
 @SETTINGS
-@given(data=st.data(), ext=st.booleans(), detail=st.booleans())
-def test_the_same_batch_from_decoded_frames(data: Any, ext: bool, detail: bool) -> None:
-    """Messages as the range reader gets them: frames encoded, then decoded."""
-    layout = MessageLayout(ext=ext, detail=detail)
+@given(data=st.data(), ext=st.booleans())
+def test_the_same_batch_from_decoded_frames(data: Any, ext: bool) -> None:
+    """Messages as the range reader gets them: frames encoded, then decoded into a run."""
+    layout = MessageLayout(ext=ext, detail=True)
     frames = []
     for _ in range(data.draw(st.integers(1, 10))):
         version, raw = data.draw(ext_headers()) if ext else (0, None)
@@ -117,13 +116,12 @@ def test_the_same_batch_from_decoded_frames(data: Any, ext: bool, detail: bool) 
             raw_size=data.draw(st.integers(0, 2**31 - 1))))
     messages = FrameReader(layout).feed(b"".join(frames))
     assert all(isinstance(m, MessageFrame) for m in messages)
-    _same("t", "n", messages, "key", 1 << 20)  # type: ignore[arg-type]
+    (run,) = RunReader(layout).feed_runs(b"".join(frames))
+    assert isinstance(run, MessageRun)
+    _same("t", "n", messages, "key", 1 << 20, run)  # type: ignore[arg-type]
 
 
-def test_classic_messages_and_odd_ids_take_the_message_path() -> None:
-    classic = FrameReader(CLASSIC_LAYOUT).feed(
-        encode_message(5_000, 1, b"0123456789abcdef", b"b", CLASSIC_LAYOUT))
-    _same("t", "n", classic, "key", None)  # type: ignore[arg-type]
+def test_odd_ids_and_empty_runs_take_the_message_path() -> None:
     odd = [MessageFrame(1, 1, youzan_message_id(1 << 50, 2) + b"more", b"b", 0, None, 0, 30, True)]
     _same("t", "n", odd, "key", None)
     _same("t", "n", [], "key", None)
