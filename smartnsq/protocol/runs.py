@@ -55,44 +55,60 @@ class MessageRun:
         return cls([], [], [], [], [], [], [] if ext else None, [] if ext else None)
 
     @classmethod
-    def of(cls, messages: list[MessageFrame]) -> MessageRun:
+    def of(cls, messages: Sequence[MessageFrame]) -> MessageRun:
         """The run of decoded messages (youzan, with queue offsets)."""
-        run = cls.empty(ext=any([m.ext_version for m in messages]))
+        run = cls.empty()
         for m in messages:
-            if not m.youzan or m.queue_offset is None or m.raw_size is None:
-                raise ValueError(f"{m!r} has no queue offset: runs are of youzan messages "
-                                 "read by offset")
-            run.timestamps.append(m.timestamp)
-            run.attempts.append(m.attempts)
-            run.ids.append(m.id)
-            run.bodies.append(m.body)
-            run.offsets.append(m.queue_offset)
-            run.raw_sizes.append(m.raw_size)
-            if run.exts is not None and run.ext_versions is not None:
-                run.ext_versions.append(m.ext_version)
-                run.exts.append(m.ext)
+            run.add(m)
         return run
 
     @classmethod
     def join(cls, parts: Sequence[MessageRun | MessageFrame]) -> MessageRun:
         """One run of runs and messages, in order."""
-        runs = [p if isinstance(p, MessageRun) else cls.of([p]) for p in parts]
-        if len(runs) == 1:
-            return runs[0]
-        ext = any([r.exts is not None for r in runs])
-        out = cls.empty(ext)
-        for r in runs:
-            out.timestamps += r.timestamps
-            out.attempts += r.attempts
-            out.ids += r.ids
-            out.bodies += r.bodies
-            out.offsets += r.offsets
-            out.raw_sizes += r.raw_sizes
-            if out.exts is not None and out.ext_versions is not None:
-                out.ext_versions += r.ext_versions if r.ext_versions is not None \
-                    else [0] * len(r.ids)
-                out.exts += r.exts if r.exts is not None else [None] * len(r.ids)
+        out = cls.empty()
+        for p in parts:
+            if isinstance(p, MessageRun):
+                out.extend(p)
+            else:
+                out.add(p)
         return out
+
+    def add(self, m: MessageFrame) -> None:
+        """Append one decoded message (youzan, with its queue offset)."""
+        if not m.youzan or m.queue_offset is None or m.raw_size is None:
+            raise ValueError(f"{m!r} has no queue offset: runs are of youzan messages read by "
+                             "offset")
+        if m.ext_version and self.exts is None:
+            self._add_ext_columns()
+        self.timestamps.append(m.timestamp)
+        self.attempts.append(m.attempts)
+        self.ids.append(m.id)
+        self.bodies.append(m.body)
+        self.offsets.append(m.queue_offset)
+        self.raw_sizes.append(m.raw_size)
+        if self.exts is not None and self.ext_versions is not None:
+            self.ext_versions.append(m.ext_version)
+            self.exts.append(m.ext)
+
+    def extend(self, other: MessageRun) -> None:
+        """Append the messages of ``other`` (its lists are copied, not kept)."""
+        n = len(other.ids)
+        if other.exts is not None and self.exts is None:
+            self._add_ext_columns()
+        self.timestamps += other.timestamps
+        self.attempts += other.attempts
+        self.ids += other.ids
+        self.bodies += other.bodies
+        self.offsets += other.offsets
+        self.raw_sizes += other.raw_sizes
+        if self.exts is not None and self.ext_versions is not None:
+            self.ext_versions += other.ext_versions if other.ext_versions is not None \
+                else [0] * n
+            self.exts += other.exts if other.exts is not None else [None] * n
+
+    def _add_ext_columns(self) -> None:
+        self.ext_versions = [0] * len(self.ids)
+        self.exts = [None] * len(self.ids)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -143,9 +159,11 @@ class RunReader(FrameReader):
         """``_decode`` for a layout with the detail block, message frames into columns.
 
         A message frame without an ext header is one ``unpack_from`` (header, id, the ext
-        block's version byte, queue offset and size) and a body slice. Any other frame, and
-        any message frame that does not parse, is handed to ``_decode`` on its own: one place
-        decides every other frame and words every error."""
+        block's version byte, queue offset and size) and a body slice. A message with no
+        other beside it stays a message (an ordered channel's one in flight: a run of one
+        would cost more than it saves). Any other frame, and any message frame that does not
+        parse, is handed to ``_decode`` on its own: one place decides every other frame and
+        words every error."""
         out: list[Frame | MessageRun] = []
         n = len(data)
         pos = 0
@@ -156,7 +174,9 @@ class RunReader(FrameReader):
         unpack = fixed.unpack_from
         unpack_hdr = _HDR.unpack_from
         unpack_detail = _DETAIL.unpack_from
+        cls = self._message_class
         run: MessageRun | None = None
+        lone: MessageFrame | None = None  # a stretch's first message, until a second comes
         while n - pos >= 8:
             if n - pos >= head:
                 if has_ext:
@@ -173,17 +193,10 @@ class RunReader(FrameReader):
             if end > n:
                 break
             if ftype != 2 or end - pos < head:  # not a message, or one too short for its blocks
-                run = None
+                run = lone = None
                 out += self._decode(data[pos:end])
                 pos = end
                 continue
-            if run is None:
-                run = MessageRun.empty(has_ext)
-                out.append(run)
-                timestamps, attempts_, ids, bodies = (run.timestamps, run.attempts, run.ids,
-                                                      run.bodies)
-                offsets, raw_sizes, versions, exts = (run.offsets, run.raw_sizes,
-                                                      run.ext_versions, run.exts)
             body = pos + head
             if has_ext:
                 ext: bytes | None = None
@@ -195,6 +208,22 @@ class RunReader(FrameReader):
                         raise self._rejected(data[pos:end])
                     ext = data[p + 2:p + 2 + length]
                     offset, raw_size = unpack_detail(data, body - 12)
+            if run is None:
+                if lone is None:
+                    lone = cls(ts, attempts, msg_id, data[body:end], version,
+                               ext if has_ext else None, offset, raw_size, True)
+                    out.append(lone)
+                    pos = end
+                    continue
+                run = MessageRun.empty(has_ext)
+                run.add(lone)
+                out[-1] = run
+                lone = None
+                timestamps, attempts_, ids, bodies = (run.timestamps, run.attempts, run.ids,
+                                                      run.bodies)
+                offsets, raw_sizes, versions, exts = (run.offsets, run.raw_sizes,
+                                                      run.ext_versions, run.exts)
+            if has_ext:
                 versions.append(version)  # type: ignore[union-attr]
                 exts.append(ext)  # type: ignore[union-attr]
             timestamps.append(ts)

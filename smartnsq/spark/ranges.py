@@ -88,7 +88,9 @@ class RangeReader:
         self._conn: Connection | None = None
         self._send_fin: Callable[[bytes], None] = _not_open  # (open() sets it)
         self._fins: list[bytes] = []  # a plain channel's FINs not written yet (_batch_fin)
-        self._ready: list[MessageRun | MessageFrame] = []  # next_batch joins them
+        # what next_batch hands over: each chunk's columns appended, the chunk's run dropped
+        # (runs kept one a chunk would be eight lists a message on an ordered channel)
+        self._ready = MessageRun.empty(ext)
         self._buffered = 0  # what _ready costs: its bodies and _MESSAGE_COST each
         self._max_buffered = max_buffered
         self._held: dict[bytes, None] = {}  # ids of buffered messages not FINed yet, in order
@@ -144,7 +146,7 @@ class RangeReader:
             for message in run.frames():
                 self._on_message(message)
             return
-        self._ready.append(run)
+        self._ready.extend(run)
         self._buffered += cost
         self._count = count
         self._last = offsets[-1]
@@ -253,7 +255,7 @@ class RangeReader:
             self.done = True
         else:
             self._last = offset
-            self._ready.append(message)
+            self._ready.add(message)
             self._buffered += len(message.body) + _MESSAGE_COST
             self._count += 1
             self.next_end = offset + raw_size
@@ -302,7 +304,7 @@ class RangeReader:
         returns early with what is buffered once that reaches ``max_buffered``.
         """
         assert self._wake is not None
-        while (not self._ready or (whole and self._buffered <= self._max_buffered)) \
+        while (not self._ready.ids or (whole and self._buffered <= self._max_buffered)) \
                 and not self.done:
             conn = self._conn
             if conn is not None and conn.is_closed:
@@ -319,8 +321,7 @@ class RangeReader:
                               f"[{self.start}, {self.end}) at {self.next_end}") from None
         if self._error is not None:
             raise self._error
-        batch = MessageRun.join(self._ready) if self._ready else MessageRun.empty()
-        self._ready = []
+        batch, self._ready = self._ready, MessageRun.empty(self._ext)
         self._buffered = 0
         held, self._held = self._held, {}
         for message_id in held:  # taken: the server may send more

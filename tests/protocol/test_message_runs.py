@@ -69,9 +69,13 @@ def test_runs_spread_to_the_frames_of_any_split(stream: tuple[MessageLayout, byt
     assert [_plain(f) for f in _spread(items)] == [_plain(f) for f in frames]
     if layout not in RUN_LAYOUTS:
         assert not any(isinstance(i, MessageRun) for i in items)
-    whole = RunReader(layout).feed_runs(data)  # consecutive messages of one read: one run
-    assert not any(isinstance(a, MessageRun) and isinstance(b, MessageRun)
+        return
+    # consecutive messages of one read: one run, and a message alone stays a message
+    whole = RunReader(layout).feed_runs(data)
+    messages = (MessageRun, MessageFrame)
+    assert not any(isinstance(a, messages) and isinstance(b, messages)
                    for a, b in itertools.pairwise(whole))
+    assert all(len(i) >= 2 for i in whole if isinstance(i, MessageRun))
 
 
 @FAST
