@@ -5,7 +5,8 @@
 Decoding: one stream of N message frames (100-byte bodies) is cut into 64 KiB chunks at
 arbitrary offsets, as a socket would hand them over, and fed to each decoder; msgs/s is the
 best of a few repetitions. smartnsq's FrameReader runs on the classic, youzan and
-youzan+ext+detail layouts; the peers decode the classic stream (the only one they know).
+youzan+ext+detail layouts, and its RunReader (the Spark range reads' decoder, a chunk's
+messages as columns) on the last; the peers decode the classic stream (the only one they know).
 pynsq and gnsq do not have a chunk decoder (tornado's / gevent's stream reads each frame
 exactly), so they are given the best case: the whole stream in one buffer, sliced frame by
 frame with their own unpack functions. ansq and asyncnsq have a feed()/get() reader; they
@@ -38,6 +39,7 @@ from smartnsq.protocol.frames import (
     encode_message,
     youzan_message_id,
 )
+from smartnsq.protocol.runs import MessageRun, RunReader
 
 EXT_DETAIL = MessageLayout(youzan=True, ext=True, detail=True)
 
@@ -83,6 +85,18 @@ def smartnsq_decoder(layout: MessageLayout, parts: list[bytes]) -> Callable[[], 
         n = 0
         for part in parts:
             n += len(reader.feed(part))
+        return n
+    return run
+
+
+def smartnsq_run_decoder(layout: MessageLayout, parts: list[bytes]) -> Callable[[], int]:
+    """The range reads' decoder: each chunk's messages as one MessageRun of columns."""
+    def run() -> int:
+        reader = RunReader(layout)
+        n = 0
+        for part in parts:
+            for item in reader.feed_runs(part):
+                n += len(item) if isinstance(item, MessageRun) else 1
         return n
     return run
 
@@ -329,6 +343,10 @@ def main() -> int:
         ("smartnsq FrameReader", name, smartnsq_decoder(layouts[name],
                                                         chunks(stream, args.chunk)), feed)
         for name, stream in streams.items()]
+    candidates.append(("smartnsq RunReader.feed_runs (columns)", "youzan+ext+detail",
+                       smartnsq_run_decoder(EXT_DETAIL,
+                                            chunks(streams["youzan+ext+detail"], args.chunk)),
+                       feed))
     candidates += [
         ("pynsq unpack_response+decode_message", "classic", pynsq_decoder(classic),
          "whole stream, ideal framing"),
