@@ -3,7 +3,8 @@
 Every rule here takes the time as an argument and returns a value (like :mod:`smartnsq.model.rdy`
 and :mod:`smartnsq.model.backoff`), so it can be checked with generated inputs; the asyncio shells
 (:mod:`smartnsq.discovery.route_book` for publishers, :mod:`smartnsq.discovery.chase` for consumers,
-the Spark driver's :class:`~smartnsq.spark.cluster.LeaderWait`) only keep the state and the timers.
+the Spark driver's :class:`~smartnsq.spark.conditions.LeaderWait`) only keep the state and the
+timers.
 
 * **The chase.** After something says a route is wrong (a publish refused, a consumer's link
   lost), lookup is asked again and again until its answer changes. A graceful handoff ends

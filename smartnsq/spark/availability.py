@@ -24,8 +24,8 @@ import time
 from typing import Any, Protocol
 
 from ..errors import NSQError
-from .cluster import ClusterClient, LeaderInfo, is_transient, temporary_channel
-from .conditions import condition_of
+from .cluster import ClusterClient, LeaderInfo, temporary_channel
+from .conditions import condition_of, is_transient
 from .offsets import KAFKA_EARLIEST, KAFKA_LATEST, OFFSET_EARLIEST, OFFSET_LATEST, Offsets
 from .offsets import check_offsets as _check_offsets
 from .options import SourceOptions

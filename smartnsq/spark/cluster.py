@@ -35,16 +35,13 @@ from ..protocol.admin import TopicStats
 from ..protocol.commands import StartPosition
 from ..protocol.lookup import Node, TopicView
 from ..protocol.operations import StoredMessage
-from .conditions import LeaderWait, condition_of, is_transient
+from .conditions import condition_of
 from .options import ClusterOptions
 
 __all__ = [
     "ClusterClient",
     "LeaderInfo",
-    "LeaderWait",
     "TopicLayout",
-    "condition_of",
-    "is_transient",
     "temporary_channel",
 ]
 

@@ -48,16 +48,9 @@ from ..protocol.runs import MessageRun
 from ..transport import loop_thread as _loop_thread
 from .admission import MinTrigger, lag_metrics, new_messages, prorate
 from .availability import ReadGate, resolved, starting_offsets, stream_offsets
-from .cluster import (
-    ClusterClient,
-    LeaderInfo,
-    LeaderWait,
-    TopicLayout,
-    condition_of,
-    is_transient,
-    temporary_channel,
-)
+from .cluster import ClusterClient, LeaderInfo, TopicLayout, temporary_channel
 from .columns import run_batch
+from .conditions import LeaderWait, condition_of, is_transient
 from .limits import BatchEnds, counted
 from .offsets import KAFKA_EARLIEST, OFFSET_EARLIEST, OFFSET_LATEST
 from .options import SourceOptions

@@ -125,7 +125,7 @@ def test_transient_conditions_and_the_leader_wait() -> None:
         ServerError,
         TopicNotFound,
     )
-    from smartnsq.spark.cluster import LeaderWait, is_transient
+    from smartnsq.spark.conditions import LeaderWait, is_transient
 
     assert is_transient(ClusterError("refused", transient=True))
     assert not is_transient(ClusterError("HTTP 400 bad channel"))
