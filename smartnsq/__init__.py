@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from .observability import logs as _logs
+from . import extensions as _extensions
+
+_extensions.install()  # before anything imports a module that may run compiled
+
+from .observability import logs as _logs  # noqa: E402 - after the extensions' decision
 
 _logs.install()
 

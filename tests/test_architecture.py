@@ -38,6 +38,7 @@ FLOORS: dict[str, int] = {
     "smartnsq.errors": 1,
     "smartnsq.config": 1,
     "smartnsq.message": 1,
+    "smartnsq.extensions": 1,  # which of those modules run compiled (reads the package's files)
     # 2: what the clients count and how it is reported (no sockets, no client classes)
     "smartnsq.observability": 2,
     # 3: the asyncio shell: one connection, one HTTP client, the loop thread

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import textwrap
 import zipfile
@@ -27,12 +28,14 @@ from pathlib import Path
 
 import pytest
 
+from smartnsq import extensions
+
 ROOT = Path(__file__).resolve().parents[1]
 # the whole checkout is copied (its tests too: a build that picks up a stray test file must be
 # seen to), less what git ignores and git itself
 IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.pyc", "*.egg-info", "build",
                                 "dist", "site", ".mypy_cache", ".ruff_cache", ".pytest_cache",
-                                ".hypothesis", ".coverage", ".coverage.*")
+                                ".hypothesis", ".coverage", ".coverage.*", "*.so", "*.pyd")
 # what a failed build says when it could not get its build dependencies (offline machine)
 UNAVAILABLE = ("No matching distribution", "Could not find a version", "Failed to establish",
                "Temporary failure in name resolution", "Network is unreachable",
@@ -178,8 +181,8 @@ def test_metadata(wheel: zipfile.ZipFile) -> None:
 
 
 # what an sdist may hold besides the package: its metadata and the files that build it
-_SDIST_FILES = {"PKG-INFO", "pyproject.toml", "setup.cfg", "MANIFEST.in", "README.md", "LICENSE",
-                "CHANGELOG.md"}
+_SDIST_FILES = {"PKG-INFO", "pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README.md",
+                "LICENSE", "CHANGELOG.md"}
 
 
 def test_the_sdist_holds_the_package_and_what_builds_it(sdist: list[str]) -> None:
@@ -197,10 +200,53 @@ def test_the_sdist_holds_the_package_and_what_builds_it(sdist: list[str]) -> Non
     assert sources <= set(sdist), f"missing from the sdist: {sorted(sources - set(sdist))}"
 
 
+def _compiled_members(wheel: zipfile.ZipFile) -> list[str]:
+    return [n for n in _names(wheel) if n.endswith((".so", ".pyd"))]
+
+
+def test_the_wheel_carries_the_compiled_modules_beside_their_sources(
+        built: Built, wheel: zipfile.ZipFile) -> None:
+    """Built where a compiler is (this process runs compiled: so could the build), the wheel
+    holds each of ``extensions.MODULES`` compiled, and always its source (the pure path)."""
+    names = _names(wheel)
+    stems = [name.replace(".", "/") for name in extensions.MODULES]
+    assert all(f"{stem}.py" in names for stem in stems)
+    members = _compiled_members(wheel)
+    if not members:
+        assert not extensions.compiled(), "this machine compiles, the wheel's build did not"
+        assert "building without the compiled modules" in built.output
+        return
+    for stem in stems:
+        assert any(m.startswith(stem + ".") for m in members), stem
+    assert any(m.startswith("smartnsq/_compiled__mypyc.") for m in members)
+    assert len(members) == len(stems) + 1, members
+
+
+def test_without_a_compiler_the_build_still_succeeds(tmp_path: Path) -> None:
+    """``CC=false``: the compile fails, the build says so and ships the pure modules."""
+    if not _can_build_offline() or find_spec("build") is None:
+        pytest.skip("needs setuptools>=77, wheel and build installed (a build without network)")
+    src, out = tmp_path / "src", tmp_path / "out"
+    shutil.copytree(ROOT, src, ignore=IGNORE)
+    env = {**os.environ, "CC": "false"}
+    proc = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
+                           "--outdir", str(out), str(src)],
+                          capture_output=True, text=True, timeout=600, check=False, env=env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert "building without the compiled modules" in output
+    (built_wheel,) = out.glob("smartnsq-*.whl")
+    with zipfile.ZipFile(built_wheel) as archive:
+        assert _compiled_members(archive) == []
+        assert "smartnsq/protocol/frames.py" in _names(archive)
+
+
 def test_the_build_warns_of_nothing(built: Built) -> None:
     """A setuptools deprecation today is a build that stops working on a date."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     warned = [line for line in built.output.splitlines()
-              if "warning" in line.lower() or "deprecat" in line.lower()]
+              if ("warning" in line.lower() or "deprecat" in line.lower())
+              and line.split()[0] != compiler]  # (a compile command's -Wno-...-warning-... flags)
     assert warned == [], "\n".join(warned)
 
 
@@ -229,6 +275,8 @@ def _pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 _USES_THE_FIXTURE = """
 import pytest
+
+from smartnsq import extensions
 
 @pytest.mark.nsq_cluster(nodes=1, lookupds=1)
 async def test_uses_the_dev_cluster(nsq_cluster):

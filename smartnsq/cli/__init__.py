@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
-from .. import __version__
+from .. import __version__, extensions
 from ..transport import event_loop
 from . import (
     channel,
@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="smartnsq",
         description="Partition-aware tools for youzan NSQ (and classic NSQ). "
                     "Start with: smartnsq demo")
-    parser.add_argument("--version", action="version", version=f"smartnsq {__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"smartnsq {__version__} ({extensions.describe()})")
     _add_global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

@@ -16,7 +16,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from struct import Struct
-from typing import Final, TypeVar, Union
+from typing import Any, Final, TypeVar, Union
+
+try:  # mypyc's class options (setup.py compiles this module); a no-op on the pure path
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - mypy_extensions comes with mypy, not with smartnsq
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[Any], Any]:  # type: ignore[misc]
+        return lambda cls: cls
 
 from ..errors import ProtocolError
 from .diagnose import describe_start, looks_like_http, nsqd_hint_for_http
@@ -50,6 +56,7 @@ def partition_of(internal_id: int) -> int:
     return (internal_id >> _PARTITION_SHIFT) & _PARTITION_MASK
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # smartnsq.Message extends it
 class MessageFrame:
     """One delivered message, as decoded from a message frame.
 
