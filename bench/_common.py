@@ -82,6 +82,13 @@ def _smartnsq_path() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(smartnsq.__file__)))
 
 
+def _extensions() -> str:
+    """Which path this process runs (the workers inherit the environment that decides it)."""
+    from smartnsq import extensions
+
+    return extensions.describe()
+
+
 def environment(extra: str = "") -> str:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     lines = [
@@ -93,6 +100,7 @@ def environment(extra: str = "") -> str:
         f"  load avg    {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (at the end of the run)",
         f"  smartnsq    {_version('smartnsq')} (git {_git_rev()}; imported from "
         f"{_smartnsq_path()})",
+        f"  modules     {_extensions()} (workers named @pure: the pure-Python ones)",
         "  peers       " + ", ".join(f"{p} {_version(p)}" for p in PEERS),
     ]
     if extra:
@@ -399,6 +407,10 @@ def cluster_server(server: str | ServerSpec, mode: str = "classic") -> Iterator[
 # against the same server as the tree after it, interleaved with it.
 BASELINE_SUFFIX = "@base"
 BASELINE_ENV = "SMARTNSQ_BENCH_BASELINE"
+# ... and with this one (``--pure``), the same worker of this tree on the pure-Python modules
+# (SMARTNSQ_NO_EXTENSIONS=1: the compiled ones stepped around; smartnsq/extensions.py)
+PURE_SUFFIX = "@pure"
+TWIN_SUFFIXES = (BASELINE_SUFFIX, PURE_SUFFIX)
 
 
 def set_baseline(tree: str) -> Path:
@@ -411,23 +423,26 @@ def set_baseline(tree: str) -> Path:
 
 
 def baseline_name(name: str) -> str:
-    """The worker's own name for a ``@base`` client or item (the name without the suffix)."""
-    return name[:-len(BASELINE_SUFFIX)] if name.endswith(BASELINE_SUFFIX) else name
+    """The worker's own name for a ``@base`` or ``@pure`` client or item (without the suffix)."""
+    for suffix in TWIN_SUFFIXES:
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
 
 
-def with_baseline(clients: Sequence[str]) -> list[str]:
-    """``clients`` with each smartnsq client's ``@base`` twin right after it."""
+def with_baseline(clients: Sequence[str], suffix: str = BASELINE_SUFFIX) -> list[str]:
+    """``clients`` with each smartnsq client's twin (``@base``, or ``suffix``) right after it."""
     out: list[str] = []
     for client in clients:
         out.append(client)
-        if client.startswith("smartnsq"):
-            out.append(client + BASELINE_SUFFIX)
+        if client.startswith("smartnsq") and not client.endswith(TWIN_SUFFIXES):
+            out.append(client + suffix)
     return out
 
 
 def topic_part(name: str) -> str:
     """A client's or item's name as part of a topic name (``-`` and ``@`` are not allowed)."""
-    return name.replace("-", "_").replace(BASELINE_SUFFIX, "_base")
+    return name.replace("-", "_").replace("@", "_")
 
 
 def run_worker(script: str, args: Sequence[str], timeout: float = 300,
@@ -437,16 +452,21 @@ def run_worker(script: str, args: Sequence[str], timeout: float = 300,
     ``prefix``: a command the interpreter runs under (``valgrind --tool=callgrind ...``);
     ``python_flags``: the interpreter's own (``-O``). A first argument ending in ``@base``
     runs the baseline checkout's own copy of ``script`` (its ``bench/`` puts its tree first on
-    ``sys.path``), with the suffix removed."""
+    ``sys.path``), with the suffix removed; one ending in ``@pure`` runs this tree's worker
+    with ``SMARTNSQ_NO_EXTENSIONS=1``."""
     root = ROOT
+    env = worker_env()
     if args and args[0].endswith(BASELINE_SUFFIX):
         root = Path(os.environ[BASELINE_ENV])
+    if args and args[0].endswith(PURE_SUFFIX):
+        env["SMARTNSQ_NO_EXTENSIONS"] = "1"
+    if args:
         args = [baseline_name(args[0]), *args[1:]]
     cmd = [*prefix, sys.executable, *python_flags, str(root / "bench" / script), "--worker",
            *args]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root,
-                             check=False, env=worker_env())
+                             check=False, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:g} s"}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]

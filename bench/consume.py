@@ -72,8 +72,10 @@ from typing import Any
 
 from _common import (
     PEERS,
+    PURE_SUFFIX,
     RawClient,
     ServerSpec,
+    baseline_name,
     cluster_server,
     command_line,
     emit,
@@ -677,7 +679,9 @@ def real_run(client: str, srv: Any, go: Any, count: int, mif: int, args: argpars
     elif client == "go-bench_reader":
         result = go.bench_reader(srv.tcp, topic, CHANNEL, mif, args.body, args.runfor)
     else:
-        worker_client, loop = (("smartnsq", "uvloop") if client == "smartnsq-uvloop"
+        twin = client[len(baseline_name(client)):]  # "", "@base" or "@pure"
+        worker_client, loop = (("smartnsq" + twin, "uvloop")
+                               if baseline_name(client) == "smartnsq-uvloop"
                                else (client, args.loop))
         result = run_worker("consume.py", [worker_client, srv.tcp, "", topic, str(count),
                                            str(mif), loop], python_flags=OPT[loop],
@@ -893,6 +897,9 @@ def main() -> int:
     parser.add_argument("--go-procs", type=int, default=1,
                         help="--server real: GOMAXPROCS of bench_reader (one connection per "
                              "proc; default 1)")
+    parser.add_argument("--pure", action="store_true",
+                        help="each smartnsq row also runs on the pure-Python modules, named "
+                             "CLIENT@pure (SMARTNSQ_NO_EXTENSIONS=1), in the same run")
     parser.add_argument("--baseline", default=None, metavar="DIR",
                         help="another checkout of smartnsq (the tree before a change): its "
                              "smartnsq rows run beside this tree's, named CLIENT@base, in the "
@@ -929,6 +936,9 @@ def main() -> int:
     if args.baseline:
         print(f"baseline (rows CLIENT@base): {set_baseline(args.baseline)}")
         clients = with_baseline(clients)
+    if args.pure:
+        print("pure path (rows CLIENT@pure): SMARTNSQ_NO_EXTENSIONS=1")
+        clients = with_baseline(clients, PURE_SUFFIX)
 
     if args.instructions:
         if not minimal:

@@ -73,8 +73,10 @@ from typing import Any
 
 from _common import (
     PEERS,
+    PURE_SUFFIX,
     ServerSpec,
     Span,
+    baseline_name,
     cluster_server,
     command_line,
     emit,
@@ -709,7 +711,9 @@ def real_run(client: str, mode: str, srv: Any, go: Any, n: int, body: int,
                                  args.runfor)
         expect = result.get("count", -1)
     else:
-        worker_client, loop = (("smartnsq", "uvloop") if client == "smartnsq-uvloop"
+        twin = client[len(baseline_name(client)):]  # "", "@base" or "@pure"
+        worker_client, loop = (("smartnsq" + twin, "uvloop")
+                               if baseline_name(client) == "smartnsq-uvloop"
                                else (client, args.loop))
         flags = ["-O"] if loop == "uvloop" or args.optimize else []
         result = run_worker("publish.py", [worker_client, mode, cluster.tcp, "", topic, str(n),
@@ -936,6 +940,9 @@ def main() -> int:
     parser.add_argument("--go-procs", type=int, default=1,
                         help="--server real: GOMAXPROCS of bench_writer (its connections: one "
                              "per proc; default 1, one connection like the other clients)")
+    parser.add_argument("--pure", action="store_true",
+                        help="each smartnsq row also runs on the pure-Python modules, named "
+                             "CLIENT@pure (SMARTNSQ_NO_EXTENSIONS=1), in the same run")
     parser.add_argument("--baseline", default=None, metavar="DIR",
                         help="another checkout of smartnsq (the tree before a change): its "
                              "smartnsq rows run beside this tree's, named CLIENT@base, in the "
@@ -973,6 +980,9 @@ def main() -> int:
     if args.baseline:
         print(f"baseline (rows CLIENT@base): {set_baseline(args.baseline)}")
         clients = with_baseline(clients)
+    if args.pure:
+        print("pure path (rows CLIENT@pure): SMARTNSQ_NO_EXTENSIONS=1")
+        clients = with_baseline(clients, PURE_SUFFIX)
 
     best: dict[tuple[str, str, int], dict[str, Any]] = {}
     with server(args.server, args.cluster) as srv:

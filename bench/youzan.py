@@ -863,6 +863,9 @@ def main() -> int:
                         help="--server real: yzgo's handler goroutines (default: one per "
                              "partition)")
     parser.add_argument("--no-go", action="store_true", help="--server real: skip yzgo")
+    parser.add_argument("--pure", action="store_true",
+                        help="each item also runs on the pure-Python modules, named ITEM@pure "
+                             "(SMARTNSQ_NO_EXTENSIONS=1), in the same run and interleaved")
     parser.add_argument("--baseline", default=None, metavar="DIR",
                         help="another checkout of smartnsq (the tree before a change): each "
                              "item also runs from it, named ITEM@base, in the same run and "
@@ -878,6 +881,9 @@ def main() -> int:
     if args.baseline:
         print(f"baseline (items ITEM@base): {set_baseline(args.baseline)}")
         items = [i for item in items for i in (item, item + "@base")]
+    if args.pure:
+        print("pure path (items ITEM@pure): SMARTNSQ_NO_EXTENSIONS=1")
+        items = [i for item in items for i in (item, item + "@pure")]
     flags = ",".join(f for f, on in (("count", args.count), ("profile", False),
                                      ("otel", args.otel)) if on) or "-"
 
