@@ -753,6 +753,9 @@ def main_real(args: argparse.Namespace) -> int:
         if why:
             unavailable[c] = why
     clients = [c for c in clients if c not in unavailable]
+    if args.pure:
+        print("pure path (rows CLIENT@pure): SMARTNSQ_NO_EXTENSIONS=1")
+        clients = with_baseline(clients, PURE_SUFFIX)
     best: dict[tuple[str, str], dict[str, Any]] = {}
     # a topic without a channel keeps its messages in memory up to --mem-queue-size (10000 by
     # default), then writes them to disk: the runs would measure nsqd's disk queue
@@ -772,7 +775,7 @@ def main_real(args: argparse.Namespace) -> int:
                     key = (client, mode)
                     if key in REAL_SKIP or "error" in best.get(key, {}):
                         continue
-                    topic = f"bench_real_{client.replace('-', '_')}_{mode}"
+                    topic = f"bench_real_{topic_part(client)}_{mode}"
                     result = real_run(client, mode, srv, go, n, body, args, topic)
                     prev = best.get(key)
                     best[key] = merge(prev, result)
