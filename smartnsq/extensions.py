@@ -7,6 +7,9 @@ source. The source stays the reference: it runs where nothing was compiled, and
 to rule the extensions out. A compiled module older than its source (the source was edited or
 checked out after the build) is not used either: running yesterday's code under today's tests
 would be worse than running slowly, so the pure path runs and a warning says to rebuild.
+"Older" allows ``_WRITTEN_TOGETHER``: an installer writes a wheel's files in one pass with
+the time of writing (pip keeps no timestamps), so a module's source can be a fraction of a
+second younger than the extension written just before it.
 
 ``install()`` runs first thing in ``smartnsq/__init__.py``, before any of ``MODULES`` can be
 imported; ``compiled()`` and ``describe()`` say which path runs (the CLI's ``--version``).
@@ -32,6 +35,7 @@ log = logging.getLogger("smartnsq")  # (at import, before any other logger exist
 MODULES = ("smartnsq.protocol.frames", "smartnsq.protocol.runs")
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+_WRITTEN_TOGETHER = 2.0  # seconds: an install's files, not a later edit
 _why_pure: str | None = None  # set by install(): why the source runs (None: compiled runs)
 
 
@@ -51,7 +55,8 @@ def _reason_for_pure() -> str | None:
         source, built = _paths(name)
         if not built:
             return "not compiled at install"
-        if min(path.stat().st_mtime for path in built) < source.stat().st_mtime:
+        newest = min(path.stat().st_mtime for path in built) + _WRITTEN_TOGETHER
+        if newest < source.stat().st_mtime:
             return f"the compiled {name} is older than its source: rebuild with pip install -e ."
     return None
 

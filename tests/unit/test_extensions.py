@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ from smartnsq import extensions
 from smartnsq.protocol import frames, runs
 
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+ROOT = Path(__file__).resolve().parents[2]
+_NOT_SOURCES = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd")
 
 
 @pytest.fixture
@@ -58,6 +61,38 @@ def test_nothing_compiled(package: Path) -> None:
 def test_a_fresh_build_is_used(package: Path) -> None:
     _compile_all(package)
     assert extensions._reason_for_pure() is None
+
+
+def test_an_install_writing_the_source_just_after_its_build_is_not_stale(
+        package: Path) -> None:
+    """pip writes a wheel's files with the time of writing, the source after its extension."""
+    _compile_all(package, age=0.2)
+    assert extensions._reason_for_pure() is None
+
+
+def test_an_installed_wheel_runs_compiled(tmp_path: Path) -> None:
+    """The wheel built from this tree, installed by pip, imports its compiled modules."""
+    if not extensions.compiled():
+        pytest.skip(f"this install is not compiled ({extensions.describe()})")
+    src, built = tmp_path / "src", tmp_path / "wheel"
+    shutil.copytree(ROOT / "smartnsq", src / "smartnsq", ignore=_NOT_SOURCES)
+    shutil.copytree(ROOT / "compat", src / "compat", ignore=_NOT_SOURCES)
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy2(ROOT / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(built), str(src)], check=True, timeout=600,
+                   capture_output=True)
+    (wheel,) = built.glob("smartnsq-*.whl")
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(target), str(wheel)], check=True, timeout=300, capture_output=True)
+    code = ("import smartnsq, smartnsq.extensions as e; "
+            "print(smartnsq.__file__); print(e.describe())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(target)}).stdout.splitlines()
+    assert out[0].startswith(str(target)), out
+    assert out[1].startswith("compiled: "), out
 
 
 def test_the_switch_wins_over_a_build(package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
