@@ -118,6 +118,10 @@ class TopicCreation(AdminBase):
         last_error = ""
         while True:
             now = time.monotonic()
+            if now >= deadline:
+                # the loop ends itself: wait_for's cancellation at this same deadline can be
+                # lost on 3.10/3.11 (bpo-42130: it meets a request's own timeout)
+                raise asyncio.TimeoutError
             state = p.creation_progress(
                 topic, partitions, read=read, write=write,
                 channels_ready=set.intersection(*ready.values()) if ready else (),

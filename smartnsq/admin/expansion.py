@@ -74,9 +74,11 @@ class TopicExpansion(AdminBase):
                               what="nsqlookupd /topic/partition/expand")
             return leader
         note = ["asking for the expansion"]
+        deadline = time.monotonic() + limit
         try:
             await asyncio.wait_for(self._expand_and_wait(leader, topic, partitions, params,
-                                                         wanted, check, poll, note), limit)
+                                                         wanted, check, poll, note, deadline),
+                                   limit)
         except asyncio.TimeoutError:
             raise Timeout(f"expanding topic {topic!r} to {partitions} partitions: not "
                           f"usable within {limit:g}s ({note[0]})") from None
@@ -84,11 +86,19 @@ class TopicExpansion(AdminBase):
 
     async def _expand_and_wait(self, leader: str, topic: str, partitions: int,
                                params: dict[str, str], wanted: list[str] | None,
-                               check: float, poll: float, note: list[str]) -> None:
+                               check: float, poll: float, note: list[str],
+                               deadline: float) -> None:
+        def out_of_time() -> None:
+            # the loops end themselves: wait_for's cancellation at this same deadline can be
+            # lost on 3.10/3.11 (bpo-42130: it meets a request's own timeout)
+            if time.monotonic() >= deadline:
+                raise asyncio.TimeoutError
+
         old = None
         with contextlib.suppress(NSQError):
             old = (await self.lookup(topic, "r")).partition_num
         while True:
+            out_of_time()
             try:
                 await self._write(leader, "/topic/partition/expand", params,
                                   what="nsqlookupd /topic/partition/expand")
@@ -105,6 +115,7 @@ class TopicExpansion(AdminBase):
         await self._check_topics(leader, topic)
         last_error = ""
         while True:
+            out_of_time()
             read = await self._quiet_view(topic, "r")
             channels = wanted if wanted is not None else \
                 list(read.channels) if read is not None else []
