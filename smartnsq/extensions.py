@@ -55,8 +55,8 @@ def _reason_for_pure() -> str | None:
         source, built = _paths(name)
         if not built:
             return "not compiled at install"
-        newest = min(path.stat().st_mtime for path in built) + _WRITTEN_TOGETHER
-        if newest < source.stat().st_mtime:
+        allowed = min(path.stat().st_mtime for path in built) + _WRITTEN_TOGETHER
+        if source.stat().st_mtime > allowed:
             return f"the compiled {name} is older than its source: rebuild with pip install -e ."
     return None
 

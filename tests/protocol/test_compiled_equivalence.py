@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -37,10 +38,11 @@ def _load_sources() -> dict[str, ModuleType]:
     loaded: dict[str, ModuleType] = {}
     try:
         for name in extensions.MODULES:
-            source = saved[name].__file__
-            assert source is not None
-            spec = importlib.util.spec_from_file_location(
-                name, source.split(".", 1)[0] + ".py")
+            built = saved[name].__file__
+            assert built is not None
+            # the source beside the extension (a folder of the path may hold dots)
+            source = Path(built).with_name(name.rsplit(".", 1)[1] + ".py")
+            spec = importlib.util.spec_from_file_location(name, source)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
